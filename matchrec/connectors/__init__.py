@@ -1,0 +1,1 @@
+"""Connectors: where events live (DuckDB is the embedded default)."""

@@ -1,0 +1,482 @@
+"""The PEP 249 (DB-API 2.0) interface: ``connect()``, Connection and Cursor.
+
+One DuckDB connection backs a matchrec Connection, so every cursor shares its session
+(temporary tables, settings, transactions). A cursor's result stays in DuckDB and is
+streamed as the user fetches; when another cursor of the same connection executes, the
+pending result is first read into memory so both stay valid.
+"""
+from __future__ import annotations
+
+import datetime
+import re
+import time
+import warnings
+from dataclasses import fields
+from typing import Any, Iterable, Sequence
+
+import duckdb
+import pyarrow as pa
+
+from matchrec import errors as E
+from matchrec.engine.errors import map_duckdb_error
+from matchrec.engine.executor import Settings
+from matchrec.engine.statement import Prepared, StatementRunner, to_duckdb
+from matchrec.parser.query import dialect_of, has_match_recognize, split_statements
+from matchrec.parser.source import Origin
+
+apilevel = "2.0"
+threadsafety = 1
+paramstyle = "qmark"
+
+_SET_RE = re.compile(r"^\s*(SET|RESET)\s+(?:SESSION\s+|GLOBAL\s+|LOCAL\s+)?(matchrec_\w+)\s*(?:(?:=|TO)\s*(.+?))?\s*;?\s*$",
+                     re.I | re.S)
+SETTINGS = {f"matchrec_{f.name}": f.name for f in fields(Settings)}
+
+
+def connect(database: str | duckdb.DuckDBPyConnection = ":memory:", dialect: str = "duckdb",
+            read_only: bool = False, config: dict | None = None) -> "Connection":
+    """Open a matchrec connection on a DuckDB database file, ``:memory:``, or an existing connection.
+
+    ``dialect`` is the SQL dialect queries are written in (duckdb, trino, snowflake, oracle, ...).
+    """
+    dialect_of(dialect)
+    if isinstance(database, duckdb.DuckDBPyConnection):
+        return Connection(database, dialect, owned=False)
+    if not isinstance(database, str):
+        raise E.InterfaceError("database must be a path, ':memory:' or a duckdb connection")
+    try:
+        con = duckdb.connect(database, read_only=read_only, config=config or {})
+    except duckdb.Error as err:
+        raise map_duckdb_error(err) from None
+    return Connection(con, dialect, owned=True)
+
+
+class Connection:
+    def __init__(self, duck: duckdb.DuckDBPyConnection, dialect: str, owned: bool):
+        self._duck = duck
+        self.dialect = dialect.lower()
+        self._owned = owned
+        self._closed = False
+        self._active: Cursor | None = None
+        self.settings = Settings()
+
+    # -- PEP 249
+    def cursor(self) -> "Cursor":
+        self._check()
+        return Cursor(self)
+
+    def commit(self) -> None:
+        self._check()
+        self._release()
+        try:
+            self._duck.commit()
+        except duckdb.TransactionException:
+            pass  # nothing to commit: every statement already committed itself
+        except duckdb.Error as err:
+            raise map_duckdb_error(err) from None
+
+    def rollback(self) -> None:
+        self._check()
+        self._release()
+        try:
+            self._duck.rollback()
+        except duckdb.TransactionException:
+            pass
+        except duckdb.Error as err:
+            raise map_duckdb_error(err) from None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._release()
+        self._closed = True
+        if self._owned:
+            self._duck.close()
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    # -- conveniences
+    def execute(self, sql: str, parameters=None) -> "Cursor":
+        cur = self.cursor()
+        cur.execute(sql, parameters)
+        return cur
+
+    def register(self, name: str, obj: Any) -> None:
+        """Make a pandas DataFrame, Arrow table or similar queryable under ``name``."""
+        self._check()
+        self._release()
+        try:
+            self._duck.register(name, obj)
+        except duckdb.Error as err:
+            raise map_duckdb_error(err) from None
+
+    def unregister(self, name: str) -> None:
+        self._check()
+        self._release()
+        self._duck.unregister(name)
+
+    @property
+    def duckdb_connection(self) -> duckdb.DuckDBPyConnection:
+        return self._duck
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- internals
+    def _check(self) -> None:
+        if self._closed:
+            raise E.InterfaceError("Connection is closed")
+
+    def _release(self) -> None:
+        """Buffer the pending result of whichever cursor holds the DuckDB connection."""
+        if self._active is not None:
+            active, self._active = self._active, None
+            active._buffer()
+
+
+class Cursor:
+    arraysize = 1
+
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self.arraysize = 1
+        self._closed = False
+        self._description = None
+        self._rowcount = -1
+        self._pending = False
+        self._buffer_rows: list[tuple] | None = None
+        self._registered: list[str] = []
+        self._prepared: Prepared | None = None
+        self._explain_rows: list[tuple] | None = None
+        self.stats: list = []  # per MATCH_RECOGNIZE of the last statement: (plan, Stats)
+        self.elapsed = 0.0
+
+    # -- PEP 249 attributes
+    @property
+    def description(self):
+        return self._description
+
+    @property
+    def rowcount(self) -> int:
+        return self._rowcount
+
+    def setinputsizes(self, sizes) -> None:
+        pass
+
+    def setoutputsize(self, size, column=None) -> None:
+        pass
+
+    def callproc(self, procname, parameters=None):
+        raise E.NotSupportedError("Stored procedures are not supported")
+
+    # -- execution
+    def execute(self, operation: str, parameters: Sequence | dict | None = None) -> "Cursor":
+        self._check()
+        if not isinstance(operation, str):
+            raise E.ProgrammingError("execute() needs the SQL text as a string")
+        con = self.connection
+        con._release()
+        self._reset()
+        started = time.perf_counter()
+        try:
+            self._run(operation, parameters)
+        except E.Error:
+            self._reset()
+            raise
+        except duckdb.Error as err:
+            self._reset()
+            raise map_duckdb_error(err) from None
+        except (KeyboardInterrupt, MemoryError):
+            self._reset()
+            raise
+        except RecursionError:
+            self._reset()
+            raise E.OperationalError("The query is too deeply nested to process") from None
+        except Exception as err:  # noqa: BLE001 - never let an engine bug escape as a raw exception
+            self._reset()
+            raise E.InternalError(f"Internal error while executing the query ({type(err).__name__}: {err}). "
+                                  "Please report it with the query.") from err
+        finally:
+            self.elapsed = time.perf_counter() - started
+        return self
+
+    def executemany(self, operation: str, seq_of_parameters: Iterable) -> "Cursor":
+        total = 0
+        for params in seq_of_parameters:
+            self.execute(operation, params)
+            if self._rowcount > 0:
+                total += self._rowcount
+            if self._pending:
+                self._buffer()
+        self._rowcount = total if total else self._rowcount
+        return self
+
+    def _run(self, sql: str, params) -> None:
+        con = self.connection
+        if params is not None and not isinstance(params, (list, tuple, dict)):
+            raise E.ProgrammingError("parameters must be a sequence or a mapping")
+        setting = _SET_RE.match(sql)
+        if setting:
+            self._set(setting)
+            return
+        if not has_match_recognize(sql):
+            text = to_duckdb(sql, con.dialect, Origin.identity(len(sql)), sql) if con.dialect != "duckdb" else sql
+            self._duck_execute(text, params)
+            return
+        statements = split_statements(sql, con.dialect)
+        for i, (text, _) in enumerate(statements):
+            if i < len(statements) - 1:
+                self._run_one(text, None if not has_match_recognize(text) else None)
+                self._buffer()
+                self._reset()
+            else:
+                self._run_one(text, params)
+
+    def _run_one(self, sql: str, params) -> None:
+        con = self.connection
+        if not has_match_recognize(sql):
+            text = to_duckdb(sql, con.dialect, Origin.identity(len(sql)), sql)
+            self._duck_execute(text, params)
+            return
+        runner = StatementRunner(con._duck, con.settings, con.dialect)
+        prepared = runner.prepare(sql, params)
+        self._registered = list(prepared.registered)
+        self.stats = [(run.plan, run.stats) for run in prepared.runs]
+        if prepared.explain is not None:
+            self._explain(prepared)
+            return
+        self._duck_execute(prepared.sql, None, source=sql)
+
+    def _duck_execute(self, sql: str, params, source: str | None = None) -> None:
+        con = self.connection
+        duck = con._duck
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if params is None:
+                    duck.execute(sql)
+                else:
+                    duck.execute(sql, params)
+        except duckdb.Error as err:
+            self._unregister()
+            if source is not None:
+                raise map_duckdb_error(err, source, 0) from None
+            raise map_duckdb_error(err) from None
+        self._description = duck.description
+        self._rowcount = duck.rowcount
+        self._pending = True
+        con._active = self
+
+    def _explain(self, prepared: Prepared) -> None:
+        con = self.connection
+        lines = []
+        for i, run in enumerate(prepared.runs):
+            lines.append(f"MATCH_RECOGNIZE #{i + 1}")
+            lines.append(run.plan.explain())
+            if prepared.explain == "analyze":
+                s = run.stats
+                lines.append(f"Analyze: rows in {s.rows_in}, partitions {s.partitions}, matches {s.matches} "
+                             f"(+{s.empty_matches} empty), rows out {s.rows_out}, "
+                             f"read {run.input_seconds:.3f} s, match {s.seconds:.3f} s, "
+                             f"DuckDB fallbacks {s.fallback_calls}")
+        rows = [("matchrec", "\n".join(lines))]
+        keyword = "EXPLAIN ANALYZE " if prepared.explain == "analyze" else "EXPLAIN "
+        try:
+            duck_rows = con._duck.execute(keyword + prepared.sql).fetchall()
+            rows += [(str(a), str(b)) for a, b in duck_rows]
+        except duckdb.Error as err:
+            raise map_duckdb_error(err) from None
+        finally:
+            self._unregister()
+        self._description = [("explain_key", "VARCHAR", None, None, None, None, None),
+                             ("explain_value", "VARCHAR", None, None, None, None, None)]
+        self._buffer_rows = rows
+        self._rowcount = -1
+
+    def _set(self, m: re.Match) -> None:
+        settings = self.connection.settings
+        name = m.group(2).lower()
+        if name not in SETTINGS:
+            raise E.ProgrammingError(f"Unknown setting {name}; known: {', '.join(sorted(SETTINGS))}")
+        attr = SETTINGS[name]
+        if m.group(1).upper() == "RESET":
+            setattr(settings, attr, getattr(Settings(), attr))
+            return
+        raw = (m.group(3) or "").strip().strip("'\"")
+        try:
+            value = int(raw.replace("_", ""))
+            if value <= 0:
+                raise ValueError
+        except ValueError:
+            raise E.ProgrammingError(f"SET {name} needs a positive integer, got {raw!r}") from None
+        setattr(settings, attr, value)
+
+    # -- fetching
+    def fetchone(self):
+        self._check_result()
+        if self._buffer_rows is not None:
+            return self._buffer_rows.pop(0) if self._buffer_rows else None
+        try:
+            row = self.connection._duck.fetchone()
+        except duckdb.Error as err:
+            raise map_duckdb_error(err) from None
+        if row is None:
+            self._finish()
+        return row
+
+    def fetchmany(self, size: int | None = None) -> list:
+        self._check_result()
+        size = self.arraysize if size is None else size
+        if self._buffer_rows is not None:
+            out, self._buffer_rows = self._buffer_rows[:size], self._buffer_rows[size:]
+            return out
+        try:
+            rows = self.connection._duck.fetchmany(size)
+        except duckdb.Error as err:
+            raise map_duckdb_error(err) from None
+        if len(rows) < size:
+            self._finish()
+        return rows
+
+    def fetchall(self) -> list:
+        self._check_result()
+        if self._buffer_rows is not None:
+            out, self._buffer_rows = self._buffer_rows, []
+            return out
+        try:
+            rows = self.connection._duck.fetchall()
+        except duckdb.Error as err:
+            raise map_duckdb_error(err) from None
+        self._finish()
+        return rows
+
+    def fetch_arrow_table(self) -> pa.Table:
+        """The remaining rows of the result as an Arrow table (exact DuckDB types)."""
+        self._check_result()
+        if self._buffer_rows is not None:
+            names = [d[0] for d in self._description or []]
+            rows, self._buffer_rows = self._buffer_rows, []
+            return pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)})
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                table = self.connection._duck.to_arrow_table()
+        except duckdb.Error as err:
+            raise map_duckdb_error(err) from None
+        self._finish()
+        return table
+
+    def __iter__(self):
+        while True:
+            row = self.fetchone()
+            if row is None:
+                return
+            yield row
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        if self.connection._active is self:
+            self.connection._active = None
+        self._reset()
+        self._closed = True
+
+    def __enter__(self) -> "Cursor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals
+    def _check(self) -> None:
+        if self._closed:
+            raise E.InterfaceError("Cursor is closed")
+        self.connection._check()
+
+    def _check_result(self) -> None:
+        self._check()
+        if self._description is None and self._buffer_rows is None:
+            if not self._pending:
+                raise E.ProgrammingError("No result to fetch: execute a query first")
+
+    def _buffer(self) -> None:
+        """Read the rest of a pending DuckDB result into memory (another statement is about to run)."""
+        if self._pending:
+            try:
+                rows = self.connection._duck.fetchall()
+            except duckdb.Error:
+                rows = []
+            self._buffer_rows = rows
+            self._pending = False
+            if self.connection._active is self:
+                self.connection._active = None
+        self._unregister()
+
+    def _finish(self) -> None:
+        if self._pending:
+            self._pending = False
+            if self.connection._active is self:
+                self.connection._active = None
+            self._buffer_rows = []
+        self._unregister()
+
+    def _reset(self) -> None:
+        if self._pending and self.connection._active is self:
+            self.connection._active = None
+        self._pending = False
+        self._unregister()
+        self._description = None
+        self._rowcount = -1
+        self._buffer_rows = None
+
+    def _unregister(self) -> None:
+        for name in self._registered:
+            try:
+                self.connection._duck.unregister(name)
+            except duckdb.Error:
+                pass
+        self._registered = []
+
+
+# ---------------------------------------------------------------- PEP 249 type objects and constructors
+class _DBAPIType:
+    def __init__(self, *names: str):
+        self.names = {n.upper() for n in names}
+
+    def __eq__(self, other) -> bool:
+        text = str(other).upper()
+        return any(text == n or text.startswith(n + "(") for n in self.names)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self.names))
+
+
+STRING = _DBAPIType("VARCHAR", "CHAR", "TEXT", "STRING", "UUID", "JSON", "ENUM")
+BINARY = _DBAPIType("BLOB", "BYTEA", "BINARY", "VARBINARY", "BIT")
+NUMBER = _DBAPIType("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+                    "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL", "REAL", "BOOLEAN")
+DATETIME = _DBAPIType("DATE", "TIME", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "INTERVAL", "TIMESTAMP_NS",
+                      "TIMESTAMP_MS", "TIMESTAMP_S")
+ROWID = _DBAPIType("ROWID")
+
+Date = datetime.date
+Time = datetime.time
+Timestamp = datetime.datetime
+Binary = bytes
+
+
+def DateFromTicks(ticks: float) -> datetime.date:  # noqa: N802 - PEP 249 name
+    return datetime.date.fromtimestamp(ticks)
+
+
+def TimeFromTicks(ticks: float) -> datetime.time:  # noqa: N802
+    return datetime.datetime.fromtimestamp(ticks).time()
+
+
+def TimestampFromTicks(ticks: float) -> datetime.datetime:  # noqa: N802
+    return datetime.datetime.fromtimestamp(ticks)

@@ -1,0 +1,1 @@
+"""Engine: run plans, moving data between connectors and operators as Arrow."""

@@ -1,0 +1,56 @@
+"""Translate DuckDB's exceptions into matchrec's PEP 249 classes with useful positions."""
+from __future__ import annotations
+
+import re
+
+import duckdb
+
+from matchrec import errors as E
+
+_CLASSES = [
+    (duckdb.ProgrammingError, E.ProgrammingError),
+    (duckdb.DataError, E.DataError),
+    (duckdb.IntegrityError, E.IntegrityError),
+    (duckdb.OperationalError, E.OperationalError),
+    (duckdb.InternalError, E.InternalError),
+    (duckdb.NotSupportedError, E.NotSupportedError),
+]
+
+
+def matchrec_class(err: BaseException) -> type[E.Error]:
+    for duck_cls, ours in _CLASSES:
+        if isinstance(err, duck_cls):
+            return ours
+    return E.DatabaseError
+
+
+def strip_location(message: str) -> str:
+    """DuckDB's message without its 'LINE n:' excerpt (which refers to SQL we generated)."""
+    return re.split(r"\n\s*LINE \d+:", message, maxsplit=1)[0].strip()
+
+
+def map_duckdb_error(err: BaseException, source: str | None = None, offset: int | None = None,
+                     context: str | None = None) -> E.Error:
+    cls = matchrec_class(err)
+    text = str(err).strip()
+    if source is None:
+        mapped = cls(text)
+    else:
+        message = strip_location(text)
+        if context:
+            message = f"{context}: {message}"
+        at = _guess_position(message, source)
+        if at is None:
+            at = offset
+        mapped = E.positioned(cls, message, source, at)
+    mapped.__cause__ = None
+    return mapped
+
+
+def _guess_position(message: str, source: str) -> int | None:
+    """Where a name quoted in DuckDB's message appears in the user's text, if it does once."""
+    for name in re.findall(r'"([^"\n]+)"', message):
+        hits = [m.start() for m in re.finditer(r"(?<![\w.])" + re.escape(name) + r"(?!\w)", source, flags=re.I)]
+        if len(hits) >= 1:
+            return hits[0]
+    return None

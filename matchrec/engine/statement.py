@@ -1,0 +1,307 @@
+"""Execute one SQL statement that may contain MATCH_RECOGNIZE, on a DuckDB connection.
+
+The statement is split (parser.query); each clause's input relation is computed by DuckDB
+(with the CTEs it can see), planned, matched, and registered as an Arrow object; then the
+statement, with every clause replaced by its registered result, runs in DuckDB. Clauses
+nested in other clauses' inputs run first.
+"""
+from __future__ import annotations
+
+import datetime
+import decimal
+import secrets
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import duckdb
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+from sqlglot.tokens import TokenType
+
+from matchrec.connectors.duckdb_source import (DuckDBOracle, FallbackEvaluator, describe, quote_ident,
+                                               quote_literal, read_batches)
+from matchrec.engine.errors import map_duckdb_error
+from matchrec.engine.executor import Settings, Stats, run_plan
+from matchrec.errors import NotSupportedError, ProgrammingError, positioned
+from matchrec.parser.query import Clause, SplitQuery, split, tokenize
+from matchrec.parser.source import Origin, rewrite
+from matchrec.planner.plan import Plan, build_plan
+
+
+@dataclass
+class ClauseRun:
+    clause: Clause
+    plan: Plan
+    stats: Stats
+    registered: str
+    view_sql: str
+    input_seconds: float = 0.0
+
+
+@dataclass
+class Prepared:
+    """A statement ready to run in DuckDB, with the Arrow objects it needs registered."""
+    sql: str
+    registered: list[str] = field(default_factory=list)
+    runs: list[ClauseRun] = field(default_factory=list)
+    explain: str | None = None  # None, "plain" or "analyze"
+
+
+# ------------------------------------------------------------------ parameters
+def render_literal(value) -> str:
+    """A SQL literal for a Python parameter value (used when parameters must be inlined)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return f"CAST('{value}' AS DOUBLE)"
+        return f"CAST({value!r} AS DOUBLE)"
+    if isinstance(value, decimal.Decimal):
+        return f"CAST('{value}' AS DECIMAL(38,{max(0, -value.as_tuple().exponent)}))" \
+            if value.is_finite() else f"CAST('{value}' AS DOUBLE)"
+    if isinstance(value, str):
+        return quote_literal(value)
+    if isinstance(value, datetime.datetime):
+        kind = "TIMESTAMPTZ" if value.tzinfo is not None else "TIMESTAMP"
+        return f"CAST('{value.isoformat(sep=' ')}' AS {kind})"
+    if isinstance(value, datetime.date):
+        return f"CAST('{value.isoformat()}' AS DATE)"
+    if isinstance(value, datetime.time):
+        return f"CAST('{value.isoformat()}' AS TIME)"
+    if isinstance(value, datetime.timedelta):
+        micros = (value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds
+        return f"TO_MICROSECONDS({micros})"
+    if isinstance(value, uuid.UUID):
+        return f"CAST('{value}' AS UUID)"
+    if isinstance(value, (bytes, bytearray)):
+        return "FROM_HEX('" + bytes(value).hex() + "')"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(render_literal(v) for v in value) + "]"
+    raise NotSupportedError(f"Cannot use a parameter of type {type(value).__name__} in a MATCH_RECOGNIZE query")
+
+
+def inline_parameters(sql: str, params, dialect: str) -> tuple[str, Origin]:
+    """Replace ``?`` / ``$n`` / ``$name`` placeholders by literals (MATCH_RECOGNIZE queries only)."""
+    tokens = tokenize(sql, dialect)
+    edits = []
+    positional = 0
+    named = isinstance(params, dict)
+    for tok in tokens:
+        text = sql[tok.start:tok.end + 1]
+        if tok.token_type == TokenType.PLACEHOLDER and text == "?":
+            if named:
+                raise ProgrammingError("Query uses '?' placeholders but parameters were given as a mapping")
+            if positional >= len(params):
+                raise positioned(ProgrammingError, f"Not enough parameters: the query needs more than {len(params)}",
+                                 sql, tok.start)
+            edits.append((tok.start, tok.end + 1, render_literal(params[positional])))
+            positional += 1
+        elif text.startswith("$") and len(text) > 1 and tok.token_type != TokenType.STRING:
+            name = text[1:]
+            if name.isdigit() and not named:
+                k = int(name) - 1
+                if not 0 <= k < len(params):
+                    raise positioned(ProgrammingError, f"Parameter {text} is not given", sql, tok.start)
+                edits.append((tok.start, tok.end + 1, render_literal(params[k])))
+            elif named and name in params:
+                edits.append((tok.start, tok.end + 1, render_literal(params[name])))
+    if not named and positional and positional != len(params):
+        raise ProgrammingError(f"The query has {positional} '?' placeholders but {len(params)} parameters were given")
+    return rewrite(sql, edits)
+
+
+# ------------------------------------------------------------------ SQL helpers
+def to_duckdb(sql: str, dialect: str, origin: Origin, source: str) -> str:
+    if dialect == "duckdb":
+        return sql
+    try:
+        out = sqlglot.transpile(sql, read=dialect, write="duckdb")
+    except sqlglot.errors.ParseError as err:
+        info = err.errors[0] if err.errors else {}
+        lines = sql.split("\n")
+        line = max(1, min(info.get("line", 1), len(lines)))
+        offset = sum(len(x) + 1 for x in lines[: line - 1]) + info.get("col", 1) - max(1, len(info.get("highlight", "")))
+        raise positioned(ProgrammingError, f"Syntax error: {info.get('description', 'invalid SQL')}", source,
+                         origin.map(max(0, offset))) from None
+    except sqlglot.errors.SqlglotError as err:
+        raise ProgrammingError(f"Cannot translate the query from {dialect}: {err}") from None
+    if len(out) != 1:
+        raise ProgrammingError("Expected exactly one statement")
+    return out[0]
+
+
+def replace_identifiers(sql: str, mapping: dict[str, str]) -> str:
+    """Replace whole identifier tokens (placeholders) in DuckDB SQL."""
+    tokens = tokenize(sql, "duckdb")
+    edits = []
+    for tok in tokens:
+        text = sql[tok.start:tok.end + 1]
+        if text in mapping and tok.token_type in (TokenType.VAR, TokenType.IDENTIFIER):
+            edits.append((tok.start, tok.end + 1, mapping[text]))
+    return rewrite(sql, edits)[0] if edits else sql
+
+
+def cte_prefixes(split_query: SplitQuery) -> dict[str, str]:
+    """For each clause placeholder, the WITH clause (DuckDB SQL) its input may need."""
+    if not any(t.token_type == TokenType.WITH for t in tokenize(split_query.text, split_query.dialect)):
+        return {}
+    try:
+        tree = sqlglot.parse_one(split_query.text, read=split_query.dialect)
+    except sqlglot.errors.SqlglotError:
+        return {}  # DuckDB will report what is wrong when the statement runs
+    prefixes: dict[str, str] = {}
+    for clause in split_query.clauses:
+        table = next((t for t in tree.find_all(exp.Table) if t.name == clause.placeholder), None)
+        if table is None:
+            continue
+        try:
+            wanted = {t.name.lower() for t in sqlglot.parse_one(f"SELECT * FROM {clause.input_text}",
+                                                                 read=split_query.dialect).find_all(exp.Table)}
+        except sqlglot.errors.SqlglotError:
+            continue
+        ctes: list[exp.CTE] = []
+        recursive = False
+        node, child = table.parent, table
+        while node is not None:
+            with_ = node.args.get("with_") or node.args.get("with")
+            if isinstance(with_, exp.With):
+                inside = child if isinstance(child, exp.CTE) else None
+                for cte in with_.expressions:
+                    if cte is inside:
+                        break
+                    ctes.append(cte)
+                recursive = recursive or bool(with_.args.get("recursive"))
+            node, child = node.parent, node
+        by_name = {c.alias_or_name.lower(): c for c in ctes}
+        needed: list[exp.CTE] = []
+        stack = list(wanted)
+        while stack:
+            name = stack.pop()
+            cte = by_name.get(name)
+            if cte is None or cte in needed:
+                continue
+            needed.append(cte)
+            stack += [t.name.lower() for t in cte.this.find_all(exp.Table)]
+        if needed:
+            ordered = [c for c in ctes if c in needed]
+            ordered.reverse()  # collected innermost scope first; definitions must precede uses
+            ordered.sort(key=lambda c: _cte_order(tree, c))
+            body = ", ".join(c.sql("duckdb") for c in ordered)
+            prefixes[clause.placeholder] = ("WITH RECURSIVE " if recursive else "WITH ") + body + " "
+    return prefixes
+
+
+def _cte_order(tree, cte) -> int:
+    for i, node in enumerate(tree.walk()):
+        if node is cte:
+            return i
+    return 0
+
+
+# ------------------------------------------------------------------ running clauses
+class StatementRunner:
+    def __init__(self, con: duckdb.DuckDBPyConnection, settings: Settings, dialect: str):
+        self.con = con
+        self.settings = settings
+        self.dialect = dialect
+
+    def prepare(self, sql: str, params=None) -> Prepared:
+        """Run every MATCH_RECOGNIZE of ``sql`` and return the DuckDB statement that finishes it."""
+        source = sql
+        origin = Origin.identity(len(sql))
+        if params:
+            sql, origin = inline_parameters(sql, params, self.dialect)
+        explain = None
+        tokens = tokenize(sql, self.dialect, origin, source)
+        if tokens and tokens[0].text.upper() == "EXPLAIN":
+            explain = "plain"
+            cut = tokens[0].end + 1
+            if len(tokens) > 1 and tokens[1].text.upper() == "ANALYZE":
+                explain = "analyze"
+                cut = tokens[1].end + 1
+            sql2, step = rewrite(sql, [(0, cut, "")])
+            sql, origin = sql2, step.compose(origin)
+        # Errors inside the statement point into the text after parameters were inlined.
+        query = split(sql, self.dialect)
+        source = query.source
+        prepared = Prepared(sql="", explain=explain)
+        tag = secrets.token_hex(4)
+        prefixes = cte_prefixes(query)
+        done: dict[str, str] = {}
+        for clause in query.clauses:
+            self._run_clause(query, clause, prefixes, done, prepared, tag, dry=(explain == "plain"))
+        outer = to_duckdb(query.text, self.dialect, query.origin, source)
+        prepared.sql = replace_identifiers(outer, done)
+        return prepared
+
+    def _run_clause(self, query: SplitQuery, clause: Clause, prefixes, done, prepared: Prepared, tag: str,
+                    dry: bool) -> None:
+        source = query.source
+        input_text = f"SELECT * FROM {clause.input_text}"
+        input_sql = to_duckdb(input_text, self.dialect, Origin.identity(len(input_text), clause.input_span.start - 14),
+                              source)
+        input_sql = prefixes.get(clause.placeholder, "") + input_sql
+        input_sql = replace_identifiers(input_sql, done)
+        try:
+            columns = describe(self.con, input_sql)
+        except duckdb.Error as err:
+            raise map_duckdb_error(err, source, clause.input_span.start,
+                                   "The input of MATCH_RECOGNIZE cannot be read") from None
+        oracle = DuckDBOracle(self.con)
+        plan = build_plan(clause.spec, columns, oracle)
+        read_sql = self._input_query(plan, input_sql, oracle)
+        measure_types = [oracle.arrow_type(m.type) for m in plan.measures]
+        schema_fields = []
+        started = time.perf_counter()
+        try:
+            reader = read_batches(self.con, read_sql if not dry else read_sql + " LIMIT 0")
+            input_schema = reader.schema
+            for k, col in enumerate(plan.output):
+                typ = input_schema.field(col.index).type if col.source == "input" else measure_types[col.index]
+                schema_fields.append(pa.field(f"c{k}", typ))
+            schema = pa.schema(schema_fields)
+            fallback = FallbackEvaluator(self.con.cursor())
+            table, stats = run_plan(plan, reader, fallback, measure_types, schema, self.settings)
+        except duckdb.Error as err:
+            raise map_duckdb_error(err, source, clause.spec.span.start,
+                                   "Evaluating MATCH_RECOGNIZE failed") from None
+        input_seconds = time.perf_counter() - started - stats.seconds
+        name = f"__matchrec_result_{tag}_{len(prepared.registered)}"
+        self.con.register(name, table)
+        prepared.registered.append(name)
+        select = ", ".join(f"CAST(c{k} AS {col.type}) AS {quote_ident(col.name)}" for k, col in enumerate(plan.output))
+        view = f"(SELECT {select} FROM {name})"
+        done[clause.placeholder] = view
+        prepared.runs.append(ClauseRun(clause, plan, stats, name, view, input_seconds))
+
+    def _input_query(self, plan: Plan, input_sql: str, oracle: DuckDBOracle) -> str:
+        cols = [quote_ident(n) for n, _ in plan.input_columns]
+        select = list(cols)
+        for i, (sql, _) in enumerate(plan.pushed):
+            select.append(f"({sql}) AS __mr_e{i}")
+        if plan.within_sql is not None:
+            key_idx, desc, _ = plan.order_by[0]
+            key = cols[key_idx]
+            bound = f"{key} {'-' if desc else '+'} ({plan.within_sql})"
+            try:
+                typ = oracle.type_of(f"CAST(NULL AS {plan.input_columns[key_idx][1]}) + ({plan.within_sql})")
+            except Exception as err:  # noqa: BLE001 - reported with the WITHIN position
+                span = plan.spec.within.span
+                raise positioned(ProgrammingError, f"WITHIN {plan.spec.within.sql} cannot be added to ORDER BY column "
+                                 f"{plan.input_columns[key_idx][0]} ({plan.input_columns[key_idx][1]}): {err}",
+                                 plan.spec.source, span.start, span.end) from None
+            select.append(f"CAST({key} AS {typ}) AS __mr_wkey")
+            select.append(f"{bound} AS __mr_wend")
+        order = [f"{cols[i]} ASC NULLS LAST" for i in plan.partition_by]
+        for i, desc, nulls_first in plan.order_by:
+            order.append(f"{cols[i]} {'DESC' if desc else 'ASC'} NULLS {'FIRST' if nulls_first else 'LAST'}")
+        sql = f"SELECT {', '.join(select)} FROM ({input_sql}) AS __mr_input"
+        if order:
+            sql += " ORDER BY " + ", ".join(order)
+        return sql

@@ -1,0 +1,1 @@
+"""Operators: pure computations on in-memory data (pattern programs, matchers, expressions)."""

@@ -1,0 +1,161 @@
+"""Compile a row pattern to a flat program for the reference matcher.
+
+Seven instruction kinds: MATCH (consume one row with a label), SPLIT (two continuations,
+the first preferred), JUMP, SAVE (exclusion boundaries), START / END (anchors) and DONE.
+Preferment follows SQL:2016 as Trino implements it: greedy quantifiers prefer one more
+iteration, reluctant ones one fewer, alternation prefers the left branch, and PERMUTE is
+the alternation of all orderings in lexicographic order. Bounded quantifiers are unrolled
+(``X{2,4}`` = ``X X (X X?)?``); an unbounded tail becomes a loop.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from matchrec.parser import spec as S
+
+MATCH, SPLIT, JUMP, SAVE, START, END, DONE = range(7)
+_NAMES = ["MATCH", "SPLIT", "JUMP", "SAVE", "START", "END", "DONE"]
+MAX_PROGRAM = 200_000
+
+
+class PatternTooLarge(Exception):
+    """The unrolled program would exceed MAX_PROGRAM instructions."""
+
+
+@dataclass(frozen=True)
+class Instruction:
+    op: int
+    a: int = 0  # MATCH: label id; SPLIT: first target; JUMP: target
+    b: int = 0  # SPLIT: second target
+
+    def __str__(self) -> str:
+        if self.op == MATCH:
+            return f"MATCH {self.a}"
+        if self.op == SPLIT:
+            return f"SPLIT {self.a}, {self.b}"
+        if self.op == JUMP:
+            return f"JUMP {self.a}"
+        return _NAMES[self.op]
+
+
+@dataclass(frozen=True)
+class Program:
+    code: tuple[Instruction, ...]
+    labels: tuple[str, ...]  # label id -> variable name
+    has_exclusions: bool
+
+    def dump(self) -> str:
+        out = []
+        for pc, ins in enumerate(self.code):
+            text = str(ins)
+            if ins.op == MATCH:
+                text += f"  ({self.labels[ins.a]})"
+            out.append(f"{pc:4d}: {text}")
+        return "\n".join(out)
+
+    def reachable_labels(self) -> list[frozenset[int]]:
+        """For each pc, the label ids some path from pc can still consume."""
+        result = []
+        for pc in range(len(self.code)):
+            seen, stack, labels = set(), [pc], set()
+            while stack:
+                p = stack.pop()
+                if p in seen:
+                    continue
+                seen.add(p)
+                ins = self.code[p]
+                if ins.op == MATCH:
+                    labels.add(ins.a)
+                    stack.append(p + 1)
+                elif ins.op == SPLIT:
+                    stack += [ins.a, ins.b]
+                elif ins.op == JUMP:
+                    stack.append(ins.a)
+                elif ins.op != DONE:
+                    stack.append(p + 1)
+            result.append(frozenset(labels))
+        return result
+
+
+def compile_pattern(pattern: S.PatternNode, labels: list[str]) -> Program:
+    ids = {name: i for i, name in enumerate(labels)}
+    code: list[list] = []
+    has_excl = False
+    depth = 0  # nesting of exclusions: only the outermost one marks rows
+
+    def emit(op, a=0, b=0) -> int:
+        if len(code) >= MAX_PROGRAM:
+            raise PatternTooLarge()
+        code.append([op, a, b])
+        return len(code) - 1
+
+    def gen(node: S.PatternNode) -> None:
+        nonlocal has_excl, depth
+        if isinstance(node, S.Label):
+            emit(MATCH, ids[node.name])
+        elif isinstance(node, S.EmptyPattern):
+            pass
+        elif isinstance(node, S.Anchor):
+            emit(START if node.kind == "start" else END)
+        elif isinstance(node, S.Concat):
+            for item in node.items:
+                gen(item)
+        elif isinstance(node, S.Alternation):
+            alternation(list(node.items))
+        elif isinstance(node, S.Permute):
+            orders = itertools.permutations(range(len(node.items)))
+            branches = [S.Concat(span=node.span, items=tuple(node.items[i] for i in order)) for order in orders]
+            alternation(branches)
+        elif isinstance(node, S.Exclusion):
+            has_excl = True
+            if depth == 0:
+                emit(SAVE)
+            depth += 1
+            gen(node.body)
+            depth -= 1
+            if depth == 0:
+                emit(SAVE)
+        elif isinstance(node, S.Quantified):
+            quantified(node)
+        else:  # pragma: no cover
+            raise TypeError(node)
+
+    def alternation(items: list) -> None:
+        jumps = []
+        for k, item in enumerate(items):
+            if k == len(items) - 1:
+                gen(item)
+                break
+            split = emit(SPLIT)
+            code[split][1] = len(code)
+            gen(item)
+            jumps.append(emit(JUMP))
+            code[split][2] = len(code)
+        for j in jumps:
+            code[j][1] = len(code)
+
+    def quantified(node: S.Quantified) -> None:
+        for _ in range(node.min):
+            gen(node.body)
+        if node.max is None:
+            # loop: L: SPLIT body, exit ; body ; JUMP L
+            split = emit(SPLIT)
+            start = len(code)
+            gen(node.body)
+            emit(JUMP, split)
+            end = len(code)
+            code[split][1], code[split][2] = (start, end) if node.greedy else (end, start)
+            return
+        # X{n,m} tail = (X (X (X)?)?)? : every "skip" branch leaves the whole nest.
+        splits = []
+        for _ in range(node.max - node.min):
+            splits.append(emit(SPLIT))
+            gen(node.body)
+        end = len(code)
+        for split in splits:
+            code[split][1], code[split][2] = (split + 1, end) if node.greedy else (end, split + 1)
+
+    gen(pattern)
+    emit(DONE)
+    return Program(code=tuple(Instruction(*c) for c in code), labels=tuple(labels), has_exclusions=has_excl)

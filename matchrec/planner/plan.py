@@ -1,0 +1,246 @@
+"""Plan one MATCH_RECOGNIZE: resolve names against the input schema, analyse every
+expression, compile the pattern, and fix the output layout and types.
+
+The Plan is everything the engine needs to run the clause; it holds no data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from matchrec.errors import ProgrammingError, positioned
+from matchrec.operators import expr as ir
+from matchrec.operators.program import PatternTooLarge, Program, compile_pattern
+from matchrec.parser import spec as S
+from matchrec.planner.analysis import ExpressionAnalyzer, Oracle, Scope, history_dependent
+
+BOOLEAN_TYPES = {"BOOLEAN", '"NULL"'}
+
+
+@dataclass
+class MeasurePlan:
+    name: str
+    node: ir.Node
+    type: str
+
+
+@dataclass
+class OutputColumn:
+    name: str
+    source: str  # "input" (index into the input columns) or "measure" (index into measures)
+    index: int
+    type: str
+
+
+@dataclass
+class Plan:
+    spec: S.MatchSpec
+    labels: list[str]
+    subsets: dict[str, frozenset[int]]
+    program: Program
+    input_columns: list[tuple[str, str]]  # (name, DuckDB type)
+    pushed: list[tuple[str, str]]  # (DuckDB SQL, type) computed per row after the input columns
+    partition_by: list[int]  # input column indexes
+    order_by: list[tuple[int, bool, bool]]  # (input column index, descending, nulls_first)
+    defines: list[ir.Node | None]  # per label id; None: always true
+    history_dependent: list[bool]
+    measures: list[MeasurePlan]
+    output: list[OutputColumn]
+    skip_labels: frozenset[int] | None = None  # SKIP TO FIRST/LAST: the variable's labels
+    within_sql: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def explain(self) -> str:
+        lines = [self.spec.describe(), "Plan"]
+        lines.append("  input columns: " + ", ".join(f"{n} {t}" for n, t in self.input_columns))
+        for i, (sql, typ) in enumerate(self.pushed):
+            lines.append(f"  pushed to DuckDB: __mr_e{i} := {sql} ({typ})")
+        for label, node in zip(self.labels, self.defines):
+            if node is None:
+                lines.append(f"  define {label}: always true")
+            else:
+                dep = "depends on match history" if self.history_dependent[self.labels.index(label)] \
+                    else "independent of match history"
+                lines.append(f"  define {label}: {describe_node(node, self)}  [{dep}]")
+        for m in self.measures:
+            lines.append(f"  measure {m.name} {m.type}: {describe_node(m.node, self)}")
+        lines.append("  output: " + ", ".join(f"{c.name} {c.type}" for c in self.output))
+        lines.append("  matcher: reference (SQL:2016 preferment, Pike VM)")
+        lines.append("  program:")
+        lines += ["    " + line for line in self.program.dump().splitlines()]
+        lines += ["  note: " + n for n in self.notes]
+        return "\n".join(lines)
+
+
+def describe_node(node: ir.Node, plan: Plan) -> str:
+    n_in = len(plan.input_columns)
+
+    def col(i):
+        return plan.input_columns[i][0] if i < n_in else f"__mr_e{i - n_in}"
+
+    def labels(ls):
+        return "*" if ls is None else "|".join(plan.labels[i] for i in sorted(ls))
+
+    def walk(n):
+        if isinstance(n, ir.Const):
+            return repr(n.value)
+        if isinstance(n, ir.Col):
+            return col(n.index)
+        if isinstance(n, ir.Classifier):
+            return "CLASSIFIER"
+        if isinstance(n, ir.MatchNumber):
+            return "MATCH_NUMBER"
+        if isinstance(n, ir.At):
+            nav = n.nav
+            where = f"{'LAST' if nav.last else 'FIRST'}({labels(nav.labels)}"
+            where += f", {nav.logical_offset})" if nav.logical_offset else ")"
+            if nav.physical_offset:
+                where += f"{nav.physical_offset:+d}"
+            if not nav.running:
+                where = "FINAL " + where
+            return f"{walk(n.expr)}@{where}"
+        if isinstance(n, ir.Agg):
+            args = ", ".join(walk(a) for a in n.args) if not n.star else "*"
+            mode = "" if n.running else "FINAL "
+            return f"{mode}{n.func}[{labels(n.labels)}]({args})"
+        if isinstance(n, ir.Op):
+            return f"{n.op}(" + ", ".join(walk(a) for a in n.args) + ")"
+        if isinstance(n, ir.Fallback):
+            return "duckdb{" + n.template[7:] + "}(" + ", ".join(walk(a) for a in n.args) + ")"
+        return type(n).__name__
+    return walk(node)
+
+
+def _err(spec: S.MatchSpec, message: str, span: S.Span | None):
+    if span is None:
+        return ProgrammingError(message)
+    return positioned(ProgrammingError, message, spec.source, span.start, span.end)
+
+
+def _find_label_span(node: S.PatternNode, name: str) -> S.Span | None:
+    if isinstance(node, S.Label) and node.name == name:
+        return node.span
+    for child in list(getattr(node, "items", ()) or ()) + ([node.body] if getattr(node, "body", None) else []):
+        found = _find_label_span(child, name)
+        if found:
+            return found
+    return None
+
+
+def _resolve_column(spec: S.MatchSpec, ref: S.ColumnRef, columns: list[tuple[str, str]], what: str) -> int:
+    exact = [i for i, (n, _) in enumerate(columns) if n == ref.name]
+    if exact:
+        return exact[0]
+    if not ref.quoted:
+        loose = [i for i, (n, _) in enumerate(columns) if n.lower() == ref.name.lower()]
+        if len(loose) == 1:
+            return loose[0]
+    names = ", ".join(n for n, _ in columns)
+    raise _err(spec, f"{what} column {ref.name!r} does not exist in the input (columns: {names})", ref.span)
+
+
+def build_plan(spec: S.MatchSpec, columns: list[tuple[str, str]], oracle: Oracle) -> Plan:
+    labels = S.pattern_labels(spec.pattern)
+    # ---- subsets
+    subsets: dict[str, frozenset[int]] = {}
+    for sub in spec.subsets:
+        if sub.name in labels:
+            raise _err(spec, f"SUBSET name {sub.name!r} is already a primary pattern variable", sub.span)
+        members = []
+        for member, span in zip(sub.members, sub.member_spans or [sub.span] * len(sub.members)):
+            if member not in labels:
+                raise _err(spec, f"{member!r} in SUBSET {sub.name} is not a pattern variable of PATTERN", span)
+            members.append(labels.index(member))
+        subsets[sub.name] = frozenset(members)
+    # ---- definitions must name pattern variables
+    for d in spec.definitions:
+        if d.variable not in labels:
+            if d.variable in subsets:
+                raise _err(spec, f"DEFINE cannot define the SUBSET {d.variable!r}", d.variable_span)
+            raise _err(spec, f"DEFINE names {d.variable!r}, which does not appear in PATTERN", d.variable_span)
+    # ---- skip target
+    skip_labels = None
+    if spec.skip.kind in ("to_first", "to_last"):
+        var = spec.skip.variable
+        if var in labels:
+            skip_labels = frozenset([labels.index(var)])
+        elif var in subsets:
+            skip_labels = subsets[var]
+        else:
+            raise _err(spec, f"AFTER MATCH SKIP TO refers to {var!r}, which is not a pattern variable or SUBSET",
+                       spec.skip.span)
+    if spec.rows_per_match == "all" and spec.empty_matches == "unmatched" and _has_exclusion(spec.pattern):
+        raise _err(spec, "Pattern exclusion {- -} is not allowed with ALL ROWS PER MATCH WITH UNMATCHED ROWS",
+                   spec.pattern.span)
+    # ---- partitioning and ordering
+    partition_by = [_resolve_column(spec, c, columns, "PARTITION BY") for c in spec.partition_by]
+    order_by = []
+    for key in spec.order_by:
+        idx = _resolve_column(spec, key.column, columns, "ORDER BY")
+        nulls_first = bool(key.nulls_first) if key.nulls_first is not None else False
+        order_by.append((idx, key.descending, nulls_first))
+    # ---- program
+    try:
+        program = compile_pattern(spec.pattern, labels)
+    except PatternTooLarge:
+        raise _err(spec, "PATTERN is too large once its quantifiers are expanded; use smaller bounds",
+                   spec.pattern.span) from None
+    # ---- expressions
+    scope = Scope(labels=labels, subsets=subsets, columns=list(columns), oracle=oracle)
+    defines: list[ir.Node | None] = [None] * len(labels)
+    dependent = [False] * len(labels)
+    for d in spec.definitions:
+        label = labels.index(d.variable)
+        analyzer = ExpressionAnalyzer(scope, d.expression, "define", label)
+        node, typ = analyzer.analyze_root(spec.source)
+        if typ not in BOOLEAN_TYPES:
+            raise _err(spec, f"DEFINE {d.variable} must be a boolean condition, not {typ}", d.expression.span)
+        defines[label] = node
+        dependent[label] = history_dependent(node, label)
+    measures = []
+    for m in spec.measures:
+        analyzer = ExpressionAnalyzer(scope, m.expression, "measure")
+        node, typ = analyzer.analyze_root(spec.source)
+        if typ == '"NULL"':
+            typ = "INTEGER"  # DuckDB gives a bare NULL the INTEGER type in a result
+        measures.append(MeasurePlan(m.name, node, typ))
+    # ---- output layout (Trino's): ONE ROW = partition columns + measures;
+    # ALL ROWS = partition columns, order columns, measures, the other input columns.
+    output: list[OutputColumn] = []
+    for i in partition_by:
+        output.append(OutputColumn(columns[i][0], "input", i, columns[i][1]))
+    if spec.rows_per_match == "all":
+        for i, _, _ in order_by:
+            if i not in partition_by:
+                output.append(OutputColumn(columns[i][0], "input", i, columns[i][1]))
+    for k, m in enumerate(measures):
+        output.append(OutputColumn(m.name, "measure", k, m.type))
+    if spec.rows_per_match == "all":
+        used = set(partition_by) | {i for i, _, _ in order_by}
+        for i, (name, typ) in enumerate(columns):
+            if i not in used:
+                output.append(OutputColumn(name, "input", i, typ))
+    seen: dict[str, OutputColumn] = {}
+    for col in output:
+        key = col.name.lower()
+        if key in seen:
+            m = next((m for m in spec.measures if m.name.lower() == key), None)
+            raise _err(spec, f"Output column {col.name!r} appears twice (a measure named like an input column?)",
+                       m.name_span if m else spec.span)
+        seen[key] = col
+    within_sql = spec.within.sql if spec.within is not None else None
+    if within_sql is not None and not order_by:
+        raise _err(spec, "WITHIN needs an ORDER BY: the bound applies to the first ORDER BY column",
+                   spec.within.span)
+    return Plan(spec=spec, labels=labels, subsets=subsets, program=program, input_columns=list(columns),
+                pushed=scope.pushed, partition_by=partition_by, order_by=order_by, defines=defines,
+                history_dependent=dependent, measures=measures, output=output, skip_labels=skip_labels,
+                within_sql=within_sql)
+
+
+def _has_exclusion(node: S.PatternNode) -> bool:
+    if isinstance(node, S.Exclusion):
+        return True
+    children = list(getattr(node, "items", ()) or ())
+    if getattr(node, "body", None) is not None:
+        children.append(node.body)
+    return any(_has_exclusion(c) for c in children)
