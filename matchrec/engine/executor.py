@@ -199,6 +199,8 @@ class PartitionRunner:
             names.append(f"c{len(names)}")
             if col.source == "input":
                 arrays.append(taken.column(col.index))
+            elif col.source == "const":
+                arrays.append(pa.array([True] * len(rows), pa.bool_()))
             else:
                 arrays.append(_to_arrow(measures[col.index], self.arrow_types[col.index], col.name))
         self.chunks.append(pa.table(arrays, names=names))

@@ -8,6 +8,7 @@ nested in other clauses' inputs run first.
 from __future__ import annotations
 
 import datetime
+import re
 import decimal
 import secrets
 import time
@@ -47,6 +48,9 @@ class Prepared:
     registered: list[str] = field(default_factory=list)
     runs: list[ClauseRun] = field(default_factory=list)
     explain: str | None = None  # None, "plain" or "analyze"
+
+
+_EXPLAIN = re.compile(r"\s*EXPLAIN\s+(ANALY[SZ]E\s+)?", re.I)
 
 
 # ------------------------------------------------------------------ parameters
@@ -92,25 +96,37 @@ def inline_parameters(sql: str, params, dialect: str) -> tuple[str, Origin]:
     edits = []
     positional = 0
     named = isinstance(params, dict)
-    for tok in tokens:
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
         text = sql[tok.start:tok.end + 1]
+        start, end = tok.start, tok.end + 1
+        # ``$1`` / ``$name`` arrive as one token or as '$' followed by an adjacent token
+        if tok.token_type == TokenType.PARAMETER and text == "$" and i + 1 < len(tokens) \
+                and tokens[i + 1].start == tok.end + 1:
+            i += 1
+            end = tokens[i].end + 1
+            text = sql[start:end]
+        i += 1
         if tok.token_type == TokenType.PLACEHOLDER and text == "?":
             if named:
                 raise ProgrammingError("Query uses '?' placeholders but parameters were given as a mapping")
             if positional >= len(params):
                 raise positioned(ProgrammingError, f"Not enough parameters: the query needs more than {len(params)}",
-                                 sql, tok.start)
-            edits.append((tok.start, tok.end + 1, render_literal(params[positional])))
+                                 sql, start)
+            edits.append((start, end, render_literal(params[positional])))
             positional += 1
         elif text.startswith("$") and len(text) > 1 and tok.token_type != TokenType.STRING:
             name = text[1:]
             if name.isdigit() and not named:
                 k = int(name) - 1
                 if not 0 <= k < len(params):
-                    raise positioned(ProgrammingError, f"Parameter {text} is not given", sql, tok.start)
-                edits.append((tok.start, tok.end + 1, render_literal(params[k])))
+                    raise positioned(ProgrammingError, f"Parameter {text} is not given", sql, start)
+                edits.append((start, end, render_literal(params[k])))
             elif named and name in params:
-                edits.append((tok.start, tok.end + 1, render_literal(params[name])))
+                edits.append((start, end, render_literal(params[name])))
+            elif named:
+                raise positioned(ProgrammingError, f"Parameter {text} is not given", sql, start)
     if not named and positional and positional != len(params):
         raise ProgrammingError(f"The query has {positional} '?' placeholders but {len(params)} parameters were given")
     return rewrite(sql, edits)
@@ -218,14 +234,10 @@ class StatementRunner:
         if params:
             sql, origin = inline_parameters(sql, params, self.dialect)
         explain = None
-        tokens = tokenize(sql, self.dialect, origin, source)
-        if tokens and tokens[0].text.upper() == "EXPLAIN":
-            explain = "plain"
-            cut = tokens[0].end + 1
-            if len(tokens) > 1 and tokens[1].text.upper() == "ANALYZE":
-                explain = "analyze"
-                cut = tokens[1].end + 1
-            sql2, step = rewrite(sql, [(0, cut, "")])
+        m = _EXPLAIN.match(sql)
+        if m:
+            explain = "analyze" if m.group(1) else "plain"
+            sql2, step = rewrite(sql, [(0, m.end(), "")])
             sql, origin = sql2, step.compose(origin)
         # Errors inside the statement point into the text after parameters were inlined.
         query = split(sql, self.dialect)
@@ -263,7 +275,8 @@ class StatementRunner:
             reader = read_batches(self.con, read_sql if not dry else read_sql + " LIMIT 0")
             input_schema = reader.schema
             for k, col in enumerate(plan.output):
-                typ = input_schema.field(col.index).type if col.source == "input" else measure_types[col.index]
+                typ = input_schema.field(col.index).type if col.source == "input" else \
+                    pa.bool_() if col.source == "const" else measure_types[col.index]
                 schema_fields.append(pa.field(f"c{k}", typ))
             schema = pa.schema(schema_fields)
             fallback = FallbackEvaluator(self.con.cursor())

@@ -128,6 +128,9 @@ def split(sql: str, dialect: str = "duckdb") -> SplitQuery:
         for i in found:
             close = _matching_paren(tokens, i + 1)
             if close < 0:
+                # Parse what follows anyway: a missing ')' inside the body gives a better message.
+                body_start = tokens[i + 1].end + 1
+                parse_body(text[body_start:], origin.map(body_start), sql, dialect, Span(0, 0))
                 at = origin.map(tokens[i + 1].start)
                 raise positioned(ProgrammingError, "Missing ')' to close MATCH_RECOGNIZE (", sql, at)
             start = _table_ref_start(tokens, i)

@@ -148,7 +148,7 @@ class _Typer:
         sql = tree.sql("duckdb")
         # substitute longest names first so __mr_t_1 does not clobber __mr_t_10
         for name in sorted(self.subs, key=len, reverse=True):
-            sql = sql.replace(name, self.subs[name])
+            sql = sql.replace(name, "(" + self.subs[name] + ")")
         return sql
 
 
@@ -174,7 +174,8 @@ class ExpressionAnalyzer:
         """The IR of the whole expression (evaluated at the current row) and its DuckDB type."""
         self.source = source
         part = self.analyze(self.expression.tree, running=True)
-        return self.materialize(part, self.expression.tree), part.type
+        node = self.materialize(part, self.expression.tree)
+        return node, self._type(part)
 
     # -------------------------------------------------------------- typing
     def type_of(self, ttree: str, node: exp.Expression) -> str:
@@ -241,7 +242,7 @@ class ExpressionAnalyzer:
 
     def constant_part(self, node: exp.Expression) -> Part:
         sql = node.sql("duckdb")
-        return Part("pure", ANY, tree=node.copy(), ttree=f"({sql})", type="", source=node)
+        return Part("pure", ANY, tree=node.copy(), ttree=sql, type="", source=node)
 
     # -------------------------------------------------------------- row pattern functions
     def mr_function(self, node: exp.Anonymous, running: bool) -> Part:
@@ -324,6 +325,9 @@ class ExpressionAnalyzer:
 
     def nav_over(self, arg: exp.Expression, nav: ir.Nav, node: exp.Expression, physical_only=False) -> Part:
         part = self.analyze(arg, nav.running)
+        if part.kind == "value" and not part.has_nav and not part.has_agg:
+            raise self.error("All column references in a navigation function must refer to the same pattern "
+                             "variable", arg)
         if part.kind == "value":
             what = "aggregate" if part.has_agg and not part.has_nav else "navigation function"
             if physical_only and part.has_nav and not part.has_agg:
@@ -381,6 +385,8 @@ class ExpressionAnalyzer:
                         collect(c)
                         continue
                     part = self.analyze(c, running)
+                    if part.kind == "value" and not part.has_nav and not part.has_agg:
+                        raise self.error("All arguments of an aggregate must refer to the same pattern variable", c)
                     if part.kind == "value":
                         what = "navigation function" if part.has_nav else "aggregate"
                         raise self.error(f"A {what} cannot be used inside an aggregate", c)
@@ -512,7 +518,7 @@ class ExpressionAnalyzer:
             ctx = self.merge(ctx, p.ctx, c, None)
             if ctx is _MIXED:
                 break
-        ttree = self._rebuild_sql(node, operands, lambda p, t: t.marker(p.ttree))
+        ttree = self._rebuild_sql(node, operands, lambda p, t: p.tree.copy() if _is_literal(p) else t.marker(p.ttree))
         if ctx is not _MIXED and all(p.kind == "pure" for p in parts):
             tree = _rebuild(node, {id(c): p.tree for c, p in operands})
             return Part("pure", ctx, tree=tree, ttree=ttree, type="", source=node)
@@ -629,6 +635,10 @@ class ExpressionAnalyzer:
 
 
 _MIXED = object()
+
+
+def _is_literal(part: Part) -> bool:
+    return part.kind == "pure" and isinstance(part.tree, (exp.Literal, exp.Boolean, exp.Null))
 
 _COMPARISONS = {exp.EQ: "eq", exp.NEQ: "ne", exp.LT: "lt", exp.LTE: "le", exp.GT: "gt", exp.GTE: "ge",
                 exp.NullSafeEQ: "not_distinct", exp.NullSafeNEQ: "distinct"}

@@ -26,7 +26,7 @@ class MeasurePlan:
 @dataclass
 class OutputColumn:
     name: str
-    source: str  # "input" (index into the input columns) or "measure" (index into measures)
+    source: str  # "input" (index into the input columns), "measure" (into measures) or "const" (TRUE)
     index: int
     type: str
 
@@ -194,6 +194,7 @@ def build_plan(spec: S.MatchSpec, columns: list[tuple[str, str]], oracle: Oracle
         node, typ = analyzer.analyze_root(spec.source)
         if typ not in BOOLEAN_TYPES:
             raise _err(spec, f"DEFINE {d.variable} must be a boolean condition, not {typ}", d.expression.span)
+        node = current_row_navigation(node, label)
         defines[label] = node
         dependent[label] = history_dependent(node, label)
     measures = []
@@ -219,6 +220,10 @@ def build_plan(spec: S.MatchSpec, columns: list[tuple[str, str]], oracle: Oracle
         for i, (name, typ) in enumerate(columns):
             if i not in used:
                 output.append(OutputColumn(name, "input", i, typ))
+    if not output:
+        # ONE ROW PER MATCH without PARTITION BY or MEASURES has no columns, which DuckDB
+        # relations cannot represent; a marker column keeps count(*) and EXISTS working.
+        output.append(OutputColumn("__matchrec_row", "const", 0, "BOOLEAN"))
     seen: dict[str, OutputColumn] = {}
     for col in output:
         key = col.name.lower()
@@ -235,6 +240,25 @@ def build_plan(spec: S.MatchSpec, columns: list[tuple[str, str]], oracle: Oracle
                 pushed=scope.pushed, partition_by=partition_by, order_by=order_by, defines=defines,
                 history_dependent=dependent, measures=measures, output=output, skip_labels=skip_labels,
                 within_sql=within_sql)
+
+
+def current_row_navigation(node: ir.Node, label: int) -> ir.Node:
+    """In the DEFINE of ``label``, LAST(V.x) over a variable set holding ``label`` is the current row.
+
+    (The row being tested is tentatively labelled ``label``.) Rewriting it as navigation over
+    the universal variable lets the evaluator skip the search through the labels.
+    """
+    if isinstance(node, ir.At):
+        nav = node.nav
+        if nav.labels is not None and label in nav.labels and nav.last and nav.running \
+                and nav.logical_offset == 0:
+            nav = ir.Nav(None, True, 0, True, nav.physical_offset)
+        return ir.At(nav, current_row_navigation(node.expr, label))
+    if isinstance(node, ir.Op):
+        return ir.Op(node.op, tuple(current_row_navigation(a, label) for a in node.args))
+    if isinstance(node, ir.Fallback):
+        return ir.Fallback(node.template, tuple(current_row_navigation(a, label) for a in node.args), node.types)
+    return node
 
 
 def _has_exclusion(node: S.PatternNode) -> bool:

@@ -1,0 +1,4 @@
+"""``python -m matchrec``: the same command line as the ``matchrec`` console script."""
+from matchrec.cli import main
+
+raise SystemExit(main())
