@@ -13,7 +13,8 @@ import os
 import re
 import sys
 
-# (name, module, one-line help); the first is also what a bare ``matchrec`` runs.
+# (name, module, one-line help) of each subcommand.
+DEFAULT_SUBCOMMAND = "shell"  # what a bare ``matchrec`` or ``matchrec -c SQL`` runs
 SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("shell", "matchrec.shell", "interactive SQL shell with MATCH_RECOGNIZE (the default)"),
     ("demo", "matchrec.demo", "build a demo database (stocks, crimes) and run example queries"),
@@ -38,7 +39,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
             module = importlib.import_module(module_name)
         except ImportError as err:  # one broken subcommand must not take the others down
             module = _Unavailable(name, err)
-        sub_parser = sub.add_parser(name, help=help_text, description=(module.__doc__ or "").split("\n")[0])
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         module.add_arguments(sub_parser)
         modules[name] = module
     return parser, modules
@@ -48,7 +49,7 @@ class _Unavailable:
     """Stands in for a subcommand module that failed to import; running it reports why."""
 
     def __init__(self, name: str, err: ImportError):
-        self.name, self.err, self.__doc__ = name, err, f"(unavailable: {err})"
+        self.name, self.err = name, err
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -63,12 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         parser, modules = build_parser()
+        if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+            argv = [DEFAULT_SUBCOMMAND, *argv]
         try:
             args = parser.parse_args(argv)
         except SystemExit as done:  # --help, --version and usage errors
             return done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
-        if args.subcommand is None:
-            args = parser.parse_args([SUBCOMMANDS[0][0], *argv])
         return modules[args.subcommand].run(args)
     except KeyboardInterrupt:
         print(file=sys.stderr)

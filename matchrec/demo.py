@@ -98,8 +98,8 @@ def generate(rows: int, seed: int):
     seconds = np.floor(np.cumsum(rng.exponential(MEAN_GAP_SECONDS, rows))).astype("int64")
     names = np.array(list(CRIME_TYPES))
     weights = np.array(list(CRIME_TYPES.values()), dtype=float)
-    # Busy and quiet districts (weights 1/k in a random order), as in real cities.
-    district_weights = rng.permutation(1.0 / np.arange(1, DISTRICTS + 1))
+    # Busy and quiet districts (weights 1/k^0.7 in a random order), as in real cities.
+    district_weights = rng.permutation(1.0 / np.arange(1, DISTRICTS + 1) ** 0.7)
     crimes = pa.table({
         "id": pa.array(np.arange(1, rows + 1, dtype=np.int64), pa.int64()),
         "ts": pa.array(start + seconds.astype("timedelta64[s]"), pa.timestamp("us")),

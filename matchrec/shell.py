@@ -119,7 +119,7 @@ def format_value(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return repr(value) if value == value and value not in (float("inf"), float("-inf")) else str(value)
+        return repr(value)  # the shortest text that reads back as the same double
     if isinstance(value, (bytes, bytearray, memoryview)):
         return "".join(chr(b) if 32 <= b < 127 and b != 92 else f"\\x{b:02X}" for b in bytes(value))
     if isinstance(value, datetime.timedelta):
@@ -132,6 +132,8 @@ def format_value(value) -> str:
 
 
 def _format_interval(delta: datetime.timedelta) -> str:
+    if delta < datetime.timedelta(0):
+        return "-" + _format_interval(-delta)
     days, rest = divmod(delta, datetime.timedelta(days=1))
     seconds = rest.total_seconds()
     hours, seconds = divmod(seconds, 3600)
@@ -143,10 +145,11 @@ def _format_interval(delta: datetime.timedelta) -> str:
     return clock
 
 
+_CONTROL = {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+
+
 def _printable(text: str) -> str:
-    # Control characters would break the alignment of the table.
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t") \
-        if any(c in text for c in "\n\r\t") else text
+    return text.translate(_CONTROL)  # a raw line break or tab would break the table's alignment
 
 
 def display_width(text: str) -> int:
@@ -282,7 +285,7 @@ def terminal_width(stream: TextIO) -> int | None:
 
 
 def _type_name(type_code) -> str:
-    return "" if type_code is None else str(type_code).lower()
+    return "" if type_code is None else str(type_code).strip('"').lower()
 
 
 # ---------------------------------------------------------------- history
@@ -413,7 +416,7 @@ class Shell:
 
     # -- SQL
     def run_sql(self, sql: str) -> bool:
-        sql = sql.strip("\n")
+        sql = sql.strip()  # error positions then count from the statement's first character
         started = time.perf_counter()
         ok = True
         try:

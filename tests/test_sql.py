@@ -277,3 +277,12 @@ def test_long_partition_reference_matcher(con, q):
     got = q("""SELECT count(*), sum(n) FROM walk MATCH_RECOGNIZE (ORDER BY t MEASURES count(*) AS n
                PATTERN (U{2,} D+) DEFINE U AS U.v > PREV(U.v), D AS D.v < PREV(D.v))""")
     assert got[0][0] > 1000
+
+
+def test_views_over_match_recognize_are_refused_tables_work(ticks, q):
+    with pytest.raises(matchrec.NotSupportedError):
+        q("CREATE VIEW v AS " + V_SHAPE.format(src="ticks"))
+    q("CREATE TABLE vt AS " + V_SHAPE.format(src="ticks"))
+    assert q("SELECT count(*) FROM vt") == [(2,)]
+    q("INSERT INTO vt " + V_SHAPE.format(src="ticks"))
+    assert q("SELECT count(*) FROM vt") == [(4,)]

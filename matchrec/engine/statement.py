@@ -50,6 +50,7 @@ class Prepared:
     explain: str | None = None  # None, "plain" or "analyze"
 
 
+_STORED_OBJECT = re.compile(r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\w*\s+)?(VIEW|MACRO|FUNCTION)\b", re.I)
 _EXPLAIN = re.compile(r"\s*EXPLAIN\s+(ANALY[SZ]E\s+)?", re.I)
 
 
@@ -242,6 +243,11 @@ class StatementRunner:
         # Errors inside the statement point into the text after parameters were inlined.
         query = split(sql, self.dialect)
         source = query.source
+        stored = _STORED_OBJECT.match(query.text)
+        if stored:
+            raise NotSupportedError(
+                f"CREATE {stored.group(1).upper()} cannot store a query with MATCH_RECOGNIZE: DuckDB would have to "
+                "re-run it without matchrec. Use CREATE TABLE ... AS to keep the result.")
         prepared = Prepared(sql="", explain=explain)
         tag = secrets.token_hex(4)
         prefixes = cte_prefixes(query)
