@@ -162,7 +162,7 @@ def _prepare_file(path: str, force: bool) -> str | None:
 
 def run(args, out: TextIO | None = None) -> int:
     from matchrec.cli import error_text
-    from matchrec.shell import format_table, terminal_width
+    from matchrec.render import format_table, terminal_width
 
     out = out or sys.stdout
     if args.rows < 1:

@@ -129,7 +129,7 @@ class Matcher:
     def find(self, start: int, n: int, evaluate: Evaluate,
              within_ok: Callable[[int, int], bool] | None = None) -> MatchResult | None:
         """The preferred match starting at row ``start`` of a partition of ``n`` rows, or None."""
-        code, keyed = self.code, self.keyed
+        code = self.code
         current: list[tuple[int, Labels | None, tuple]] = []
         self._closure(0, None, (), start, n, start, current, {})
         result = None
