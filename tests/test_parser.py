@@ -143,7 +143,7 @@ def test_program_dump_golden():
         "   0: MATCH 0  (A)",
         "   1: SPLIT 4, 2",
         "   2: MATCH 1  (B)",
-        "   3: JUMP 1",
+        "   3: SPLIT 4, 2",
         "   4: SAVE",
         "   5: MATCH 2  (C)",
         "   6: SAVE",

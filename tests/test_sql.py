@@ -286,3 +286,38 @@ def test_views_over_match_recognize_are_refused_tables_work(ticks, q):
     assert q("SELECT count(*) FROM vt") == [(2,)]
     q("INSERT INTO vt " + V_SHAPE.format(src="ticks"))
     assert q("SELECT count(*) FROM vt") == [(4,)]
+
+
+def test_parentheses_survive_pushdown(q):
+    rows = q("""SELECT id FROM (VALUES (1, 'A'), (2, 'B'), (3, 'AB')) t(id, c) MATCH_RECOGNIZE (ORDER BY id
+                MEASURES FIRST(id) AS f ALL ROWS PER MATCH PATTERN (A) DEFINE A AS id > 1 AND (id = 1 OR id = 1))""")
+    assert rows == []
+
+
+def test_variable_without_rows_reads_as_null(q):
+    # D has no row yet when A is tested: D.id is NULL, so IS NULL and coalesce see a NULL
+    rows = q("""SELECT id, cls FROM (VALUES (1), (2)) t(id) MATCH_RECOGNIZE (ORDER BY id
+                MEASURES CLASSIFIER() AS cls ALL ROWS PER MATCH PATTERN (A D)
+                DEFINE A AS D.id IS NULL AND coalesce(D.id, -1) = -1, D AS true)""")
+    assert rows == [(1, "A"), (2, "D")]
+
+
+def test_empty_loop_iteration_can_exit_as_in_trino(q):
+    rows = q("""SELECT id, mn, cls FROM (VALUES (1, 'ABD'), (2, 'ACD'), (3, 'ACD'), (4, 'BC')) t(id, c)
+                MATCH_RECOGNIZE (ORDER BY id MEASURES MATCH_NUMBER() AS mn, CLASSIFIER() AS cls
+                ALL ROWS PER MATCH PATTERN ((D*?)+) DEFINE D AS contains(c, 'D'))""")
+    assert rows == [(1, 1, None), (2, 2, None), (3, 3, None), (4, 4, None)]
+
+
+def test_a_kept_exception_does_not_block_the_connection(con):
+    # the error happens while DuckDB still has input batches to stream
+    sql = ("SELECT * FROM (SELECT x % 7 AS p, x FROM range(200000) t(x)) MATCH_RECOGNIZE (PARTITION BY p "
+           "ORDER BY x MEASURES count(*) AS n AFTER MATCH SKIP TO FIRST A PATTERN (A B) DEFINE A AS x > 10)")
+    kept = []
+    for _ in range(2):
+        with pytest.raises(matchrec.DataError) as info:
+            con.cursor().execute(sql)
+        kept.append(info)  # holding the traceback (as pytest and notebooks do) is the point
+        cur = con.cursor()
+        cur.execute("SELECT 1")
+        assert cur.fetchall() == [(1,)]

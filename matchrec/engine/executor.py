@@ -65,7 +65,7 @@ class PartitionRunner:
     """Matches partitions of one plan and accumulates the output."""
 
     def __init__(self, plan: Plan, fallback: Callable, arrow_types: list[pa.DataType],
-                 settings: Settings | None = None):
+                 settings: Settings | None = None, null_row: list | None = None):
         self.plan = plan
         self.settings = settings or Settings()
         self.matcher = Matcher(plan.program, plan.history_dependent, self.settings.max_threads)
@@ -79,7 +79,7 @@ class PartitionRunner:
         self.within = plan.within_sql is not None
         self.stats = Stats()
         self.chunks: list[pa.Table] = []
-        self.null_row: list = [None] * self.n_cols
+        self.null_row: list = null_row if null_row is not None else [None] * self.n_cols
 
     # ------------------------------------------------------------------ per partition
     def run_partition(self, table: pa.Table) -> None:
@@ -252,8 +252,8 @@ def _nan_split(a, b) -> bool:
 
 
 def run_plan(plan: Plan, reader, fallback, arrow_types, schema: pa.Schema,
-             settings: Settings | None = None) -> tuple[pa.Table, Stats]:
-    runner = PartitionRunner(plan, fallback, arrow_types, settings)
+             settings: Settings | None = None, null_row: list | None = None) -> tuple[pa.Table, Stats]:
+    runner = PartitionRunner(plan, fallback, arrow_types, settings, null_row)
     started = time.perf_counter()
     split_partitions(reader, plan.partition_by, runner.run_partition)
     runner.stats.seconds = time.perf_counter() - started

@@ -275,8 +275,10 @@ class StatementRunner:
         plan = build_plan(clause.spec, columns, oracle)
         read_sql = self._input_query(plan, input_sql, oracle)
         measure_types = [oracle.arrow_type(m.type) for m in plan.measures]
+        null_row = self._null_row(plan, source, clause)
         schema_fields = []
         started = time.perf_counter()
+        reader = None
         try:
             reader = read_batches(self.con, read_sql if not dry else read_sql + " LIMIT 0")
             input_schema = reader.schema
@@ -286,10 +288,16 @@ class StatementRunner:
                 schema_fields.append(pa.field(f"c{k}", typ))
             schema = pa.schema(schema_fields)
             fallback = FallbackEvaluator(self.con.cursor())
-            table, stats = run_plan(plan, reader, fallback, measure_types, schema, self.settings)
+            table, stats = run_plan(plan, reader, fallback, measure_types, schema, self.settings, null_row)
         except duckdb.Error as err:
             raise map_duckdb_error(err, source, clause.spec.span.start,
                                    "Evaluating MATCH_RECOGNIZE failed") from None
+        finally:
+            # An exception kept alive by the caller (pytest, notebooks) must not keep the
+            # connection's streaming result open.
+            if reader is not None:
+                reader.close()
+            del reader
         input_seconds = time.perf_counter() - started - stats.seconds
         name = f"__matchrec_result_{tag}_{len(prepared.registered)}"
         self.con.register(name, table)
@@ -298,6 +306,29 @@ class StatementRunner:
         view = f"(SELECT {select} FROM {name})"
         done[clause.placeholder] = view
         prepared.runs.append(ClauseRun(clause, plan, stats, name, view, input_seconds))
+
+    def _null_row(self, plan: Plan, source: str, clause: Clause) -> list:
+        """Input columns and pushed expressions evaluated on a row of NULLs.
+
+        Navigation that finds no row (``A.x`` before any A) reads this row, so that
+        ``A.x IS NULL`` is true there, exactly as if the value were NULL.
+        """
+        values: list = [None] * len(plan.input_columns)
+        if not plan.pushed:
+            return values
+        nulls = ", ".join(f"CAST(NULL AS {t}) AS {quote_ident(n)}" for n, t in plan.input_columns)
+        exprs = ", ".join(f"({sql}) AS __mr_e{i}" for i, (sql, _) in enumerate(plan.pushed))
+        try:
+            return values + list(self.con.execute(f"SELECT {exprs} FROM (SELECT {nulls})").fetchall()[0])
+        except duckdb.Error:
+            pass
+        # Some expression cannot take NULL inputs (MAP([NULL], ...)); that one reads as NULL.
+        for sql, _ in plan.pushed:
+            try:
+                values.append(self.con.execute(f"SELECT ({sql}) FROM (SELECT {nulls})").fetchall()[0][0])
+            except duckdb.Error:
+                values.append(None)
+        return values
 
     def _input_query(self, plan: Plan, input_sql: str, oracle: DuckDBOracle) -> str:
         cols = [quote_ident(n) for n, _ in plan.input_columns]

@@ -5,7 +5,7 @@ the first preferred), JUMP, SAVE (exclusion boundaries), START / END (anchors) a
 Preferment follows SQL:2016 as Trino implements it: greedy quantifiers prefer one more
 iteration, reluctant ones one fewer, alternation prefers the left branch, and PERMUTE is
 the alternation of all orderings in lexicographic order. Bounded quantifiers are unrolled
-(``X{2,4}`` = ``X X (X X?)?``); an unbounded tail becomes a loop.
+(``X{2,4}`` = ``X X (X X?)?``); an unbounded tail becomes a do-while loop over the last copy.
 """
 from __future__ import annotations
 
@@ -135,18 +135,31 @@ def compile_pattern(pattern: S.PatternNode, labels: list[str]) -> Program:
         for j in jumps:
             code[j][1] = len(code)
 
+    def loop(start: int, greedy: bool) -> None:
+        split = emit(SPLIT)
+        code[split][1], code[split][2] = (start, split + 1) if greedy else (split + 1, start)
+
     def quantified(node: S.Quantified) -> None:
+        if node.max is None:
+            # Unbounded, as Trino lays it out: the loop is a do-while whose closing SPLIT jumps
+            # back to the start of the last copy of the body, so an iteration that matches no
+            # row can still leave the loop (the thread returning to the body start is dropped).
+            if node.min == 0:
+                entry = emit(SPLIT)
+                start = len(code)
+                gen(node.body)
+                loop(start, node.greedy)
+                end = len(code)
+                code[entry][1], code[entry][2] = (start, end) if node.greedy else (end, start)
+                return
+            start = len(code)
+            for _ in range(node.min):
+                start = len(code)
+                gen(node.body)
+            loop(start, node.greedy)
+            return
         for _ in range(node.min):
             gen(node.body)
-        if node.max is None:
-            # loop: L: SPLIT body, exit ; body ; JUMP L
-            split = emit(SPLIT)
-            start = len(code)
-            gen(node.body)
-            emit(JUMP, split)
-            end = len(code)
-            code[split][1], code[split][2] = (start, end) if node.greedy else (end, start)
-            return
         # X{n,m} tail = (X (X (X)?)?)? : every "skip" branch leaves the whole nest.
         splits = []
         for _ in range(node.max - node.min):

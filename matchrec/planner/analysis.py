@@ -190,7 +190,10 @@ class ExpressionAnalyzer:
     # -------------------------------------------------------------- dispatch
     def analyze(self, node: exp.Expression, running: bool) -> Part:
         if isinstance(node, exp.Paren):
-            return self.analyze(node.this, running)
+            part = self.analyze(node.this, running)
+            if part.kind == "pure":  # keep the parentheses: the tree is rendered as SQL again
+                part.tree = exp.Paren(this=part.tree)
+            return part
         if isinstance(node, exp.Window):
             raise self.error("Window functions are not allowed in MEASURES or DEFINE", node)
         if isinstance(node, exp.Column):
