@@ -308,12 +308,13 @@ class Cursor:
             setattr(settings, attr, getattr(Settings(), attr))
             return
         raw = (m.group(3) or "").strip().strip("'\"")
+        minimum = 0 if attr == "fast_path" else 1
         try:
             value = int(raw.replace("_", ""))
-            if value <= 0:
+            if value < minimum:
                 raise ValueError
         except ValueError:
-            raise E.ProgrammingError(f"SET {name} needs a positive integer, got {raw!r}") from None
+            raise E.ProgrammingError(f"SET {name} needs an integer >= {minimum}, got {raw!r}") from None
         setattr(settings, attr, value)
 
     # -- fetching

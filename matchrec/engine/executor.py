@@ -39,6 +39,7 @@ class Stats:
 class Settings:
     max_threads: int = 1_000_000
     max_matches_per_partition: int = 50_000_000
+    fast_path: int = 1  # 0: always use the reference matcher (for comparisons)
 
 
 def _columns_used(plan: Plan) -> set[int]:
