@@ -281,9 +281,13 @@ class Cursor:
             if prepared.explain == "analyze":
                 s = run.stats
                 lines.append(f"Analyze: rows in {s.rows_in}, partitions {s.partitions}, matches {s.matches} "
-                             f"(+{s.empty_matches} empty), rows out {s.rows_out}, "
-                             f"read {run.input_seconds:.3f} s, match {s.seconds:.3f} s, "
-                             f"DuckDB fallbacks {s.fallback_calls}")
+                             f"(+{s.empty_matches} empty), rows out {s.rows_out}")
+                lines.append(f"  matcher {s.matcher}: {s.match_seconds:.3f} s; output and MEASURES "
+                             f"{s.output_seconds:.3f} s; DuckDB input {run.input_seconds:.3f} s")
+                if s.starts_tried or s.starts_pruned:
+                    lines.append(f"  reference matcher started at {s.starts_tried} rows; "
+                                 f"{s.starts_pruned} start rows pruned by the compiled pre-filter")
+                lines.append(f"  DuckDB fallback evaluations {s.fallback_calls}")
         rows = [("matchrec", "\n".join(lines))]
         keyword = "EXPLAIN ANALYZE " if prepared.explain == "analyze" else "EXPLAIN "
         try:

@@ -5,7 +5,7 @@ what it must return (compared as sorted multisets) or that it must fail at run t
 MATCH SKIP TO errors). A failure message carries the seed, the SQL and both results, so
 ``randgen.random_case(seed).sql()`` reproduces it.
 
-  .venv/bin/pytest tests/test_differential.py                 300 cases
+  .venv/bin/pytest tests/test_differential.py                 300 cases, on each matcher
   .venv/bin/pytest tests/test_differential.py -m slow         20,000 more (MATCHREC_DIFF_CASES)
 """
 from __future__ import annotations
@@ -25,9 +25,11 @@ SLOW_CASES = int(os.environ.get("MATCHREC_DIFF_CASES", "20000"))
 SLOW_FIRST_SEED = 1_000_000  # disjoint from the fast seeds
 
 
-@pytest.fixture(scope="module")
-def connection():
+@pytest.fixture(scope="module", params=["reference", "compiled"])
+def connection(request):
+    """Every case runs twice: on the reference matcher and on the fast path (compiled matcher)."""
     con = matchrec.connect(":memory:")
+    con.cursor().execute(f"SET matchrec_fast_path = {int(request.param == 'compiled')}")
     yield con
     con.close()
 

@@ -172,7 +172,7 @@ def describe(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple[str, str]]:
     return [(r[0], r[1]) for r in rows]
 
 
-def read_batches(con: duckdb.DuckDBPyConnection, sql: str, batch_size: int = 1 << 16) -> pa.RecordBatchReader:
+def read_batches(con: duckdb.DuckDBPyConnection, sql: str, batch_size: int = 1 << 20) -> pa.RecordBatchReader:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return con.sql(sql).to_arrow_reader(batch_size)

@@ -1,9 +1,16 @@
 """Run one planned MATCH_RECOGNIZE over ordered Arrow input and build the Arrow result.
 
-Input batches arrive sorted by partition and order keys; each partition is matched as soon
-as it is complete, so memory holds one partition (plus the output) at a time. The matching
-itself is operators.matcher; this module owns the partition loop of the standard: candidate
-start rows, match numbers, AFTER MATCH SKIP, and the rows each ROWS PER MATCH mode emits.
+Input batches arrive sorted by partition and order keys. They are cut into chunks of
+complete partitions (boundaries found with Arrow compute, no per-row Python), so memory
+holds one chunk and the largest partition at a time. Each chunk is matched by one of:
+
+* the reference matcher (operators.matcher), driven by the standard's partition loop here;
+* the compiled matcher (operators.vm), which runs that same loop over whole chunks;
+* both: the compiled matcher on a relaxed pattern marks the start rows where a match is
+  possible, and the reference matcher decides at those rows only.
+
+Every path yields the same events (matches, empty matches, unmatched rows, in output order);
+one output stage turns events into rows and evaluates MEASURES.
 """
 from __future__ import annotations
 
@@ -11,16 +18,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from matchrec.errors import DataError, OperationalError
 from matchrec.operators import expr as ir
-from matchrec.operators.matcher import ConsView, ListView, Matcher, MatchLimitExceeded
+from matchrec.operators.matcher import ConsView, Matcher, MatchLimitExceeded
+from matchrec.engine.output import Matches, MeasureComputer, expand
 from matchrec.planner.plan import Plan
 
 
 class SkipError(DataError):
     pass
+
+
+SKIP_ABSENT = "AFTER MATCH SKIP failed: pattern variable is not present in match"
+SKIP_FIRST = "AFTER MATCH SKIP failed: cannot skip to first row of match"
 
 
 @dataclass
@@ -31,7 +45,12 @@ class Stats:
     empty_matches: int = 0
     rows_out: int = 0
     seconds: float = 0.0
+    match_seconds: float = 0.0
+    output_seconds: float = 0.0
     fallback_calls: int = 0
+    starts_tried: int = 0  # start rows the reference matcher was run from
+    starts_pruned: int = 0  # start rows the compiled pre-filter ruled out
+    matcher: str = "reference"
     extra: dict = field(default_factory=dict)
 
 
@@ -40,6 +59,19 @@ class Settings:
     max_threads: int = 1_000_000
     max_matches_per_partition: int = 50_000_000
     fast_path: int = 1  # 0: always use the reference matcher (for comparisons)
+    threads: int = 2  # partitions matched in parallel by the compiled matcher
+
+
+@dataclass
+class Event:
+    kind: int  # MATCH, EMPTY or UNMATCHED
+    start: int  # row in the partition
+    labels: list[int]
+    exclusions: list[tuple[int, int]]
+    match_number: int
+
+
+MATCH, EMPTY, UNMATCHED = 0, 1, 2
 
 
 def _columns_used(plan: Plan) -> set[int]:
@@ -62,11 +94,40 @@ def _columns_used(plan: Plan) -> set[int]:
     return used
 
 
+class LazyColumn:
+    """Python values of an Arrow column, converted one row at a time on demand."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        self.array = array
+
+    def __getitem__(self, i: int):
+        return self.array[i].as_py()
+
+
+def partition_bounds(table: pa.Table, keys: list[int]) -> np.ndarray:
+    """Row offsets where partitions start, plus the table length."""
+    n = table.num_rows
+    if n == 0:
+        return np.array([0], np.int64)
+    change = np.zeros(n - 1, dtype=bool)
+    for k in keys:
+        col = table.column(k)
+        if n > 1:
+            a, b = col.slice(1), col.slice(0, n - 1)
+            same = pc.fill_null(pc.equal(a, b), False)
+            both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+            change |= ~pc.or_(same, both_null).to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(change) + 1
+    return np.concatenate([[0], starts, [n]]).astype(np.int64)
+
+
 class PartitionRunner:
-    """Matches partitions of one plan and accumulates the output."""
+    """Matches chunks of partitions for one plan and accumulates the output."""
 
     def __init__(self, plan: Plan, fallback: Callable, arrow_types: list[pa.DataType],
-                 settings: Settings | None = None, null_row: list | None = None):
+                 settings: Settings | None = None, null_row: list | None = None, fast=None, duck=None):
         self.plan = plan
         self.settings = settings or Settings()
         self.matcher = Matcher(plan.program, plan.history_dependent, self.settings.max_threads)
@@ -81,15 +142,43 @@ class PartitionRunner:
         self.stats = Stats()
         self.chunks: list[pa.Table] = []
         self.null_row: list = null_row if null_row is not None else [None] * self.n_cols
+        self.fast = fast  # engine.fast.CompiledMatcher or None
+        self.colmap = {i: i for i in range(self.n_cols)}  # plan column -> column of the input chunks
+        self.computer = MeasureComputer([m.node for m in plan.measures], self.measures, plan.labels,
+                                        arrow_types, [m.name for m in plan.measures], fallback, self.null_row,
+                                        duck)
+        if fast is not None:
+            self.stats.matcher = "compiled" if fast.exact else "compiled pre-filter + reference"
 
-    # ------------------------------------------------------------------ per partition
-    def run_partition(self, table: pa.Table) -> None:
-        """Match one partition (``table`` holds input columns, pushed columns, then WITHIN helpers)."""
+    # ------------------------------------------------------------------ chunks
+    def run_chunk(self, table: pa.Table, bounds: np.ndarray) -> None:
+        n_parts = len(bounds) - 1
+        self.stats.partitions += n_parts
+        self.stats.rows_in += table.num_rows
+        started = time.perf_counter()
+        if self.fast is not None and self.fast.exact:
+            matches = self.fast.matches(table, bounds, self.settings)
+        else:
+            possible = None
+            if self.fast is not None:
+                possible = self.fast.possible_starts(table, bounds, self.settings)
+            per_part = []
+            for p in range(n_parts):
+                lo, hi = int(bounds[p]), int(bounds[p + 1])
+                per_part.append(self.reference_events(table.slice(lo, hi - lo),
+                                                      None if possible is None else possible[lo:hi]))
+            matches = events_to_matches(per_part, bounds)
+        self.stats.match_seconds += time.perf_counter() - started
+        started = time.perf_counter()
+        self.emit(table, matches)
+        self.stats.output_seconds += time.perf_counter() - started
+
+    # ------------------------------------------------------------------ reference matching
+    def reference_events(self, table: pa.Table, possible: np.ndarray | None) -> list[Event]:
+        """The standard's partition loop with the reference matcher, on one partition."""
         plan, ctx = self.plan, self.ctx
         n = table.num_rows
-        self.stats.partitions += 1
-        self.stats.rows_in += n
-        cols: list[list] = [None] * self.n_cols  # type: ignore[list-item]
+        cols: list = [None] * self.n_cols
         for i in self.used:
             cols[i] = table.column(i).to_pylist()
         ctx.cols, ctx.null_row, ctx.n = cols, self.null_row, n
@@ -116,68 +205,40 @@ class PartitionRunner:
             ctx.classifier_visible = node.length
             return fn(ctx, row) is True
 
-        out_rows: list[int] = []  # row of the partition each output row comes from
-        out_measures: list[list] = [[] for _ in self.measures]
-        one_row = plan.spec.rows_per_match == "one"
-        empty_mode = plan.spec.empty_matches
+        events: list[Event] = []
+        unmatched = plan.spec.rows_per_match == "all" and plan.spec.empty_matches == "unmatched"
         skip = plan.spec.skip.kind
         pos, match_number, last_matched = 0, 1, -1
         matches_here = 0
         while pos < n:
-            ctx.start, ctx.match_number = pos, match_number
-            try:
-                result = self.matcher.find(pos, n, evaluate, within_ok)
-            except MatchLimitExceeded as err:
-                raise OperationalError(
-                    f"Pattern matching needed more than {err.limit} simultaneous threads at one row; "
-                    f"simplify the pattern or raise the limit with SET {err.setting} = <n>") from None
+            if possible is not None and not possible[pos]:
+                self.stats.starts_pruned += 1
+                result = None
+            else:
+                self.stats.starts_tried += 1
+                ctx.start, ctx.match_number = pos, match_number
+                try:
+                    result = self.matcher.find(pos, n, evaluate, within_ok)
+                except MatchLimitExceeded as err:
+                    raise _thread_limit(err.setting, err.limit) from None
             if result is None:
-                if not one_row and empty_mode == "unmatched" and pos > last_matched:
-                    out_rows.append(pos)
-                    for values in out_measures:
-                        values.append(None)
+                if unmatched and pos > last_matched:
+                    events.append(Event(UNMATCHED, pos, [], [], 0))
                 pos += 1
                 continue
             matches_here += 1
             if matches_here > self.settings.max_matches_per_partition:
-                raise OperationalError(
-                    f"A partition produced more than {self.settings.max_matches_per_partition} matches; raise the "
-                    f"limit with SET matchrec_max_matches_per_partition = <n>")
+                raise _match_limit(self.settings.max_matches_per_partition)
             labels = result.labels
+            events.append(Event(MATCH if labels else EMPTY, pos, labels, result.exclusions, match_number))
+            match_number += 1
             if not labels:
-                self.stats.empty_matches += 1
-                if one_row or empty_mode != "omit":
-                    self._emit(pos, [], pos - 1, match_number, out_rows, out_measures, pos)
-                match_number += 1
                 pos += 1
                 continue
-            self.stats.matches += 1
             end = pos + len(labels) - 1
-            if one_row:
-                self._emit(pos, labels, end, match_number, out_rows, out_measures, pos)
-            else:
-                excluded = set()
-                for a, b in result.exclusions:
-                    excluded.update(range(pos + a, pos + b))
-                for row in range(pos, end + 1):
-                    if row not in excluded:
-                        self._emit(pos, labels, row, match_number, out_rows, out_measures, row)
             last_matched = max(last_matched, end)
-            match_number += 1
             pos = self._next_start(skip, pos, labels, end)
-        self.stats.rows_out += len(out_rows)
-        if out_rows:
-            self._append_output(table, out_rows, out_measures)
-
-    def _emit(self, start, labels, cur, match_number, out_rows, out_measures, source_row) -> None:
-        ctx = self.ctx
-        ctx.start, ctx.match_number = start, match_number
-        ctx.view = ListView(labels)
-        ctx.cur = cur
-        ctx.classifier_visible = len(labels)
-        out_rows.append(source_row)
-        for fn, values in zip(self.measures, out_measures):
-            values.append(fn(ctx, cur))
+        return events
 
     def _next_start(self, skip: str, start: int, labels: list[int], end: int) -> int:
         if skip == "past_last":
@@ -187,23 +248,35 @@ class PartitionRunner:
         targets = self.plan.skip_labels
         rows = [i for i, label in enumerate(labels) if label in targets]
         if not rows:
-            raise SkipError("AFTER MATCH SKIP failed: pattern variable is not present in match")
+            raise SkipError(SKIP_ABSENT)
         target = start + (rows[0] if skip == "to_first" else rows[-1])
         if target == start:
-            raise SkipError("AFTER MATCH SKIP failed: cannot skip to first row of match")
+            raise SkipError(SKIP_FIRST)
         return target
 
-    def _append_output(self, table: pa.Table, rows: list[int], measures: list[list]) -> None:
-        taken = table.take(pa.array(rows, pa.int64()))
+    # ------------------------------------------------------------------ output
+    def emit(self, table: pa.Table, m: Matches) -> None:
+        """Output rows and MEASURES for the matches of a chunk."""
+        spec = self.plan.spec
+        kinds = m.kind
+        self.stats.matches += int(np.count_nonzero(kinds == MATCH))
+        self.stats.empty_matches += int(np.count_nonzero(kinds == EMPTY))
+        rows = expand(m, spec.rows_per_match == "one", spec.empty_matches == "omit")
+        n = len(rows.match)
+        if n == 0:
+            return
+        self.stats.rows_out += n
+        measures = self.computer.compute(table, self.colmap, m, rows)
+        taken = table.take(pa.array(rows.source, pa.int64()))
         arrays, names = [], []
         for col in self.plan.output:
             names.append(f"c{len(names)}")
             if col.source == "input":
-                arrays.append(taken.column(col.index))
+                arrays.append(taken.column(self.colmap[col.index]))
             elif col.source == "const":
-                arrays.append(pa.array([True] * len(rows), pa.bool_()))
+                arrays.append(pa.array(np.ones(n, bool)))
             else:
-                arrays.append(_to_arrow(measures[col.index], self.arrow_types[col.index], col.name))
+                arrays.append(measures[col.index])
         self.chunks.append(pa.table(arrays, names=names))
 
     def result(self, schema: pa.Schema) -> pa.Table:
@@ -213,6 +286,39 @@ class PartitionRunner:
         return pa.concat_tables(tables)
 
 
+def events_to_matches(per_part: list[list[Event]], bounds: np.ndarray) -> Matches:
+    """The reference matcher's events (partition-relative) as the arrays of the output stage."""
+    kind, start, length, number, offset, lo, hi = [], [], [], [], [], [], []
+    excl: dict = {}
+    labels: list[int] = []
+    for p, events in enumerate(per_part):
+        base, end = int(bounds[p]), int(bounds[p + 1])
+        for ev in events:
+            kind.append(ev.kind)
+            start.append(base + ev.start)
+            length.append(len(ev.labels))
+            number.append(ev.match_number)
+            offset.append(len(labels))
+            labels += ev.labels
+            lo.append(base)
+            hi.append(end)
+            if ev.exclusions:
+                excl[len(kind) - 1] = ev.exclusions
+    return Matches(np.array(kind, np.int8), np.array(start, np.int64), np.array(length, np.int64),
+                   np.array(number, np.int64), np.array(offset, np.int64), np.array(labels, np.int16),
+                   np.array(lo, np.int64), np.array(hi, np.int64), excl)
+
+
+def _thread_limit(setting: str, limit: int) -> OperationalError:
+    return OperationalError(f"Pattern matching needed more than {limit} simultaneous threads at one row; "
+                            f"simplify the pattern or raise the limit with SET {setting} = <n>")
+
+
+def _match_limit(limit: int) -> OperationalError:
+    return OperationalError(f"A partition produced more than {limit} matches; raise the limit with "
+                            f"SET matchrec_max_matches_per_partition = <n>")
+
+
 def _to_arrow(values: list, typ: pa.DataType, name: str) -> pa.Array:
     try:
         return pa.array(values, type=typ)
@@ -220,43 +326,40 @@ def _to_arrow(values: list, typ: pa.DataType, name: str) -> pa.Array:
         raise DataError(f"Measure {name!r}: value does not fit its type {typ}: {err}") from None
 
 
-def split_partitions(reader, key_indexes: list[int], on_partition: Callable[[pa.Table], None]) -> None:
-    """Feed each complete partition of an ordered batch stream to ``on_partition``."""
-    pending: list[pa.RecordBatch] = []
-    pending_key = None
+def stream_chunks(reader, key_indexes: list[int], on_chunk: Callable[[pa.Table, np.ndarray], None]) -> None:
+    """Feed chunks of complete partitions of an ordered batch stream to ``on_chunk``.
+
+    The rows of the last partition of a batch may continue in the next batch, so they wait;
+    without PARTITION BY the whole input is one partition.
+    """
+    pending: pa.Table | None = None
     for batch in reader:
         if batch.num_rows == 0:
             continue
+        table = pa.Table.from_batches([batch])
+        if pending is not None:
+            table = pa.concat_tables([pending, table])
         if not key_indexes:
-            pending.append(batch)
+            pending = table
             continue
-        keys = list(zip(*(batch.column(i).to_pylist() for i in key_indexes)))
-        start = 0
-        for i in range(len(keys)):
-            key = keys[i]
-            if pending_key is None and not pending and i == start:
-                pending_key = key
-                continue
-            if key != pending_key or _nan_split(key, pending_key):
-                if i > start:
-                    pending.append(batch.slice(start, i - start))
-                on_partition(pa.Table.from_batches(pending))
-                pending, start, pending_key = [], i, key
-        if start < batch.num_rows:
-            pending.append(batch.slice(start))
-    if pending:
-        on_partition(pa.Table.from_batches(pending))
+        bounds = partition_bounds(table, key_indexes)
+        last = int(bounds[-2])
+        if last > 0:
+            on_chunk(table.slice(0, last), bounds[:-1])
+        pending = table.slice(last)
+    if pending is not None and pending.num_rows:
+        pending = pending.combine_chunks()
+        on_chunk(pending, np.array([0, pending.num_rows], np.int64))
 
 
-def _nan_split(a, b) -> bool:
-    return False
-
-
-def run_plan(plan: Plan, reader, fallback, arrow_types, schema: pa.Schema,
-             settings: Settings | None = None, null_row: list | None = None) -> tuple[pa.Table, Stats]:
-    runner = PartitionRunner(plan, fallback, arrow_types, settings, null_row)
+def run_plan(plan: Plan, reader, fallback, arrow_types, schema: pa.Schema, settings: Settings | None = None,
+             null_row: list | None = None, fast=None, duck=None) -> tuple[pa.Table, Stats]:
+    runner = PartitionRunner(plan, fallback, arrow_types, settings, null_row, fast, duck)
     started = time.perf_counter()
-    split_partitions(reader, plan.partition_by, runner.run_partition)
+    stream_chunks(reader, plan.partition_by, runner.run_chunk)
     runner.stats.seconds = time.perf_counter() - started
     runner.stats.fallback_calls = getattr(fallback, "calls", 0)
+    runner.stats.extra["measures computed column-wise"] = runner.computer.vectorized
+    runner.stats.extra["measures computed row by row"] = runner.computer.row_by_row
     return runner.result(schema), runner.stats
+

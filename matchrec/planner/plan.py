@@ -64,10 +64,9 @@ class Plan:
         for m in self.measures:
             lines.append(f"  measure {m.name} {m.type}: {describe_node(m.node, self)}")
         lines.append("  output: " + ", ".join(f"{c.name} {c.type}" for c in self.output))
-        lines.append("  matcher: reference (SQL:2016 preferment, Pike VM)")
+        lines += ["  " + n for n in self.notes]
         lines.append("  program:")
         lines += ["    " + line for line in self.program.dump().splitlines()]
-        lines += ["  note: " + n for n in self.notes]
         return "\n".join(lines)
 
 

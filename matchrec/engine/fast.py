@@ -1,0 +1,280 @@
+"""Feed chunks of partitions to the compiled matcher and turn its output into events.
+
+The extra input columns (the label mask, the values register comparisons read, the WITHIN
+bounds) arrive with the input from DuckDB; here they become numpy arrays, the matcher runs
+(on two threads when a chunk holds enough partitions) and its flat output becomes Events.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from matchrec.engine.executor import SKIP_ABSENT, SKIP_FIRST, SkipError, _match_limit, _thread_limit
+from matchrec.engine.output import EMPTY, MATCH, UNMATCHED, Matches
+from matchrec.operators import vm
+from matchrec.planner.fastpath import FastPlan
+
+_SKIP = {"past_last": vm.SKIP_PAST_LAST, "next_row": vm.SKIP_NEXT_ROW, "to_first": vm.SKIP_TO_FIRST,
+         "to_last": vm.SKIP_TO_LAST}
+_KINDS = np.zeros(3, np.int8)
+_KINDS[[vm.EV_MATCH, vm.EV_EMPTY, vm.EV_UNMATCHED]] = [MATCH, EMPTY, UNMATCHED]
+
+
+def _empty_matches() -> Matches:
+    z = np.zeros(0, np.int64)
+    return Matches(np.zeros(0, np.int8), z, z, z, z, np.zeros(0, np.int16), z, z, {})
+PARALLEL_MIN_ROWS = 200_000
+
+
+def numeric_kind(typ: pa.DataType) -> str | None:
+    """'int' or 'float' when the compiled matcher can compare values of this Arrow type exactly."""
+    if pa.types.is_integer(typ) or pa.types.is_timestamp(typ) or pa.types.is_date(typ) \
+            or pa.types.is_duration(typ) or pa.types.is_time(typ) or pa.types.is_boolean(typ):
+        return "int"
+    if pa.types.is_floating(typ):
+        return "float"
+    return None
+
+
+def to_numpy(column, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values, validity) of an Arrow column as int64 or float64."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    typ = arr.type
+    if kind == "float":
+        values = pc.fill_null(arr.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False)
+    else:
+        if pa.types.is_boolean(typ):
+            arr = arr.cast(pa.int8())
+        elif not pa.types.is_integer(typ):
+            arr = arr.cast(pa.int64()) if not pa.types.is_date32(typ) else arr.cast(pa.int32())
+        values = pc.fill_null(arr.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
+    return np.ascontiguousarray(values), np.ascontiguousarray(valid)
+
+
+class CompiledMatcher:
+    """Runs operators.vm for one plan; column positions refer to the input query's columns."""
+
+    def __init__(self, plan, fast: FastPlan, duck, compare_cols: list[tuple[int, int, str]],
+                 compare_nulls: list, within_cols: tuple[int, int, str] | None):
+        self.fast = fast
+        self.exact = fast.exact
+        code = plan.program.code
+        self.op = np.array([i.op for i in code], np.int32)
+        self.ia = np.array([i.a for i in code], np.int32)
+        self.ib = np.array([i.b for i in code], np.int32)
+        labels_with_regs = {c.label for c in fast.compares}
+        reach = plan.program.reachable_labels()
+        self.keyed = np.array([bool(r & labels_with_regs) for r in reach], np.bool_)
+        self.reg_sets = np.array([sum(1 << l for l in s) for s in fast.registers] or [0], np.int64)
+        self.n_regs = len(fast.registers)
+        self.duck = duck
+        self.mask_sql = self._mask_sql(fast)
+        self.input_names = [n for n, _ in plan.input_columns]
+        self.compare_cols = compare_cols
+        self.within_cols = within_cols
+        self.within_desc = bool(plan.order_by and plan.order_by[0][1])
+        # comparison specs: (label, register, op, is_float, lhs index, rhs index, offset)
+        ints, floats = 0, 0
+        specs = []
+        self.inull, self.inull_ok, self.fnull, self.fnull_ok = [], [], [], []
+        for c, (_, _, kind), null in zip(fast.compares, compare_cols, compare_nulls):
+            if kind == "float":
+                specs.append((c.label, c.register, c.op, 1, floats, floats + 1, c.offset))
+                self.fnull += [0.0, 0.0 if null is None else float(null)]
+                self.fnull_ok += [False, null is not None]
+                floats += 2
+            else:
+                specs.append((c.label, c.register, c.op, 0, ints, ints + 1, c.offset))
+                self.inull += [0, 0 if null is None else int(null)]
+                self.inull_ok += [False, null is not None]
+                ints += 2
+        self.specs = np.array(specs, np.int64).reshape(-1, 7)
+        self.n_ints, self.n_floats = ints, floats
+        self.skip_kind = _SKIP[plan.spec.skip.kind]
+        self.skip_mask = sum(1 << l for l in plan.skip_labels) if plan.skip_labels else 0
+        unmatched = plan.spec.rows_per_match == "all" and plan.spec.empty_matches == "unmatched"
+        self.empty_mode = 2 if unmatched else 0
+
+    # ------------------------------------------------------------------ inputs
+    @staticmethod
+    def _mask_sql(fast: FastPlan) -> str | None:
+        terms, constant = [], 0
+        for label, sql in enumerate(fast.row_sql):
+            if sql is None:
+                constant |= 1 << label
+            else:
+                terms.append(f"(CASE WHEN {sql} THEN {1 << label} ELSE 0 END)")
+        if not terms:
+            return None
+        return f"SELECT CAST({' + '.join(terms + [str(constant)])} AS BIGINT) AS m FROM __mr_chunk"
+
+    def _masks(self, table: pa.Table, bounds: np.ndarray) -> np.ndarray:
+        """Per row, the labels whose row conditions hold: DuckDB over the chunk with PREV/NEXT
+        columns shifted within partitions."""
+        n = table.num_rows
+        if self.mask_sql is None:
+            return np.full(n, (1 << len(self.fast.row_sql)) - 1, np.int64)
+        columns = {name: table.column(i) for i, name in enumerate(self.input_names)}
+        if self.fast.shifts:
+            part = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+            rows = np.arange(n)
+            for (name, offset), alias in self.fast.shifts.items():
+                src = rows + offset
+                inside = (src >= 0) & (src < n)
+                src = np.where(inside, src, 0)
+                inside &= part[src] == part
+                columns[alias] = pc.take(table.column(self.input_names.index(name)), pa.array(src, mask=~inside))
+        cur = self.duck.cursor()
+        try:
+            cur.register("__mr_chunk", pa.table(columns))
+            ordered = cur.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
+            sql = self.mask_sql
+            if not ordered:  # rows must come back in chunk order
+                cur.register("__mr_chunk", pa.table({**columns, "__mr_i": pa.array(np.arange(n))}))
+                sql += " ORDER BY __mr_i"
+            result = cur.sql(sql).to_arrow_table().column(0)
+        finally:
+            cur.close()
+        return np.ascontiguousarray(pc.fill_null(result, 0).to_numpy(zero_copy_only=False).astype(np.int64))
+
+    def _arrays(self, table: pa.Table, bounds: np.ndarray) -> dict:
+        n = table.num_rows
+        masks = self._masks(table, bounds)
+        ivals = np.zeros((max(self.n_ints, 1), n), np.int64)
+        ivalid = np.zeros((max(self.n_ints, 1), n), np.bool_)
+        fvals = np.zeros((max(self.n_floats, 1), n), np.float64)
+        fvalid = np.zeros((max(self.n_floats, 1), n), np.bool_)
+        for spec, (cur_col, other_col, kind) in zip(self.specs, self.compare_cols):
+            lhs = int(spec[4])
+            for k, col in ((lhs, cur_col), (lhs + 1, other_col)):
+                values, valid = to_numpy(table.column(col), kind)
+                if kind == "float":
+                    fvals[k], fvalid[k] = values, valid
+                else:
+                    ivals[k], ivalid[k] = values, valid
+        has_within = self.within_cols is not None
+        wi = np.zeros(1, np.int64)
+        wf = np.zeros(1, np.float64)
+        wkey_i, wend_i, wkey_f, wend_f = wi, wi, wf, wf
+        wvalid = wend_valid = np.zeros(1, np.bool_)
+        within_float = False
+        if has_within:
+            key_col, end_col, kind = self.within_cols
+            key, wvalid = to_numpy(table.column(key_col), kind)
+            end, wend_valid = to_numpy(table.column(end_col), kind)
+            within_float = kind == "float"
+            if within_float:
+                wkey_f, wend_f = key, end
+            else:
+                wkey_i, wend_i = key, end
+        return dict(masks=np.ascontiguousarray(masks), ivals=ivals, ivalid=ivalid, fvals=fvals, fvalid=fvalid,
+                    has_within=has_within, within_float=within_float, wkey_i=wkey_i, wend_i=wend_i,
+                    wkey_f=wkey_f, wend_f=wend_f, wvalid=wvalid, wend_valid=wend_valid)
+
+    # ------------------------------------------------------------------ running
+    def _run(self, arrays: dict, bounds: np.ndarray, settings, probe: bool, n_rows: int):
+        """All events of the partitions in ``bounds`` (absolute rows), growing buffers as needed."""
+        rows = int(bounds[-1] - bounds[0])
+        caps = dict(events=rows + 16, labels=rows + 16, arena=1 << 16, visits=1 << 12,
+                    threads=min(settings.max_threads, 1024))
+        out = []
+        possible = np.zeros(n_rows if probe else 1, np.uint8)
+        part = 0
+        n_parts = len(bounds) - 1
+        inull = np.array(self.inull or [0], np.int64)
+        inull_ok = np.array(self.inull_ok or [False], np.bool_)
+        fnull = np.array(self.fnull or [0.0], np.float64)
+        fnull_ok = np.array(self.fnull_ok or [False], np.bool_)
+        regs = max(self.n_regs, 1)
+        buffers = None
+        while part < n_parts:
+            if buffers is None:
+                t = caps["threads"] + 1
+                buffers = dict(
+                    ev=[np.empty(caps["events"], np.int64) for _ in range(6)],
+                    labels=np.empty(caps["labels"], np.int16), exc=np.empty(caps["labels"], np.int64),
+                    arena=(np.empty(caps["arena"], np.int32), np.empty(caps["arena"], np.int64),
+                           np.empty(caps["arena"], np.int64)),
+                    visits=(np.empty(caps["visits"], np.int64), np.empty((caps["visits"], regs), np.int64)),
+                    threads=(np.empty(t, np.int32), np.empty(t, np.int64), np.empty((t, regs), np.int64),
+                             np.empty(t, np.int32), np.empty(t, np.int64), np.empty((t, regs), np.int64)))
+            b = buffers
+            status, done, n_ev, n_lab, n_exc, detail = vm.run_partitions(
+                self.op, self.ia, self.ib, self.keyed, self.n_regs, self.reg_sets, arrays["masks"], bounds, part,
+                self.specs, arrays["ivals"], arrays["ivalid"], arrays["fvals"], arrays["fvalid"], inull, inull_ok,
+                fnull, fnull_ok, arrays["has_within"], arrays["within_float"], arrays["wkey_i"], arrays["wend_i"],
+                arrays["wkey_f"], arrays["wend_f"], arrays["wvalid"], arrays["wend_valid"], self.within_desc,
+                self.skip_kind, self.skip_mask, self.empty_mode, probe, settings.max_threads,
+                settings.max_matches_per_partition, *b["ev"], b["labels"], b["exc"], possible, *b["arena"],
+                *b["visits"], *b["threads"])
+            if n_ev or status == vm.OK:
+                out.append(([a[:n_ev].copy() for a in b["ev"]], b["labels"][:n_lab].copy(), b["exc"][:n_exc].copy(),
+                            n_ev, n_lab, n_exc, part, done))
+            if status == vm.OK:
+                break
+            if status == vm.ERR_SKIP_ABSENT:
+                raise SkipError(SKIP_ABSENT)
+            if status == vm.ERR_SKIP_FIRST:
+                raise SkipError(SKIP_FIRST)
+            if status == vm.ERR_THREADS:
+                raise _thread_limit("matchrec_max_threads", settings.max_threads)
+            if status == vm.ERR_MATCHES:
+                raise _match_limit(settings.max_matches_per_partition)
+            grow = {vm.NEED_EVENTS: "events", vm.NEED_LABELS: "labels", vm.NEED_ARENA: "arena",
+                    vm.NEED_VISITS: "visits", vm.NEED_THREADS: "threads"}[status]
+            if done == part or grow in ("arena", "visits", "threads"):
+                caps[grow] = max(caps[grow] * 4, detail * 2)
+                if grow == "threads":
+                    caps[grow] = min(caps[grow], settings.max_threads)
+                buffers = None
+            part = done
+        return out, possible
+
+    def matches(self, table: pa.Table, bounds: np.ndarray, settings) -> Matches:
+        arrays = self._arrays(table, bounds)
+        pieces = self._split(bounds, settings)
+        if len(pieces) == 1:
+            results = [self._run(arrays, bounds, settings, False, table.num_rows)[0]]
+        else:
+            with ThreadPoolExecutor(len(pieces)) as pool:
+                futures = [pool.submit(self._run, arrays, b, settings, False, table.num_rows) for b in pieces]
+                results = [f.result()[0] for f in futures]
+        parts = []
+        starts_of_parts = bounds[:-1]
+        for result in results:
+            for ev, labels_out, exc_out, n_ev, n_lab, n_exc, _, _ in result:
+                kinds, starts, lens, mns, labs, excs = ev
+                owner = np.searchsorted(starts_of_parts, starts, side="right") - 1
+                exclusions = {}
+                if n_exc:
+                    ends = np.append(excs[1:], n_exc)
+                    for j in np.flatnonzero(ends > excs):
+                        flat = exc_out[int(excs[j]):int(ends[j])].tolist()
+                        exclusions[int(j)] = [(flat[k], flat[k + 1]) for k in range(0, len(flat) - 1, 2)]
+                parts.append(Matches(_KINDS[kinds], starts, lens, mns, labs, labels_out, bounds[owner],
+                                     bounds[owner + 1], exclusions))
+        if not parts:
+            return Matches.concat([_empty_matches()])
+        return Matches.concat(parts)
+
+    def possible_starts(self, table: pa.Table, bounds: np.ndarray, settings) -> np.ndarray:
+        arrays = self._arrays(table, bounds)
+        _, possible = self._run(arrays, bounds, settings, True, table.num_rows)
+        return possible
+
+    @staticmethod
+    def _split(bounds: np.ndarray, settings) -> list[np.ndarray]:
+        """Partition boundaries for each worker thread: halves by row count when it pays off."""
+        threads = max(1, int(getattr(settings, "threads", 1)))
+        n_parts = len(bounds) - 1
+        total = int(bounds[-1] - bounds[0])
+        if threads < 2 or n_parts < 2 or total < PARALLEL_MIN_ROWS:
+            return [bounds]
+        cut = int(np.searchsorted(bounds, bounds[0] + total // 2))
+        cut = min(max(cut, 1), n_parts - 1)
+        return [bounds[:cut + 1], bounds[cut:]]
+

@@ -1,0 +1,373 @@
+"""The output stage: from matches (as arrays) to output rows and MEASURES, column-wise.
+
+Matches of a chunk arrive as flat arrays (kind, start row, length, match number, labels).
+Output rows are expanded with numpy (ONE ROW: one per match; ALL ROWS: every matched row that
+is not excluded, plus empty matches and unmatched rows as the mode asks). MEASURES are then
+computed a column at a time where their form allows it: navigation becomes arithmetic on row
+positions followed by one ``take``, counts become cumulative sums per match, and operators
+over such columns are evaluated by DuckDB over the whole column. Any other measure is
+evaluated row by row with the expression evaluator, which defines the semantics; the
+column-wise forms are shortcuts that the differential tests hold to it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from matchrec.operators import expr as ir
+from matchrec.operators.matcher import ListView
+
+MATCH, EMPTY, UNMATCHED = 0, 1, 2
+
+
+@dataclass
+class Matches:
+    """The matches of one chunk, in output order. Rows are chunk rows (absolute)."""
+    kind: np.ndarray  # int8
+    start: np.ndarray  # int64
+    length: np.ndarray  # int64
+    number: np.ndarray  # int64 (MATCH_NUMBER)
+    label_offset: np.ndarray  # int64: first label of the match in ``labels``
+    labels: np.ndarray  # int16, all matches' labels one after another
+    part_lo: np.ndarray  # int64: partition bounds of each match
+    part_hi: np.ndarray
+    exclusions: dict  # match index -> list of (start, end) relative ranges; only matches that have some
+
+    @staticmethod
+    def concat(parts: list["Matches"]) -> "Matches":
+        if len(parts) == 1:
+            return parts[0]
+        offsets = np.cumsum([0] + [len(p.labels) for p in parts[:-1]])
+        counts = np.cumsum([0] + [len(p.kind) for p in parts[:-1]])
+        return Matches(
+            kind=np.concatenate([p.kind for p in parts]), start=np.concatenate([p.start for p in parts]),
+            length=np.concatenate([p.length for p in parts]), number=np.concatenate([p.number for p in parts]),
+            label_offset=np.concatenate([p.label_offset + o for p, o in zip(parts, offsets)]),
+            labels=np.concatenate([p.labels for p in parts]), part_lo=np.concatenate([p.part_lo for p in parts]),
+            part_hi=np.concatenate([p.part_hi for p in parts]),
+            exclusions={int(i + c): e for p, c in zip(parts, counts) for i, e in p.exclusions.items()})
+
+
+@dataclass
+class Rows:
+    """One entry per output row."""
+    match: np.ndarray  # index into Matches (-1 for none)
+    source: np.ndarray  # chunk row the input columns come from
+    cur: np.ndarray  # current row for RUNNING semantics (start - 1 for an empty match)
+    unmatched: np.ndarray  # bool: measures are all NULL
+
+
+def expand(m: Matches, one_row: bool, omit_empty: bool) -> Rows:
+    if one_row:
+        keep = m.kind != UNMATCHED
+        idx = np.flatnonzero(keep)
+        cur = m.start[idx] + m.length[idx] - 1
+        return Rows(idx, m.start[idx].copy(), cur, np.zeros(len(idx), bool))
+    counts = np.where(m.kind == MATCH, m.length, np.where((m.kind == EMPTY) & omit_empty, 0, 1))
+    idx = np.repeat(np.arange(len(m.kind)), counts)
+    first = np.cumsum(counts) - counts
+    within = np.arange(len(idx)) - np.repeat(first, counts)
+    is_match = m.kind[idx] == MATCH
+    source = m.start[idx] + np.where(is_match, within, 0)
+    cur = np.where(is_match, source, m.start[idx] - 1)
+    rows = Rows(idx, source, cur, m.kind[idx] == UNMATCHED)
+    if m.exclusions:
+        keep = np.ones(len(idx), bool)
+        for i, ranges in m.exclusions.items():
+            for a, b in ranges:
+                keep &= ~((idx == i) & (within >= a) & (within < b))
+        rows = Rows(rows.match[keep], rows.source[keep], rows.cur[keep], rows.unmatched[keep])
+    return rows
+
+
+class MeasureComputer:
+    """Computes MEASURES for a chunk's output rows (see the module docstring)."""
+
+    def __init__(self, measures: list[ir.Node], compiled: list[Callable], label_names: list[str],
+                 arrow_types: list[pa.DataType], names: list[str], fallback: Callable, null_row: list,
+                 duck: duckdb.DuckDBPyConnection | None):
+        self.measures = measures
+        self.compiled = compiled
+        self.label_names = label_names
+        self.arrow_types = arrow_types
+        self.names = names
+        self.ctx = ir.Context(label_names, fallback)
+        self.null_row = null_row
+        self.duck = duck
+        self.label_dict = pa.array(label_names, pa.string())
+        self.vectorized = 0
+        self.row_by_row = 0
+
+    def compute(self, table: pa.Table, colmap: dict[int, int], m: Matches, rows: Rows) -> list[pa.Array]:
+        out = []
+        for node, fn, typ, name in zip(self.measures, self.compiled, self.arrow_types, self.names):
+            arr = None
+            if len(rows.match):
+                try:
+                    arr = _Vector(self, table, colmap, m, rows).value(node)
+                except _NotVectorizable:
+                    arr = None
+            if arr is not None:
+                self.vectorized += 1
+                arr = arr if isinstance(arr, (pa.Array, pa.ChunkedArray)) else pa.array(arr)
+                if rows.unmatched.any():
+                    arr = pc.if_else(pa.array(rows.unmatched), pa.nulls(len(rows.match), arr.type), arr)
+                out.append(_cast(arr, typ, name))
+            else:
+                self.row_by_row += 1
+                out.append(_to_arrow(self.row_values(fn, table, colmap, m, rows), typ, name))
+        return out
+
+    def row_values(self, fn, table, colmap, m: Matches, rows: Rows) -> list:
+        """The defining evaluation: one row at a time with the expression evaluator."""
+        from matchrec.engine.executor import LazyColumn
+        ctx = self.ctx
+        values = []
+        current_part = None
+        cols = [LazyColumn(table.column(colmap[i])) if i in colmap else None for i in range(max(colmap, default=-1) + 1)]
+        for j in range(len(rows.match)):
+            if rows.unmatched[j]:
+                values.append(None)
+                continue
+            i = int(rows.match[j])
+            lo, hi = int(m.part_lo[i]), int(m.part_hi[i])
+            if current_part != lo:
+                current_part = lo
+                ctx.cols = [_Shifted(c, lo) if c is not None else None for c in cols]
+                ctx.null_row, ctx.n = self.null_row, hi - lo
+            off, length = int(m.label_offset[i]), int(m.length[i])
+            labels = m.labels[off:off + length].tolist()
+            ctx.start, ctx.match_number = int(m.start[i]) - lo, int(m.number[i])
+            ctx.view = ListView(labels)
+            ctx.cur = int(rows.cur[j]) - lo
+            ctx.classifier_visible = length
+            values.append(fn(ctx, ctx.cur))
+        return values
+
+
+class _Shifted:
+    """A column read with partition-relative row numbers."""
+
+    __slots__ = ("column", "lo")
+
+    def __init__(self, column, lo: int):
+        self.column, self.lo = column, lo
+
+    def __getitem__(self, i: int):
+        return self.column[i + self.lo]
+
+
+class _NotVectorizable(Exception):
+    pass
+
+
+class _Vector:
+    """Column-wise evaluation of one measure over all output rows of a chunk."""
+
+    def __init__(self, owner: MeasureComputer, table: pa.Table, colmap, m: Matches, rows: Rows):
+        self.o, self.table, self.colmap, self.m, self.rows = owner, table, colmap, m, rows
+        self.i = rows.match
+        self.start = m.start[self.i]
+        self.length = m.length[self.i]
+        self.lo = m.part_lo[self.i]
+        self.hi = m.part_hi[self.i]
+        self.cur = rows.cur
+        self._label_rows = None
+
+    # -- values at the output rows
+    def value(self, node: ir.Node):
+        if isinstance(node, ir.At):
+            return self.at(node.nav, node.expr)
+        if isinstance(node, ir.MatchNumber):
+            return pa.array(self.m.number[self.i])
+        if isinstance(node, ir.Const):
+            return pa.array([node.value] * len(self.i))
+        if isinstance(node, ir.Agg):
+            return self.aggregate(node)
+        if isinstance(node, (ir.Op, ir.Fallback)):
+            return self.combine(node, [self.value(a) for a in node.args])
+        raise _NotVectorizable()
+
+    # -- navigation
+    def at(self, nav: ir.Nav, expr: ir.Node):
+        pos = self.resolve(nav)
+        return self.row_local(expr, pos)
+
+    def resolve(self, nav: ir.Nav) -> np.ndarray:
+        """Chunk row selected by ``nav`` for every output row, -1 where there is none."""
+        limit = self.cur - self.start if nav.running else self.length - 1
+        k = nav.logical_offset
+        if nav.labels is None:
+            rel = limit - k if nav.last else np.where(k <= limit, k, -1)
+            rel = np.where(limit >= 0, rel, -1)
+        else:
+            if k != 0:
+                raise _NotVectorizable()
+            rel = self.labelled(nav.labels, nav.last, limit)
+        pos = np.where(rel >= 0, self.start + rel + nav.physical_offset, -1)
+        return np.where((rel >= 0) & (pos >= self.lo) & (pos < self.hi), pos, -1)
+
+    def labelled(self, labels: frozenset[int], last: bool, limit: np.ndarray) -> np.ndarray:
+        """Relative row of the last (or first) row with a label in ``labels``, up to ``limit``."""
+        m = self.m
+        flat = m.labels
+        member = np.zeros(int(flat.max(initial=0)) + 1 if len(flat) else 1, bool)
+        for l in labels:
+            if l < len(member):
+                member[l] = True
+        inside = member[flat] if len(flat) else np.zeros(0, bool)
+        n = len(flat)
+        index = np.arange(n)
+        owner = np.repeat(np.arange(len(m.length)), m.length)  # match of every label slot
+        seg_start = m.label_offset[owner] if n else np.zeros(0, np.int64)
+        if last:
+            marked = np.where(inside, index, -1)
+            running = np.maximum.accumulate(marked) if n else marked
+            running = np.where(running >= seg_start, running - seg_start, -1)
+            # value at slot (match offset + limit)
+            slot = m.label_offset[self.i] + limit
+            ok = (limit >= 0) & (limit < self.length)
+            got = np.where(ok, running[np.clip(slot, 0, max(n - 1, 0))] if n else -1, -1)
+            return got
+        big = np.iinfo(np.int64).max
+        marked = np.where(inside, index, big)
+        firsts = np.full(len(m.length), big, np.int64)
+        nonempty = m.length > 0
+        if n and nonempty.any():
+            firsts[nonempty] = np.minimum.reduceat(marked, m.label_offset[nonempty])
+        first_rel = np.where(firsts[self.i] < big, firsts[self.i] - m.label_offset[self.i], -1)
+        return np.where((first_rel >= 0) & (first_rel <= limit), first_rel, -1)
+
+    def row_local(self, expr: ir.Node, pos: np.ndarray):
+        if isinstance(expr, ir.Col):
+            if expr.index not in self.o_colmap:
+                raise _NotVectorizable()
+            column = self.table.column(self.o_colmap[expr.index])
+            present = pos >= 0
+            taken = column.take(pa.array(np.where(present, pos, 0)))
+            null = self.o.null_row[expr.index] if expr.index < len(self.o.null_row) else None
+            fill = pa.scalar(null, type=column.type) if null is not None else pa.nulls(1, column.type)[0]
+            return pc.if_else(pa.array(present), taken, fill)
+        if isinstance(expr, ir.Classifier):
+            rel = pos - self.start
+            visible = (pos >= 0) & (rel >= 0) & (rel < self.length)
+            slot = np.where(visible, self.m.label_offset[self.i] + rel, 0)
+            codes = self.m.labels[slot].astype(np.int32) if len(self.m.labels) else np.zeros(len(pos), np.int32)
+            indices = pa.array(codes, mask=~visible)
+            return pc.take(self.o.label_dict, indices)
+        if isinstance(expr, ir.MatchNumber):
+            return pa.array(self.m.number[self.i])
+        if isinstance(expr, ir.Const):
+            return pa.array([expr.value] * len(pos))
+        if isinstance(expr, (ir.Op, ir.Fallback)):
+            return self.combine(expr, [self.row_local(a, pos) for a in expr.args])
+        raise _NotVectorizable()
+
+    @property
+    def o_colmap(self):
+        return self.colmap
+
+    # -- aggregates
+    def aggregate(self, node: ir.Agg):
+        if not node.star or node.filter is not None:
+            raise _NotVectorizable()
+        m = self.m
+        limit = self.cur - self.start if node.running else self.length - 1
+        if node.labels is None:
+            return pa.array(np.maximum(limit + 1, 0), pa.int64())
+        flat = m.labels
+        n = len(flat)
+        member = np.zeros(int(flat.max(initial=0)) + 1 if n else 1, bool)
+        for l in node.labels:
+            if l < len(member):
+                member[l] = True
+        inside = (member[flat] if n else np.zeros(0, bool)).astype(np.int64)
+        csum = np.concatenate([[0], np.cumsum(inside)])
+        base = m.label_offset[self.i]
+        upto = np.clip(limit + 1, 0, None)
+        return pa.array(csum[base + upto] - csum[base], pa.int64())
+
+    # -- operators, evaluated by DuckDB over the whole column
+    def combine(self, node, args: list):
+        duck = self.o.duck
+        if duck is None:
+            raise _NotVectorizable()
+        if isinstance(node, ir.Fallback):
+            if not node.template.endswith(" FROM __mr_args"):
+                raise _NotVectorizable()
+            sql = node.template
+        else:
+            expr = _op_sql(node.op, len(args))
+            if expr is None:
+                raise _NotVectorizable()
+            sql = f"SELECT {expr} FROM __mr_args"
+        columns = {f"__mr_a{k}": a for k, a in enumerate(args)}
+        columns["__mr_i"] = pa.array(np.arange(len(self.i)))
+        cur = duck.cursor()
+        try:
+            cur.register("__mr_args", pa.table(columns))
+            # an explicit order: DuckDB may scan the rows in parallel
+            return cur.sql(sql + " ORDER BY __mr_i").to_arrow_table().column(0)
+        except duckdb.Error:
+            raise _NotVectorizable() from None
+        finally:
+            cur.close()
+
+
+_BINARY = {"eq": "=", "ne": "<>", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "add": "+", "sub": "-",
+           "mul": "*", "and": "AND", "or": "OR", "concat": "||"}
+
+
+def _op_sql(op: str, n: int) -> str | None:
+    a = [f"__mr_a{k}" for k in range(n)]
+    if op in _BINARY and n == 2:
+        return f"({a[0]} {_BINARY[op]} {a[1]})"
+    if op == "div" and n == 2:
+        return f"(CAST({a[0]} AS DOUBLE) / CAST({a[1]} AS DOUBLE))"
+    if op == "not":
+        return f"(NOT {a[0]})"
+    if op == "neg":
+        return f"(-{a[0]})"
+    if op == "is_null":
+        return f"({a[0]} IS NULL)"
+    if op == "is_not_null":
+        return f"({a[0]} IS NOT NULL)"
+    if op == "distinct" and n == 2:
+        return f"({a[0]} IS DISTINCT FROM {a[1]})"
+    if op == "not_distinct" and n == 2:
+        return f"({a[0]} IS NOT DISTINCT FROM {a[1]})"
+    if op == "coalesce":
+        return f"coalesce({', '.join(a)})"
+    if op == "between" and n == 3:
+        return f"({a[0]} BETWEEN {a[1]} AND {a[2]})"
+    if op == "in" and n >= 2:
+        return f"({a[0]} IN ({', '.join(a[1:])}))"
+    if op == "case":
+        whens = " ".join(f"WHEN {a[i]} THEN {a[i + 1]}" for i in range(0, n - 1, 2))
+        default = f" ELSE {a[-1]}" if n % 2 else ""
+        return f"(CASE {whens}{default} END)"
+    return None
+
+
+def _cast(arr, typ: pa.DataType, name: str):
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.type == typ:
+        return arr
+    try:
+        return arr.cast(typ)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return _to_arrow(arr.to_pylist(), typ, name)
+
+
+def _to_arrow(values: list, typ: pa.DataType, name: str) -> pa.Array:
+    from matchrec.errors import DataError
+    try:
+        return pa.array(values, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as err:
+        raise DataError(f"Measure {name!r}: value does not fit its type {typ}: {err}") from None

@@ -1,0 +1,365 @@
+"""The compiled matcher: the reference Pike VM, run by numba over whole partitions.
+
+It executes the same program (operators.program) with the same thread priority and the
+same pruning as operators.matcher, so it returns the same matches. What a DEFINE needs is
+prepared beforehand, outside Python's per-row loop:
+
+* ``masks[row]``: bit ``l`` set when every history-independent part of label ``l``'s
+  condition holds at ``row`` (computed by DuckDB for the whole input);
+* registers: a thread remembers, for a few variable sets, the last row it labelled with one
+  of them; a condition part ``current.x OP LAST(V).y`` is then a comparison of two prepared
+  numeric columns at the current row and at the register's row.
+
+Two threads are equivalent when they sit at the same instruction with the same registers
+(every other part of every condition is independent of the match history).
+
+One call processes partitions from ``part_from`` on and stops early, with a status asking
+for larger buffers, when its output or work arrays would overflow; the caller grows them and
+calls again from the first unfinished partition. All matching state is per partition, so
+partitions can also be split between threads (the function releases the GIL).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+MATCH, SPLIT, JUMP, SAVE, START, END, DONE = range(7)
+EV_MATCH, EV_EMPTY, EV_UNMATCHED = 0, 1, 2
+OK, NEED_EVENTS, NEED_LABELS, NEED_ARENA, NEED_VISITS, ERR_SKIP_ABSENT, ERR_SKIP_FIRST, ERR_THREADS, \
+    ERR_MATCHES, NEED_THREADS = range(10)
+SKIP_PAST_LAST, SKIP_NEXT_ROW, SKIP_TO_FIRST, SKIP_TO_LAST = range(4)
+CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE = range(6)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _compare(op, x, y):
+    if op == 0:
+        return x == y
+    if op == 1:
+        return x != y
+    if op == 2:
+        return x < y
+    if op == 3:
+        return x <= y
+    if op == 4:
+        return x > y
+    return x >= y
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _condition(label, row, regs, t, masks, conds, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull,
+               fnull_ok, pstart, pend):
+    """Whether ``label`` may be given to ``row`` by thread ``t`` (registers ``regs[t]``)."""
+    if (masks[row] >> label) & 1 == 0:
+        return False
+    for k in range(conds.shape[0]):
+        if conds[k, 0] != label:
+            continue
+        reg, op, is_float, lhs, rhs, off = conds[k, 1], conds[k, 2], conds[k, 3], conds[k, 4], conds[k, 5], \
+            conds[k, 6]
+        pos = regs[t, reg]
+        if pos >= 0:
+            pos += off
+            if pos < pstart or pos >= pend:
+                pos = -1
+        if is_float == 1:
+            if not fvalid[lhs, row]:
+                return False
+            if pos >= 0:
+                if not fvalid[rhs, pos]:
+                    return False
+                y = fvals[rhs, pos]
+            else:
+                if not fnull_ok[rhs]:
+                    return False
+                y = fnull[rhs]
+            if not _compare(op, fvals[lhs, row], y):
+                return False
+        else:
+            if not ivalid[lhs, row]:
+                return False
+            if pos >= 0:
+                if not ivalid[rhs, pos]:
+                    return False
+                yi = ivals[rhs, pos]
+            else:
+                if not inull_ok[rhs]:
+                    return False
+                yi = inull[rhs]
+            if not _compare(op, ivals[lhs, row], yi):
+                return False
+    return True
+
+
+@njit(nogil=True, cache=True)
+def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, masks, bounds, part_from,
+                   conds, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull, fnull_ok,
+                   has_within, within_float, wkey_i, wend_i, wkey_f, wend_f, wvalid, wend_valid, within_desc,
+                   skip_kind, skip_mask, empty_mode, probe, max_threads, max_matches,
+                   ev_kind, ev_start, ev_len, ev_mn, ev_lab, ev_exc, labels_out, exc_out, possible,
+                   arena_label, arena_prev, arena_pos, vis_next, vis_regs,
+                   cur_pc, cur_node, cur_regs, nxt_pc, nxt_node, nxt_regs):
+    """Match partitions ``part_from`` .. of the rows ``bounds[p]:bounds[p+1]``.
+
+    Returns (status, partitions done, events, label slots, exclusion slots, detail). Events are
+    (kind, start row, match length, match number, first label slot, first exclusion slot) in
+    output order; ``empty_mode`` 2 (WITH UNMATCHED ROWS) also reports unmatched rows. With
+    ``probe`` set, every row is tried as a start, nothing is emitted, and ``possible[row]``
+    tells whether some match (possibly empty) starts there.
+    """
+    n_prog = op.shape[0]
+    n_ev = 0
+    n_lab = 0
+    n_exc = 0
+    thread_cap = min(max_threads, cur_pc.shape[0])
+    # every instruction is visited at most once per closure and pushes at most two entries
+    stack_pc = np.empty(4 * n_prog + 4, np.int32)
+    stack_node = np.empty(4 * n_prog + 4, np.int64)
+    vis_stamp = np.zeros(n_prog, np.int64)
+    vis_head = np.full(n_prog, -1, np.int64)
+    stamp = 0
+    arena_cap = arena_label.shape[0]
+    vis_cap = vis_next.shape[0]
+    lab_cap = labels_out.shape[0]
+    ev_cap = ev_kind.shape[0]
+    exc_cap = exc_out.shape[0]
+    n_parts = bounds.shape[0] - 1
+    tmp_regs = np.empty(max(n_regs, 1), np.int64)
+    for part in range(part_from, n_parts):
+        pstart = bounds[part]
+        pend = bounds[part + 1]
+        ev0, lab0, exc0 = n_ev, n_lab, n_exc
+        pos = pstart
+        match_number = 1
+        last_matched = pstart - 1
+        matches_here = 0
+        while pos < pend:
+            # ---------------- one start position: run the threads
+            # Step 0 closes the program from pc 0 at row ``pos``; every later step lets each
+            # thread consume row ``idx`` and closes it from the next instruction at ``idx + 1``.
+            n_arena = 0
+            n_vis = 0
+            n_cur = 0
+            result = -2  # -2: no match; otherwise the arena node of the match (-1: empty)
+            idx = pos
+            first = True
+            while first or n_cur > 0:
+                stamp += 1
+                n_nxt = 0
+                n_src = 1 if first else n_cur
+                for i in range(n_src):
+                    if first:
+                        src_pc = 0
+                        node = -1
+                        at = pos
+                        for r in range(n_regs):
+                            tmp_regs[r] = -1
+                    else:
+                        pc = cur_pc[i]
+                        if op[pc] == DONE:
+                            result = cur_node[i]
+                            break  # lower-priority threads die
+                        if idx >= pend:
+                            continue
+                        label = ia[pc]
+                        if has_within:
+                            if not wvalid[idx] or not wend_valid[pos]:
+                                continue
+                            if within_float:
+                                if within_desc:
+                                    if wkey_f[idx] < wend_f[pos]:
+                                        continue
+                                elif wkey_f[idx] > wend_f[pos]:
+                                    continue
+                            else:
+                                if within_desc:
+                                    if wkey_i[idx] < wend_i[pos]:
+                                        continue
+                                elif wkey_i[idx] > wend_i[pos]:
+                                    continue
+                        if not _condition(label, idx, cur_regs, i, masks, conds, ivals, ivalid, fvals, fvalid,
+                                          inull, inull_ok, fnull, fnull_ok, pstart, pend):
+                            continue
+                        if n_arena >= arena_cap:
+                            return NEED_ARENA, part, ev0, lab0, exc0, 0
+                        arena_label[n_arena] = label
+                        arena_prev[n_arena] = cur_node[i]
+                        arena_pos[n_arena] = idx
+                        node = n_arena
+                        n_arena += 1
+                        for r in range(n_regs):
+                            tmp_regs[r] = cur_regs[i, r]
+                            if (reg_sets[r] >> label) & 1:
+                                tmp_regs[r] = idx
+                        src_pc = pc + 1
+                        at = idx + 1
+                    # ---- closure: non-consuming instructions from src_pc, in priority order
+                    stack_pc[0] = src_pc
+                    stack_node[0] = node
+                    top = 1
+                    while top > 0:
+                        top -= 1
+                        c_pc = stack_pc[top]
+                        c_node = stack_node[top]
+                        # equivalent threads: same instruction at this row (and same registers)
+                        if vis_stamp[c_pc] != stamp:
+                            vis_stamp[c_pc] = stamp
+                            vis_head[c_pc] = -1
+                        if not keyed[c_pc]:
+                            if vis_head[c_pc] == -2:
+                                continue
+                            vis_head[c_pc] = -2
+                        else:
+                            k = vis_head[c_pc]
+                            seen = False
+                            while k >= 0:
+                                same = True
+                                for r in range(n_regs):
+                                    if vis_regs[k, r] != tmp_regs[r]:
+                                        same = False
+                                        break
+                                if same:
+                                    seen = True
+                                    break
+                                k = vis_next[k]
+                            if seen:
+                                continue
+                            if n_vis >= vis_cap:
+                                return NEED_VISITS, part, ev0, lab0, exc0, 0
+                            for r in range(n_regs):
+                                vis_regs[n_vis, r] = tmp_regs[r]
+                            vis_next[n_vis] = vis_head[c_pc]
+                            vis_head[c_pc] = n_vis
+                            n_vis += 1
+                        o = op[c_pc]
+                        if o == MATCH or o == DONE:
+                            if n_nxt >= thread_cap:
+                                if thread_cap >= max_threads:
+                                    return ERR_THREADS, part, ev0, lab0, exc0, 0
+                                return NEED_THREADS, part, ev0, lab0, exc0, 0
+                            nxt_pc[n_nxt] = c_pc
+                            nxt_node[n_nxt] = c_node
+                            for r in range(n_regs):
+                                nxt_regs[n_nxt, r] = tmp_regs[r]
+                            n_nxt += 1
+                        elif o == SPLIT:
+                            stack_pc[top] = ib[c_pc]
+                            stack_node[top] = c_node
+                            stack_pc[top + 1] = ia[c_pc]
+                            stack_node[top + 1] = c_node
+                            top += 2
+                        elif o == JUMP:
+                            stack_pc[top] = ia[c_pc]
+                            stack_node[top] = c_node
+                            top += 1
+                        elif o == SAVE:
+                            if n_arena >= arena_cap:
+                                return NEED_ARENA, part, ev0, lab0, exc0, 0
+                            arena_label[n_arena] = -1
+                            arena_prev[n_arena] = c_node
+                            arena_pos[n_arena] = at
+                            stack_pc[top] = c_pc + 1
+                            stack_node[top] = n_arena
+                            n_arena += 1
+                            top += 1
+                        elif o == START:
+                            if at == pstart:
+                                stack_pc[top] = c_pc + 1
+                                stack_node[top] = c_node
+                                top += 1
+                        elif o == END:
+                            if at == pend:
+                                stack_pc[top] = c_pc + 1
+                                stack_node[top] = c_node
+                                top += 1
+                for i in range(n_nxt):
+                    cur_pc[i] = nxt_pc[i]
+                    cur_node[i] = nxt_node[i]
+                    for r in range(n_regs):
+                        cur_regs[i, r] = nxt_regs[i, r]
+                n_cur = n_nxt
+                if not first:
+                    idx += 1
+                first = False
+            # ---------------- outcome at ``pos``
+            if probe:
+                possible[pos] = 1 if result != -2 else 0
+                pos += 1
+                continue
+            if result == -2:
+                if empty_mode == 2 and pos > last_matched:
+                    if n_ev >= ev_cap:
+                        return NEED_EVENTS, part, ev0, lab0, exc0, 0
+                    ev_kind[n_ev] = EV_UNMATCHED
+                    ev_start[n_ev] = pos
+                    ev_len[n_ev] = 0
+                    ev_mn[n_ev] = 0
+                    ev_lab[n_ev] = n_lab
+                    ev_exc[n_ev] = n_exc
+                    n_ev += 1
+                pos += 1
+                continue
+            matches_here += 1
+            if matches_here > max_matches:
+                return ERR_MATCHES, part, ev0, lab0, exc0, 0
+            # collect labels (and exclusion boundaries) walking back from the result node
+            length = 0
+            saves = 0
+            node = result
+            while node >= 0:
+                if arena_label[node] >= 0:
+                    length += 1
+                else:
+                    saves += 1
+                node = arena_prev[node]
+            if n_ev >= ev_cap:
+                return NEED_EVENTS, part, ev0, lab0, exc0, 0
+            if n_lab + length > lab_cap:
+                return NEED_LABELS, part, ev0, lab0, exc0, length
+            if n_exc + saves > exc_cap:
+                return NEED_LABELS, part, ev0, lab0, exc0, saves
+            node = result
+            k = length - 1
+            s = saves - 1
+            while node >= 0:
+                if arena_label[node] >= 0:
+                    labels_out[n_lab + k] = arena_label[node]
+                    k -= 1
+                else:
+                    exc_out[n_exc + s] = arena_pos[node] - pos
+                    s -= 1
+                node = arena_prev[node]
+            ev_kind[n_ev] = EV_MATCH if length > 0 else EV_EMPTY
+            ev_start[n_ev] = pos
+            ev_len[n_ev] = length
+            ev_mn[n_ev] = match_number
+            ev_lab[n_ev] = n_lab
+            ev_exc[n_ev] = n_exc
+            n_ev += 1
+            n_lab += length
+            n_exc += saves
+            match_number += 1
+            if length == 0:
+                pos += 1
+                continue
+            end = pos + length - 1
+            if end > last_matched:
+                last_matched = end
+            if skip_kind == SKIP_PAST_LAST:
+                pos = end + 1
+            elif skip_kind == SKIP_NEXT_ROW:
+                pos += 1
+            else:
+                target = -1
+                base = n_lab - length
+                for j in range(length):
+                    if (skip_mask >> labels_out[base + j]) & 1:
+                        target = j
+                        if skip_kind == SKIP_TO_FIRST:
+                            break
+                if target < 0:
+                    return ERR_SKIP_ABSENT, part, n_ev, n_lab, n_exc, 0
+                if target == 0:
+                    return ERR_SKIP_FIRST, part, n_ev, n_lab, n_exc, 0
+                pos += target
+    return OK, n_parts, n_ev, n_lab, n_exc, 0

@@ -1,0 +1,262 @@
+"""Decide how much of a MATCH_RECOGNIZE the compiled matcher (operators.vm) can run.
+
+Each DEFINE condition is split into its top-level AND conjuncts, and each conjunct is
+proven to be one of:
+
+* **row**: reads only the current row and rows at fixed physical offsets from it (PREV/NEXT)
+  - DuckDB evaluates it for every input row, over chunks of the sorted input in which the
+  engine has shifted the columns PREV/NEXT read, into one bit of a per-row label mask;
+* **register**: compares an expression of the current row with an expression of the last row
+  of another variable (``M.district = B.district``, ``B.price > A.price * 1.05``), on numeric
+  or temporal values - the compiled matcher keeps that row per thread;
+* **residual**: anything else (FIRST, aggregates, CLASSIFIER, MATCH_NUMBER ...).
+
+With no residual conjunct the compiled matcher alone decides every match. Otherwise it runs
+on the row and register parts only - a relaxed pattern that accepts a superset of the label
+sequences - to find the start rows where a match is possible, and the reference matcher
+decides there. Either way the result is the reference matcher's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from matchrec.operators import vm
+from matchrec.parser.expressions import MR_PREFIX
+from matchrec.parser.spec import MatchSpec
+from matchrec.planner.plan import Plan
+
+MAX_LABELS = 62
+_COMPARE = {exp.EQ: vm.CMP_EQ, exp.NEQ: vm.CMP_NE, exp.LT: vm.CMP_LT, exp.LTE: vm.CMP_LE, exp.GT: vm.CMP_GT,
+            exp.GTE: vm.CMP_GE}
+_MIRROR = {vm.CMP_EQ: vm.CMP_EQ, vm.CMP_NE: vm.CMP_NE, vm.CMP_LT: vm.CMP_GT, vm.CMP_LE: vm.CMP_GE,
+           vm.CMP_GT: vm.CMP_LT, vm.CMP_GE: vm.CMP_LE}
+
+
+@dataclass
+class RegisterCompare:
+    label: int
+    register: int  # index into FastPlan.registers
+    op: int
+    current_sql: str  # DuckDB SQL over the input columns, read at the current row
+    other_sql: str  # read at the register's row (+ offset)
+    offset: int = 0
+
+
+@dataclass
+class FastPlan:
+    row_sql: list[str | None]  # per label: DuckDB condition of its row conjuncts (None: no row conjunct)
+    shifts: dict = field(default_factory=dict)  # (input column, row offset) -> chunk column name
+    registers: list[frozenset[int]] = field(default_factory=list)
+    compares: list[RegisterCompare] = field(default_factory=list)
+    residual: list[str] = field(default_factory=list)  # why the relaxed pattern is needed, per conjunct
+
+    @property
+    def exact(self) -> bool:
+        return not self.residual
+
+    def describe(self, labels: list[str]) -> list[str]:
+        lines = ["matcher: compiled (numba Pike VM)" + ("" if self.exact else
+                 " as a pre-filter of start rows, then the reference matcher")]
+        for i, sql in enumerate(self.row_sql):
+            if sql is not None:
+                lines.append(f"  {labels[i]}: per-row condition in DuckDB: {sql}")
+        for c in self.compares:
+            regs = "|".join(labels[i] for i in sorted(self.registers[c.register]))
+            lines.append(f"  {labels[c.label]}: compare current {c.current_sql} with {c.other_sql} at last "
+                         f"{regs}{f' {c.offset:+d}' if c.offset else ''}")
+        for why in self.residual:
+            lines.append(f"  residual (reference matcher): {why}")
+        return lines
+
+
+def _strip(tree: exp.Expression) -> exp.Expression:
+    """Copy of ``tree`` with column qualifiers removed (the variable was already resolved)."""
+    copy = tree.copy()
+    for col in list(copy.find_all(exp.Column)):
+        if col.args.get("table") is not None:
+            col.set("table", None)
+    return copy
+
+
+def _conjuncts(tree: exp.Expression) -> list[exp.Expression]:
+    while isinstance(tree, exp.Paren):
+        tree = tree.this
+    if isinstance(tree, exp.And):
+        return _conjuncts(tree.this) + _conjuncts(tree.expression)
+    return [tree]
+
+
+class _Classifier:
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.labels = plan.labels
+        self.subsets = plan.subsets
+
+    def var_set(self, qualifier: exp.Identifier | None) -> frozenset[int] | None:
+        if qualifier is None:
+            return None
+        name = qualifier.name if qualifier.args.get("quoted") else qualifier.name.upper()
+        if name in self.labels:
+            return frozenset([self.labels.index(name)])
+        return self.subsets.get(name)
+
+    @staticmethod
+    def mr_name(node: exp.Expression) -> str | None:
+        if isinstance(node, exp.Anonymous) and str(node.this).lower().startswith(MR_PREFIX):
+            return str(node.this).lower()[len(MR_PREFIX):]
+        return None
+
+    def has_mr_or_agg(self, tree: exp.Expression) -> bool:
+        for node in tree.walk():
+            if self.mr_name(node) is not None or isinstance(node, (exp.AggFunc, exp.Window)):
+                return True
+        return False
+
+    def current_only(self, tree: exp.Expression, label: int) -> bool:
+        """Every column reads the current row (unqualified, or a variable set holding ``label``)."""
+        for col in tree.find_all(exp.Column):
+            if isinstance(col.this, exp.Star):
+                return False
+            vs = self.var_set(col.args.get("table"))
+            if vs is not None and label not in vs:
+                return False
+        return True
+
+    def row_sql(self, tree: exp.Expression, label: int, shifts: dict) -> str | None:
+        """DuckDB SQL of a conjunct that reads the current row and fixed offsets from it, else None.
+
+        The SQL runs over a chunk of the sorted input: a column ``c`` read ``k`` rows away
+        (PREV/NEXT) becomes the column ``shifts[(c, k)]``, which the engine fills with the
+        value ``k`` rows away in the same partition, NULL beyond it - exactly what navigation
+        outside the partition reads.
+        """
+        if any(isinstance(n, (exp.Subquery, exp.Exists, exp.Query)) for n in tree.walk()):
+            return None  # evaluated against chunks, which subqueries cannot see through
+        tree = tree.copy()
+        for node in list(tree.walk()):
+            name = self.mr_name(node)
+            if name is None:
+                if isinstance(node, (exp.AggFunc, exp.Window)):
+                    return None
+                continue
+            if name not in ("prev", "next"):
+                return None
+            args = node.expressions
+            inner = args[0]
+            if self.has_mr_or_agg(inner) or not self.current_only(inner, label):
+                return None
+            if len(args) > 1:
+                if not (isinstance(args[1], exp.Literal) and not args[1].is_string and args[1].this.isdigit()):
+                    return None
+                k = int(args[1].this)
+            else:
+                k = 1
+            offset = -k if name == "prev" else k
+            shifted = exp.Paren(this=_strip(inner))  # a parent, so that even a bare column can be replaced
+            for col in list(shifted.find_all(exp.Column)):
+                key = (self.column_name(col), offset)
+                if key[0] is None:
+                    return None
+                shifts.setdefault(key, f"__mr_s{len(shifts)}")
+                col.replace(exp.column(shifts[key]))
+            node.replace(shifted)
+        if not self.current_only(tree, label):
+            return None
+        for col in list(tree.find_all(exp.Column)):
+            if not col.name.startswith("__mr_s"):
+                name = self.column_name(col)
+                if name is None:
+                    return None
+                col.replace(exp.column(exp.to_identifier(name, quoted=True)))
+        return tree.sql("duckdb")
+
+    def column_name(self, col: exp.Column) -> str | None:
+        ident = col.this
+        for name, _ in self.plan.input_columns:
+            if name == ident.name:
+                return name
+        if not ident.args.get("quoted"):
+            hits = [n for n, _ in self.plan.input_columns if n.lower() == ident.name.lower()]
+            if len(hits) == 1:
+                return hits[0]
+        return None
+
+    def register_compare(self, tree: exp.Expression, label: int):
+        """(op, current side, other side, variable set, offset) of ``cur OP LAST(V).x``, else None."""
+        while isinstance(tree, exp.Paren):
+            tree = tree.this
+        op = _COMPARE.get(type(tree))
+        if op is None:
+            return None
+        left, right = tree.this, tree.expression
+        for a, b, o in ((left, right, op), (right, left, _MIRROR[op])):
+            if self.has_mr_or_agg(a) or not self.current_only(a, label) or not list(a.find_all(exp.Column)):
+                continue
+            other = self.other_side(b, label)
+            if other is not None:
+                sql, vs, off = other
+                return o, _strip(a).sql("duckdb"), sql, vs, off
+        return None
+
+    def other_side(self, tree: exp.Expression, label: int):
+        """(SQL, variable set, physical offset) when ``tree`` reads the last row of one other variable set."""
+        offset = 0
+        name = self.mr_name(tree)
+        if name in ("prev", "next"):
+            args = tree.expressions
+            if len(args) > 1:
+                if not (isinstance(args[1], exp.Literal) and not args[1].is_string and args[1].this.isdigit()):
+                    return None
+                k = int(args[1].this)
+            else:
+                k = 1
+            offset = -k if name == "prev" else k
+            tree = args[0]
+            name = self.mr_name(tree)
+        if name == "last":
+            if len(tree.expressions) != 1:
+                return None
+            tree = tree.expressions[0]
+        elif name is not None:
+            return None
+        if self.has_mr_or_agg(tree):
+            return None
+        sets = {self.var_set(c.args.get("table")) for c in tree.find_all(exp.Column)}
+        if len(sets) != 1:
+            return None
+        vs = sets.pop()
+        if vs is None or label in vs:
+            return None
+        return _strip(tree).sql("duckdb"), vs, offset
+
+
+def fast_plan(plan: Plan) -> FastPlan | None:
+    """What the compiled matcher can take over, or None when it cannot run this clause."""
+    spec: MatchSpec = plan.spec
+    if len(plan.labels) > MAX_LABELS:
+        return None
+    cls = _Classifier(plan)
+    fp = FastPlan(row_sql=[None] * len(plan.labels))
+    registers: list[frozenset[int]] = []
+    for d in spec.definitions:
+        label = plan.labels.index(d.variable)
+        rows: list[str] = []
+        for conjunct in _conjuncts(d.expression.tree):
+            sql = cls.row_sql(conjunct, label, fp.shifts)
+            if sql is not None:
+                rows.append(f"({sql})")
+                continue
+            reg = cls.register_compare(conjunct, label)
+            if reg is not None:
+                op, cur_sql, other_sql, vs, off = reg
+                if vs not in registers:
+                    registers.append(vs)
+                fp.compares.append(RegisterCompare(label, registers.index(vs), op, cur_sql, other_sql, off))
+                continue
+            fp.residual.append(f"{d.variable}: {conjunct.sql('duckdb')}")
+        if rows:
+            fp.row_sql[label] = " AND ".join(rows)
+    fp.registers = registers
+    return fp
