@@ -321,3 +321,16 @@ def test_a_kept_exception_does_not_block_the_connection(con):
         cur = con.cursor()
         cur.execute("SELECT 1")
         assert cur.fetchall() == [(1,)]
+
+
+@pytest.mark.parametrize("fast", [0, 1])
+def test_revisited_instruction_keeps_trinos_priority(con, fast):
+    # Trino drops a thread that reaches an instruction already reached at the same row, even
+    # when the second visit comes from a higher-priority path (the loop's next iteration):
+    # iteration 2 taking the reluctant D is dropped, so match 1 is just row 1.
+    cur = con.cursor()
+    cur.execute(f"SET matchrec_fast_path = {fast}")
+    cur.execute("""SELECT id, mn, cls FROM (VALUES (1, 'ABCD'), (2, 'ACD')) t(id, c) MATCH_RECOGNIZE (
+        ORDER BY id MEASURES MATCH_NUMBER() AS mn, CLASSIFIER() AS cls ALL ROWS PER MATCH
+        AFTER MATCH SKIP TO NEXT ROW PATTERN ((A? D??)+) DEFINE A AS PREV(CLASSIFIER()) IS NULL)""")
+    assert cur.fetchall() == [(1, 1, "A"), (2, 2, "A")]
