@@ -127,7 +127,8 @@ class PartitionRunner:
     """Matches chunks of partitions for one plan and accumulates the output."""
 
     def __init__(self, plan: Plan, fallback: Callable, arrow_types: list[pa.DataType],
-                 settings: Settings | None = None, null_row: list | None = None, fast=None, duck=None):
+                 settings: Settings | None = None, null_row: list | None = None, fast=None, duck=None,
+                 layout=None):
         self.plan = plan
         self.settings = settings or Settings()
         self.matcher = Matcher(plan.program, plan.history_dependent, self.settings.max_threads)
@@ -143,7 +144,10 @@ class PartitionRunner:
         self.chunks: list[pa.Table] = []
         self.null_row: list = null_row if null_row is not None else [None] * self.n_cols
         self.fast = fast  # engine.fast.CompiledMatcher or None
-        self.colmap = {i: i for i in range(self.n_cols)}  # plan column -> column of the input chunks
+        # plan column -> column of the input chunks; WITHIN key and bound columns
+        self.colmap = layout.colmap if layout is not None else {i: i for i in range(self.n_cols)}
+        self.within_cols = layout.within if layout is not None else \
+            ((self.n_cols, self.n_cols + 1) if self.within else None)
         self.computer = MeasureComputer([m.node for m in plan.measures], self.measures, plan.labels,
                                         arrow_types, [m.name for m in plan.measures], fallback, self.null_row,
                                         duck)
@@ -180,12 +184,12 @@ class PartitionRunner:
         n = table.num_rows
         cols: list = [None] * self.n_cols
         for i in self.used:
-            cols[i] = table.column(i).to_pylist()
+            cols[i] = table.column(self.colmap[i]).to_pylist()
         ctx.cols, ctx.null_row, ctx.n = cols, self.null_row, n
         within_ok = None
         if self.within:
-            wkey = table.column(self.n_cols).to_pylist()
-            wend = table.column(self.n_cols + 1).to_pylist()
+            wkey = table.column(self.within_cols[0]).to_pylist()
+            wend = table.column(self.within_cols[1]).to_pylist()
             desc = plan.order_by[0][1]
 
             def within_ok(start: int, row: int) -> bool:
@@ -353,10 +357,10 @@ def stream_chunks(reader, key_indexes: list[int], on_chunk: Callable[[pa.Table, 
 
 
 def run_plan(plan: Plan, reader, fallback, arrow_types, schema: pa.Schema, settings: Settings | None = None,
-             null_row: list | None = None, fast=None, duck=None) -> tuple[pa.Table, Stats]:
-    runner = PartitionRunner(plan, fallback, arrow_types, settings, null_row, fast, duck)
+             null_row: list | None = None, fast=None, duck=None, layout=None) -> tuple[pa.Table, Stats]:
+    runner = PartitionRunner(plan, fallback, arrow_types, settings, null_row, fast, duck, layout)
     started = time.perf_counter()
-    stream_chunks(reader, plan.partition_by, runner.run_chunk)
+    stream_chunks(reader, [runner.colmap[i] for i in plan.partition_by], runner.run_chunk)
     runner.stats.seconds = time.perf_counter() - started
     runner.stats.fallback_calls = getattr(fallback, "calls", 0)
     runner.stats.extra["measures computed column-wise"] = runner.computer.vectorized

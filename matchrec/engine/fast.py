@@ -59,7 +59,7 @@ class CompiledMatcher:
     """Runs operators.vm for one plan; column positions refer to the input query's columns."""
 
     def __init__(self, plan, fast: FastPlan, duck, compare_cols: list[tuple[int, int, str]],
-                 compare_nulls: list, within_cols: tuple[int, int, str] | None):
+                 compare_nulls: list, within_cols: tuple[int, int, str] | None, row_columns: dict[str, int]):
         self.fast = fast
         self.exact = fast.exact
         code = plan.program.code
@@ -73,7 +73,7 @@ class CompiledMatcher:
         self.n_regs = len(fast.registers)
         self.duck = duck
         self.mask_sql = self._mask_sql(fast)
-        self.input_names = [n for n, _ in plan.input_columns]
+        self.row_columns = row_columns  # input column name -> batch column
         self.compare_cols = compare_cols
         self.within_cols = within_cols
         self.within_desc = bool(plan.order_by and plan.order_by[0][1])
@@ -118,7 +118,9 @@ class CompiledMatcher:
         n = table.num_rows
         if self.mask_sql is None:
             return np.full(n, (1 << len(self.fast.row_sql)) - 1, np.int64)
-        columns = {name: table.column(i) for i, name in enumerate(self.input_names)}
+        # __mr_i: the chunk's row numbers (also gives a condition without columns its rows)
+        columns = {"__mr_i": pa.array(np.arange(n))}
+        columns.update({name: table.column(i) for name, i in self.row_columns.items()})
         if self.fast.shifts:
             part = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
             rows = np.arange(n)
@@ -127,14 +129,13 @@ class CompiledMatcher:
                 inside = (src >= 0) & (src < n)
                 src = np.where(inside, src, 0)
                 inside &= part[src] == part
-                columns[alias] = pc.take(table.column(self.input_names.index(name)), pa.array(src, mask=~inside))
+                columns[alias] = pc.take(table.column(self.row_columns[name]), pa.array(src, mask=~inside))
         cur = self.duck.cursor()
         try:
             cur.register("__mr_chunk", pa.table(columns))
             ordered = cur.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
             sql = self.mask_sql
             if not ordered:  # rows must come back in chunk order
-                cur.register("__mr_chunk", pa.table({**columns, "__mr_i": pa.array(np.arange(n))}))
                 sql += " ORDER BY __mr_i"
             result = cur.sql(sql).to_arrow_table().column(0)
         finally:

@@ -25,11 +25,11 @@ from matchrec.connectors.duckdb_source import (DuckDBOracle, FallbackEvaluator, 
                                                quote_literal, read_batches)
 from matchrec.engine.errors import map_duckdb_error
 from matchrec.engine.executor import Settings, Stats, run_plan
-from matchrec.engine.fast import CompiledMatcher, numeric_kind, to_numpy
+from matchrec.engine import reading
 from matchrec.errors import NotSupportedError, ProgrammingError, positioned
 from matchrec.parser.query import Clause, SplitQuery, split, tokenize
 from matchrec.parser.source import Origin, rewrite
-from matchrec.planner.fastpath import FastPlan, fast_plan
+from matchrec.planner.fastpath import fast_plan
 from matchrec.planner.plan import Plan, build_plan
 
 
@@ -276,27 +276,34 @@ class StatementRunner:
         oracle = DuckDBOracle(self.con)
         plan = build_plan(clause.spec, columns, oracle)
         fp = fast_plan(plan) if self.settings.fast_path else None
+        if fp is not None and not reading.decide_fast_path(plan, fp, self.con,
+                                                           reading.input_query(plan, input_sql, oracle, fp, None)):
+            fp = None
         if fp is None:
             plan.notes.append("matcher: reference" + ("" if self.settings.fast_path else
                                                        " (SET matchrec_fast_path = 0)"))
-        read_sql = self._input_query(plan, input_sql, oracle, fp)
+        read_sql = reading.input_query(plan, input_sql, oracle, fp, reading.needed_columns(plan, fp))
         measure_types = [oracle.arrow_type(m.type) for m in plan.measures]
-        null_row = self._null_row(plan, source, clause)
-        schema_fields = []
+        try:
+            null_row = reading.null_row(plan, self.con)
+        except duckdb.Error as err:  # pragma: no cover - null_row catches per expression
+            raise map_duckdb_error(err, source, clause.spec.span.start, "Evaluating MATCH_RECOGNIZE failed") from None
         started = time.perf_counter()
         reader = None
         try:
             reader = read_batches(self.con, read_sql if not dry else read_sql + " LIMIT 0")
             input_schema = reader.schema
+            lay = reading.layout(plan, input_schema)
+            schema_fields = []
             for k, col in enumerate(plan.output):
-                typ = input_schema.field(col.index).type if col.source == "input" else \
+                typ = input_schema.field(lay.colmap[col.index]).type if col.source == "input" else \
                     pa.bool_() if col.source == "const" else measure_types[col.index]
                 schema_fields.append(pa.field(f"c{k}", typ))
             schema = pa.schema(schema_fields)
-            compiled = self._compiled(plan, fp, input_schema, source, clause) if fp is not None else None
+            compiled = reading.compiled_matcher(plan, fp, self.con, lay, input_schema) if fp is not None else None
             fallback = FallbackEvaluator(self.con.cursor())
             table, stats = run_plan(plan, reader, fallback, measure_types, schema, self.settings, null_row, compiled,
-                                    self.con)
+                                    self.con, lay)
         except duckdb.Error as err:
             raise map_duckdb_error(err, source, clause.spec.span.start,
                                    "Evaluating MATCH_RECOGNIZE failed") from None
@@ -314,91 +321,3 @@ class StatementRunner:
         view = f"(SELECT {select} FROM {name})"
         done[clause.placeholder] = view
         prepared.runs.append(ClauseRun(clause, plan, stats, name, view, input_seconds))
-
-    def _null_row(self, plan: Plan, source: str, clause: Clause) -> list:
-        """Input columns and pushed expressions evaluated on a row of NULLs.
-
-        Navigation that finds no row (``A.x`` before any A) reads this row, so that
-        ``A.x IS NULL`` is true there, exactly as if the value were NULL.
-        """
-        values: list = [None] * len(plan.input_columns)
-        if not plan.pushed:
-            return values
-        nulls = ", ".join(f"CAST(NULL AS {t}) AS {quote_ident(n)}" for n, t in plan.input_columns)
-        exprs = ", ".join(f"({sql}) AS __mr_e{i}" for i, (sql, _) in enumerate(plan.pushed))
-        try:
-            return values + list(self.con.execute(f"SELECT {exprs} FROM (SELECT {nulls})").fetchall()[0])
-        except duckdb.Error:
-            pass
-        # Some expression cannot take NULL inputs (MAP([NULL], ...)); that one reads as NULL.
-        for sql, _ in plan.pushed:
-            try:
-                values.append(self.con.execute(f"SELECT ({sql}) FROM (SELECT {nulls})").fetchall()[0][0])
-            except duckdb.Error:
-                values.append(None)
-        return values
-
-    def _input_query(self, plan: Plan, input_sql: str, oracle: DuckDBOracle, fp: FastPlan | None) -> str:
-        """The ordered input: input columns, pushed expressions, WITHIN bounds, and the values
-        register comparisons of the compiled matcher read."""
-        cols = [quote_ident(n) for n, _ in plan.input_columns]
-        select = list(cols)
-        for i, (sql, _) in enumerate(plan.pushed):
-            select.append(f"({sql}) AS __mr_e{i}")
-        if plan.within_sql is not None:
-            key_idx, desc, _ = plan.order_by[0]
-            key = cols[key_idx]
-            bound = f"{key} {'-' if desc else '+'} ({plan.within_sql})"
-            try:
-                typ = oracle.type_of(f"CAST(NULL AS {plan.input_columns[key_idx][1]}) + ({plan.within_sql})")
-            except Exception as err:  # noqa: BLE001 - reported with the WITHIN position
-                span = plan.spec.within.span
-                raise positioned(ProgrammingError, f"WITHIN {plan.spec.within.sql} cannot be added to ORDER BY column "
-                                 f"{plan.input_columns[key_idx][0]} ({plan.input_columns[key_idx][1]}): {err}",
-                                 plan.spec.source, span.start, span.end) from None
-            select.append(f"CAST({key} AS {typ}) AS __mr_wkey")
-            select.append(f"{bound} AS __mr_wend")
-        order = [f"{cols[i]} ASC NULLS LAST" for i in plan.partition_by]
-        order += [f"{cols[i]} {'DESC' if desc else 'ASC'} NULLS {'FIRST' if nulls_first else 'LAST'}"
-                  for i, desc, nulls_first in plan.order_by]
-        if fp is not None:
-            for k, c in enumerate(fp.compares):
-                select.append(f"({c.current_sql}) AS __mr_c{k}")
-                select.append(f"({c.other_sql}) AS __mr_o{k}")
-        sql = f"SELECT {', '.join(select)} FROM ({input_sql}) AS __mr_input"
-        if order:
-            sql += " ORDER BY " + ", ".join(order)
-        return sql
-
-    def _compiled(self, plan: Plan, fp: FastPlan, schema: pa.Schema, source: str, clause: Clause):
-        """The compiled matcher for this input, or None when a column type rules it out."""
-        base = len(plan.input_columns) + len(plan.pushed)
-        within = None
-        if plan.within_sql is not None:
-            kinds = {numeric_kind(schema.field(base).type), numeric_kind(schema.field(base + 1).type)}
-            if None in kinds or len(kinds) != 1:
-                plan.notes.append("matcher: reference (the WITHIN bound is not an integer, float or time)")
-                return None
-            within = (base, base + 1, kinds.pop())
-            base += 2
-        compare_cols, nulls, kept = [], [], []
-        nulls_sql = ", ".join(f"CAST(NULL AS {t}) AS {quote_ident(n)}" for n, t in plan.input_columns)
-        for k, c in enumerate(fp.compares):
-            cur, other = base + 2 * k, base + 1 + 2 * k
-            kinds = {numeric_kind(schema.field(cur).type), numeric_kind(schema.field(other).type)}
-            if None in kinds:
-                fp.residual.append(f"{plan.labels[c.label]}: {c.current_sql} vs {c.other_sql} (not numeric)")
-                continue
-            kind = "float" if "float" in kinds else "int"
-            try:
-                value = self.con.sql(f"SELECT ({c.other_sql}) AS v FROM (SELECT {nulls_sql})").to_arrow_table()
-                values, valid = to_numpy(value.column(0), kind)
-                null = values[0].item() if valid[0] else None
-            except duckdb.Error:
-                null = None
-            compare_cols.append((cur, other, kind))
-            nulls.append(null)
-            kept.append(c)
-        fp.compares = kept
-        plan.notes += fp.describe(plan.labels)
-        return CompiledMatcher(plan, fp, self.con, compare_cols, nulls, within)

@@ -42,12 +42,14 @@ class RegisterCompare:
     current_sql: str  # DuckDB SQL over the input columns, read at the current row
     other_sql: str  # read at the register's row (+ offset)
     offset: int = 0
+    kind: str = "int"  # how both sides are compared: "int" (also times) or "float"
 
 
 @dataclass
 class FastPlan:
     row_sql: list[str | None]  # per label: DuckDB condition of its row conjuncts (None: no row conjunct)
     shifts: dict = field(default_factory=dict)  # (input column, row offset) -> chunk column name
+    row_columns: set = field(default_factory=set)  # input columns the row conditions read
     registers: list[frozenset[int]] = field(default_factory=list)
     compares: list[RegisterCompare] = field(default_factory=list)
     residual: list[str] = field(default_factory=list)  # why the relaxed pattern is needed, per conjunct
@@ -93,6 +95,7 @@ class _Classifier:
         self.plan = plan
         self.labels = plan.labels
         self.subsets = plan.subsets
+        self.read: set[str] = set()  # input columns read by accepted row conditions
 
     def var_set(self, qualifier: exp.Identifier | None) -> frozenset[int] | None:
         if qualifier is None:
@@ -160,6 +163,7 @@ class _Classifier:
                 if key[0] is None:
                     return None
                 shifts.setdefault(key, f"__mr_s{len(shifts)}")
+                self.read.add(key[0])
                 col.replace(exp.column(shifts[key]))
             node.replace(shifted)
         if not self.current_only(tree, label):
@@ -169,6 +173,7 @@ class _Classifier:
                 name = self.column_name(col)
                 if name is None:
                     return None
+                self.read.add(name)
                 col.replace(exp.column(exp.to_identifier(name, quoted=True)))
         return tree.sql("duckdb")
 
@@ -244,10 +249,12 @@ def fast_plan(plan: Plan) -> FastPlan | None:
         label = plan.labels.index(d.variable)
         rows: list[str] = []
         for conjunct in _conjuncts(d.expression.tree):
+            read_before, shifts_before = set(cls.read), dict(fp.shifts)
             sql = cls.row_sql(conjunct, label, fp.shifts)
             if sql is not None:
                 rows.append(f"({sql})")
                 continue
+            cls.read, fp.shifts = read_before, shifts_before  # a rejected conjunct reads nothing
             reg = cls.register_compare(conjunct, label)
             if reg is not None:
                 op, cur_sql, other_sql, vs, off = reg
@@ -259,4 +266,5 @@ def fast_plan(plan: Plan) -> FastPlan | None:
         if rows:
             fp.row_sql[label] = " AND ".join(rows)
     fp.registers = registers
+    fp.row_columns = cls.read
     return fp

@@ -1,0 +1,182 @@
+"""What a MATCH_RECOGNIZE reads from DuckDB, and how the matchers find it in the batches.
+
+The read query selects, sorted by partition and order keys, only the columns the output,
+the MEASURES and the chosen matcher need: input columns by their names, pushed expressions
+as ``__mr_e{i}``, the WITHIN bound as ``__mr_wkey``/``__mr_wend`` and the values of register
+comparisons as ``__mr_c{k}``/``__mr_o{k}``. ``Layout`` maps the plan's column numbers (input
+columns, then pushed expressions) to the positions of the batches.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+
+from matchrec.connectors.duckdb_source import DuckDBOracle, describe, quote_ident
+from matchrec.engine.executor import _columns_used
+from matchrec.engine.fast import CompiledMatcher, numeric_kind, to_numpy
+from matchrec.errors import ProgrammingError, positioned
+from matchrec.operators import expr as ir
+from matchrec.planner.fastpath import FastPlan
+from matchrec.planner.plan import Plan
+
+
+@dataclass
+class Layout:
+    colmap: dict[int, int]  # plan column -> batch column
+    within: tuple[int, int] | None  # batch columns of the WITHIN key and bound
+    names: list[str]  # batch column names
+
+
+def _name(plan: Plan, i: int) -> str:
+    n_in = len(plan.input_columns)
+    return plan.input_columns[i][0] if i < n_in else f"__mr_e{i - n_in}"
+
+
+def needed_columns(plan: Plan, fp: FastPlan | None) -> set[int]:
+    """Plan columns the output, the MEASURES and the matchers read."""
+    need = {c.index for c in plan.output if c.source == "input"} | set(plan.partition_by)
+    for m in plan.measures:
+        need |= _columns_used_by(m.node)
+    if fp is None or not fp.exact:  # the reference matcher evaluates DEFINE itself
+        for d in plan.defines:
+            if d is not None:
+                need |= _columns_used_by(d)
+    if fp is not None:
+        names = [n for n, _ in plan.input_columns]
+        need |= {names.index(n) for n in fp.row_columns}
+    return need
+
+
+def _columns_used_by(node: ir.Node) -> set[int]:
+    class _P:  # the helper walks plan.defines and plan.measures
+        defines = [node]
+        measures = []
+    return _columns_used(_P)
+
+
+def within_type(plan: Plan, oracle: DuckDBOracle) -> str:
+    key_idx = plan.order_by[0][0]
+    name, typ = plan.input_columns[key_idx]
+    try:
+        return oracle.type_of(f"CAST(NULL AS {typ}) + ({plan.within_sql})")
+    except Exception as err:  # noqa: BLE001 - reported with the WITHIN position
+        span = plan.spec.within.span
+        raise positioned(ProgrammingError, f"WITHIN {plan.spec.within.sql} cannot be added to ORDER BY column "
+                         f"{name} ({typ}): {err}", plan.spec.source, span.start, span.end) from None
+
+
+def input_query(plan: Plan, input_sql: str, oracle: DuckDBOracle, fp: FastPlan | None,
+                needed: set[int] | None) -> str:
+    """The sorted input; ``needed`` limits the plan columns read (None: all of them)."""
+    cols = [quote_ident(n) for n, _ in plan.input_columns]
+    n_in = len(cols)
+    select = [cols[i] for i in range(n_in) if needed is None or i in needed]
+    for j, (sql, _) in enumerate(plan.pushed):
+        if needed is None or n_in + j in needed:
+            select.append(f"({sql}) AS __mr_e{j}")
+    if plan.within_sql is not None:
+        key_idx, desc, _ = plan.order_by[0]
+        key = cols[key_idx]
+        typ = within_type(plan, oracle)
+        select.append(f"CAST({key} AS {typ}) AS __mr_wkey")
+        select.append(f"{key} {'-' if desc else '+'} ({plan.within_sql}) AS __mr_wend")
+    if fp is not None:
+        for k, c in enumerate(fp.compares):
+            select.append(f"({c.current_sql}) AS __mr_c{k}")
+            select.append(f"({c.other_sql}) AS __mr_o{k}")
+    if not select:
+        select = ["NULL AS __mr_nothing"]
+    order = [f"{cols[i]} ASC NULLS LAST" for i in plan.partition_by]
+    order += [f"{cols[i]} {'DESC' if desc else 'ASC'} NULLS {'FIRST' if nulls_first else 'LAST'}"
+              for i, desc, nulls_first in plan.order_by]
+    sql = f"SELECT {', '.join(select)} FROM ({input_sql}) AS __mr_input"
+    if order:
+        sql += " ORDER BY " + ", ".join(order)
+    return sql
+
+
+def layout(plan: Plan, schema: pa.Schema) -> Layout:
+    names = schema.names
+    index = {n: i for i, n in enumerate(names)}
+    n_cols = len(plan.input_columns) + len(plan.pushed)
+    colmap = {i: index[_name(plan, i)] for i in range(n_cols) if _name(plan, i) in index}
+    within = (index["__mr_wkey"], index["__mr_wend"]) if "__mr_wkey" in index else None
+    return Layout(colmap, within, names)
+
+
+def decide_fast_path(plan: Plan, fp: FastPlan, con: duckdb.DuckDBPyConnection, full_sql: str) -> bool:
+    """Check the column types the compiled matcher needs; demote comparisons it cannot do.
+
+    Returns False when the compiled matcher cannot run at all (a WITHIN bound it cannot
+    compare)."""
+    types = dict(describe(con, full_sql))
+    arrow = _arrow_types(con, types)
+    if plan.within_sql is not None:
+        kinds = {numeric_kind(arrow[types["__mr_wkey"]]), numeric_kind(arrow[types["__mr_wend"]])}
+        if None in kinds or len(kinds) != 1:
+            plan.notes.append("matcher: reference (the WITHIN bound is not an integer, float or time)")
+            return False
+    kept = []
+    for k, c in enumerate(fp.compares):
+        kinds = {numeric_kind(arrow[types[f"__mr_c{k}"]]), numeric_kind(arrow[types[f"__mr_o{k}"]])}
+        if None in kinds:
+            fp.residual.append(f"{plan.labels[c.label]}: {c.current_sql} vs {c.other_sql} (not numeric)")
+        else:
+            c.kind = "float" if "float" in kinds else "int"
+            kept.append(c)
+    fp.compares = kept
+    return True
+
+
+def _arrow_types(con, types: dict[str, str]) -> dict[str, pa.DataType]:
+    out = {}
+    for t in set(types.values()):
+        out[t] = con.sql(f"SELECT CAST(NULL AS {t}) AS x").to_arrow_table().schema.field(0).type
+    return out
+
+
+def compiled_matcher(plan: Plan, fp: FastPlan, con, lay: Layout, schema: pa.Schema) -> CompiledMatcher:
+    index = {n: i for i, n in enumerate(lay.names)}
+    compare_cols, nulls = [], []
+    nulls_sql = ", ".join(f"CAST(NULL AS {t}) AS {quote_ident(n)}" for n, t in plan.input_columns)
+    for k, c in enumerate(fp.compares):
+        try:
+            value = con.sql(f"SELECT ({c.other_sql}) AS v FROM (SELECT {nulls_sql})").to_arrow_table()
+            values, valid = to_numpy(value.column(0), c.kind)
+            null = values[0].item() if valid[0] else None
+        except duckdb.Error:
+            null = None
+        compare_cols.append((index[f"__mr_c{k}"], index[f"__mr_o{k}"], c.kind))
+        nulls.append(null)
+    within = None
+    if lay.within is not None:
+        within = (lay.within[0], lay.within[1], numeric_kind(schema.field(lay.within[0]).type))
+    row_columns = {name: index[name] for name in fp.row_columns}
+    plan.notes += fp.describe(plan.labels)
+    return CompiledMatcher(plan, fp, con, compare_cols, nulls, within, row_columns)
+
+
+def null_row(plan: Plan, con: duckdb.DuckDBPyConnection) -> list:
+    """Input columns and pushed expressions evaluated on a row of NULLs.
+
+    Navigation that finds no row (``A.x`` before any A) reads this row, so that
+    ``A.x IS NULL`` is true there, exactly as if the value were NULL.
+    """
+    values: list = [None] * len(plan.input_columns)
+    if not plan.pushed:
+        return values
+    nulls = ", ".join(f"CAST(NULL AS {t}) AS {quote_ident(n)}" for n, t in plan.input_columns)
+    exprs = ", ".join(f"({sql}) AS __mr_e{i}" for i, (sql, _) in enumerate(plan.pushed))
+    try:
+        return values + list(con.execute(f"SELECT {exprs} FROM (SELECT {nulls})").fetchall()[0])
+    except duckdb.Error:
+        pass
+    # Some expression cannot take NULL inputs (MAP([NULL], ...)); that one reads as NULL.
+    for sql, _ in plan.pushed:
+        try:
+            values.append(con.execute(f"SELECT ({sql}) FROM (SELECT {nulls})").fetchall()[0][0])
+        except duckdb.Error:
+            values.append(None)
+    return values
