@@ -312,7 +312,7 @@ class Cursor:
             setattr(settings, attr, getattr(Settings(), attr))
             return
         raw = (m.group(3) or "").strip().strip("'\"")
-        minimum = 0 if attr == "fast_path" else 1
+        minimum = 0 if attr in ("fast_path", "prefilter") else 1
         try:
             value = int(raw.replace("_", ""))
             if value < minimum:

@@ -59,6 +59,7 @@ class Settings:
     max_threads: int = 1_000_000
     max_matches_per_partition: int = 50_000_000
     fast_path: int = 1  # 0: always use the reference matcher (for comparisons)
+    prefilter: int = 1  # 0: never drop input rows before matching (for comparisons)
     threads: int = 2  # partitions matched in parallel by the compiled matcher
 
 

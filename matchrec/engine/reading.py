@@ -68,8 +68,9 @@ def within_type(plan: Plan, oracle: DuckDBOracle) -> str:
 
 
 def input_query(plan: Plan, input_sql: str, oracle: DuckDBOracle, fp: FastPlan | None,
-                needed: set[int] | None) -> str:
-    """The sorted input; ``needed`` limits the plan columns read (None: all of them)."""
+                needed: set[int] | None, where: str | None = None) -> str:
+    """The sorted input; ``needed`` limits the plan columns read (None: all of them), ``where``
+    is a row filter proven not to change the result (planner.prefilter)."""
     cols = [quote_ident(n) for n, _ in plan.input_columns]
     n_in = len(cols)
     select = [cols[i] for i in range(n_in) if needed is None or i in needed]
@@ -92,6 +93,8 @@ def input_query(plan: Plan, input_sql: str, oracle: DuckDBOracle, fp: FastPlan |
     order += [f"{cols[i]} {'DESC' if desc else 'ASC'} NULLS {'FIRST' if nulls_first else 'LAST'}"
               for i, desc, nulls_first in plan.order_by]
     sql = f"SELECT {', '.join(select)} FROM ({input_sql}) AS __mr_input"
+    if where:
+        sql += f" WHERE {where}"
     if order:
         sql += " ORDER BY " + ", ".join(order)
     return sql

@@ -30,6 +30,7 @@ from matchrec.errors import NotSupportedError, ProgrammingError, positioned
 from matchrec.parser.query import Clause, SplitQuery, split, tokenize
 from matchrec.parser.source import Origin, rewrite
 from matchrec.planner.fastpath import fast_plan
+from matchrec.planner.prefilter import row_filter
 from matchrec.planner.plan import Plan, build_plan
 
 
@@ -282,7 +283,11 @@ class StatementRunner:
         if fp is None:
             plan.notes.append("matcher: reference" + ("" if self.settings.fast_path else
                                                        " (SET matchrec_fast_path = 0)"))
-        read_sql = reading.input_query(plan, input_sql, oracle, fp, reading.needed_columns(plan, fp))
+        where = None
+        if fp is not None and self.settings.prefilter:
+            where, why = row_filter(plan, fp)
+            plan.notes.append(f"row filter in DuckDB: {where}  ({why})" if where else f"no row filter: {why}")
+        read_sql = reading.input_query(plan, input_sql, oracle, fp, reading.needed_columns(plan, fp), where)
         measure_types = [oracle.arrow_type(m.type) for m in plan.measures]
         try:
             null_row = reading.null_row(plan, self.con)
