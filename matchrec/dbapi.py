@@ -288,6 +288,8 @@ class Cursor:
                     lines.append(f"  reference matcher started at {s.starts_tried} rows; "
                                  f"{s.starts_pruned} start rows pruned by the compiled pre-filter")
                 lines.append(f"  DuckDB fallback evaluations {s.fallback_calls}")
+                for key, value in s.extra.items():
+                    lines.append(f"  {key}: {value}")
         rows = [("matchrec", "\n".join(lines))]
         keyword = "EXPLAIN ANALYZE " if prepared.explain == "analyze" else "EXPLAIN "
         try:

@@ -157,3 +157,16 @@ def test_limit_error_names_the_setting(con):
     cur.execute("""SELECT * FROM range(12) t(x) MATCH_RECOGNIZE (ORDER BY x MEASURES count(*) AS n
                    PATTERN ((A | B)+ C) DEFINE C AS count(A.*) = 99)""")
     assert cur.fetchall() == []
+
+
+def test_partition_memory_limit_names_the_setting(con):
+    cur = con.cursor()
+    cur.execute("CREATE TABLE wide AS SELECT range AS t, repeat('x', 200) AS s FROM range(20000)")
+    cur.execute("SET matchrec_max_partition_mb = 1")
+    with pytest.raises(matchrec.OperationalError, match="matchrec_max_partition_mb"):
+        cur.execute("SELECT * FROM wide MATCH_RECOGNIZE (ORDER BY t MEASURES LAST(s) AS s2 "
+                    "PATTERN (A B) DEFINE B AS s = PREV(s))")
+    cur.execute("RESET matchrec_max_partition_mb")
+    cur.execute("SELECT count(*) FROM wide MATCH_RECOGNIZE (ORDER BY t MEASURES LAST(s) AS s2 "
+                "PATTERN (A B) DEFINE B AS s = PREV(s))")
+    assert cur.fetchall() == [(10000,)]

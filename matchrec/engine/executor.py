@@ -60,6 +60,7 @@ class Settings:
     max_matches_per_partition: int = 50_000_000
     fast_path: int = 1  # 0: always use the reference matcher (for comparisons)
     prefilter: int = 1  # 0: never drop input rows before matching (for comparisons)
+    max_partition_mb: int = 16_384  # input of one partition held in memory while it is matched
     threads: int = 2  # partitions matched in parallel by the compiled matcher
 
 
@@ -331,11 +332,13 @@ def _to_arrow(values: list, typ: pa.DataType, name: str) -> pa.Array:
         raise DataError(f"Measure {name!r}: value does not fit its type {typ}: {err}") from None
 
 
-def stream_chunks(reader, key_indexes: list[int], on_chunk: Callable[[pa.Table, np.ndarray], None]) -> None:
+def stream_chunks(reader, key_indexes: list[int], on_chunk: Callable[[pa.Table, np.ndarray], None],
+                  max_bytes: int | None = None) -> None:
     """Feed chunks of complete partitions of an ordered batch stream to ``on_chunk``.
 
     The rows of the last partition of a batch may continue in the next batch, so they wait;
-    without PARTITION BY the whole input is one partition.
+    without PARTITION BY the whole input is one partition. A partition larger than
+    ``max_bytes`` raises OperationalError.
     """
     pending: pa.Table | None = None
     for batch in reader:
@@ -346,12 +349,16 @@ def stream_chunks(reader, key_indexes: list[int], on_chunk: Callable[[pa.Table, 
             table = pa.concat_tables([pending, table])
         if not key_indexes:
             pending = table
-            continue
-        bounds = partition_bounds(table, key_indexes)
-        last = int(bounds[-2])
-        if last > 0:
-            on_chunk(table.slice(0, last), bounds[:-1])
-        pending = table.slice(last)
+        else:
+            bounds = partition_bounds(table, key_indexes)
+            last = int(bounds[-2])
+            if last > 0:
+                on_chunk(table.slice(0, last), bounds[:-1])
+            pending = table.slice(last)
+        if max_bytes is not None and pending.nbytes > max_bytes:
+            raise OperationalError(
+                f"One partition of the input needs more than {max_bytes >> 20} MB in memory; add PARTITION BY, "
+                f"filter the input, or raise the limit with SET matchrec_max_partition_mb = <n>")
     if pending is not None and pending.num_rows:
         pending = pending.combine_chunks()
         on_chunk(pending, np.array([0, pending.num_rows], np.int64))
@@ -361,7 +368,9 @@ def run_plan(plan: Plan, reader, fallback, arrow_types, schema: pa.Schema, setti
              null_row: list | None = None, fast=None, duck=None, layout=None) -> tuple[pa.Table, Stats]:
     runner = PartitionRunner(plan, fallback, arrow_types, settings, null_row, fast, duck, layout)
     started = time.perf_counter()
-    stream_chunks(reader, [runner.colmap[i] for i in plan.partition_by], runner.run_chunk)
+    settings = runner.settings
+    stream_chunks(reader, [runner.colmap[i] for i in plan.partition_by], runner.run_chunk,
+                  settings.max_partition_mb << 20)
     runner.stats.seconds = time.perf_counter() - started
     runner.stats.fallback_calls = getattr(fallback, "calls", 0)
     runner.stats.extra["measures computed column-wise"] = runner.computer.vectorized

@@ -288,6 +288,9 @@ class StatementRunner:
             where, why = row_filter(plan, fp)
             plan.notes.append(f"row filter in DuckDB: {where}  ({why})" if where else f"no row filter: {why}")
         read_sql = reading.input_query(plan, input_sql, oracle, fp, reading.needed_columns(plan, fp), where)
+        rows_before_filter = None
+        if where and prepared.explain == "analyze":  # EXPLAIN ANALYZE reports what the filter dropped
+            rows_before_filter = self.con.execute(f"SELECT count(*) FROM ({input_sql})").fetchall()[0][0]
         measure_types = [oracle.arrow_type(m.type) for m in plan.measures]
         try:
             null_row = reading.null_row(plan, self.con)
@@ -319,6 +322,8 @@ class StatementRunner:
                 reader.close()
             del reader
         input_seconds = time.perf_counter() - started - stats.seconds
+        if rows_before_filter is not None:
+            stats.extra["rows before the DuckDB row filter"] = rows_before_filter
         name = f"__matchrec_result_{tag}_{len(prepared.registered)}"
         self.con.register(name, table)
         prepared.registered.append(name)
