@@ -76,26 +76,6 @@ class Event:
 MATCH, EMPTY, UNMATCHED = 0, 1, 2
 
 
-def _columns_used(plan: Plan) -> set[int]:
-    used: set[int] = set()
-
-    def walk(n):
-        if isinstance(n, ir.Col):
-            used.add(n.index)
-        for child in getattr(n, "args", ()) or ():
-            walk(child)
-        if isinstance(n, ir.At):
-            walk(n.expr)
-        if isinstance(n, ir.Agg) and n.filter is not None:
-            walk(n.filter)
-    for node in plan.defines:
-        if node is not None:
-            walk(node)
-    for m in plan.measures:
-        walk(m.node)
-    return used
-
-
 class LazyColumn:
     """Python values of an Arrow column, converted one row at a time on demand."""
 
@@ -138,7 +118,7 @@ class PartitionRunner:
         self.defines = [ir.compile_node(d) if d is not None else None for d in plan.defines]
         self.measures = [ir.compile_node(m.node) for m in plan.measures]
         self.arrow_types = arrow_types  # per measure
-        self.used = sorted(_columns_used(plan))
+        self.used = sorted(ir.columns_of(list(plan.defines) + [m.node for m in plan.measures]))
         self.n_input = len(plan.input_columns)
         self.n_cols = self.n_input + len(plan.pushed)
         self.within = plan.within_sql is not None

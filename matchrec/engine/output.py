@@ -245,9 +245,9 @@ class _Vector:
 
     def row_local(self, expr: ir.Node, pos: np.ndarray):
         if isinstance(expr, ir.Col):
-            if expr.index not in self.o_colmap:
+            if expr.index not in self.colmap:
                 raise _NotVectorizable()
-            column = self.table.column(self.o_colmap[expr.index])
+            column = self.table.column(self.colmap[expr.index])
             present = pos >= 0
             taken = column.take(pa.array(np.where(present, pos, 0)))
             null = self.o.null_row[expr.index] if expr.index < len(self.o.null_row) else None
@@ -267,10 +267,6 @@ class _Vector:
         if isinstance(expr, (ir.Op, ir.Fallback)):
             return self.combine(expr, [self.row_local(a, pos) for a in expr.args])
         raise _NotVectorizable()
-
-    @property
-    def o_colmap(self):
-        return self.colmap
 
     # -- aggregates
     def aggregate(self, node: ir.Agg):

@@ -14,7 +14,6 @@ import duckdb
 import pyarrow as pa
 
 from matchrec.connectors.duckdb_source import DuckDBOracle, describe, quote_ident
-from matchrec.engine.executor import _columns_used
 from matchrec.engine.fast import CompiledMatcher, numeric_kind, to_numpy
 from matchrec.errors import ProgrammingError, positioned
 from matchrec.operators import expr as ir
@@ -37,23 +36,13 @@ def _name(plan: Plan, i: int) -> str:
 def needed_columns(plan: Plan, fp: FastPlan | None) -> set[int]:
     """Plan columns the output, the MEASURES and the matchers read."""
     need = {c.index for c in plan.output if c.source == "input"} | set(plan.partition_by)
-    for m in plan.measures:
-        need |= _columns_used_by(m.node)
+    need |= ir.columns_of(m.node for m in plan.measures)
     if fp is None or not fp.exact:  # the reference matcher evaluates DEFINE itself
-        for d in plan.defines:
-            if d is not None:
-                need |= _columns_used_by(d)
+        need |= ir.columns_of(plan.defines)
     if fp is not None:
         names = [n for n, _ in plan.input_columns]
         need |= {names.index(n) for n in fp.row_columns}
     return need
-
-
-def _columns_used_by(node: ir.Node) -> set[int]:
-    class _P:  # the helper walks plan.defines and plan.measures
-        defines = [node]
-        measures = []
-    return _columns_used(_P)
 
 
 def within_type(plan: Plan, oracle: DuckDBOracle) -> str:

@@ -433,6 +433,25 @@ def _compile_agg(node: Agg) -> Callable:
     return aggregate
 
 
+def columns_of(nodes) -> set[int]:
+    """Column numbers the given expressions read."""
+    used: set[int] = set()
+
+    def walk(n):
+        if isinstance(n, Col):
+            used.add(n.index)
+        for child in getattr(n, "args", ()) or ():
+            walk(child)
+        if isinstance(n, At):
+            walk(n.expr)
+        if isinstance(n, Agg) and n.filter is not None:
+            walk(n.filter)
+    for node in nodes:
+        if node is not None:
+            walk(node)
+    return used
+
+
 @dataclass
 class Compiled:
     """A compiled expression and what the planner learnt about it."""
