@@ -34,6 +34,7 @@ class SkipError(DataError):
 
 
 SKIP_ABSENT = "AFTER MATCH SKIP failed: pattern variable is not present in match"
+CHUNK_ROWS = 1 << 20  # partitions are matched in chunks of about this many rows
 SKIP_FIRST = "AFTER MATCH SKIP failed: cannot skip to first row of match"
 
 
@@ -320,28 +321,31 @@ def stream_chunks(reader, key_indexes: list[int], on_chunk: Callable[[pa.Table, 
     without PARTITION BY the whole input is one partition. A partition larger than
     ``max_bytes`` raises OperationalError.
     """
-    pending: pa.Table | None = None
+    pending: list[pa.RecordBatch] = []
+    pending_rows = pending_bytes = 0
     for batch in reader:
         if batch.num_rows == 0:
             continue
-        table = pa.Table.from_batches([batch])
-        if pending is not None:
-            table = pa.concat_tables([pending, table])
-        if not key_indexes:
-            pending = table
-        else:
+        pending.append(batch)
+        pending_rows += batch.num_rows
+        pending_bytes += batch.nbytes
+        if key_indexes and pending_rows >= CHUNK_ROWS:  # per-chunk costs favour chunks of many rows
+            table = pa.Table.from_batches(pending).combine_chunks()
             bounds = partition_bounds(table, key_indexes)
             last = int(bounds[-2])
             if last > 0:
                 on_chunk(table.slice(0, last), bounds[:-1])
-            pending = table.slice(last)
-        if max_bytes is not None and pending.nbytes > max_bytes:
+            rest = table.slice(last)
+            pending = rest.to_batches()
+            pending_rows, pending_bytes = rest.num_rows, rest.nbytes
+        if max_bytes is not None and pending_bytes > max_bytes:
             raise OperationalError(
                 f"One partition of the input needs more than {max_bytes >> 20} MB in memory; add PARTITION BY, "
                 f"filter the input, or raise the limit with SET matchrec_max_partition_mb = <n>")
-    if pending is not None and pending.num_rows:
-        pending = pending.combine_chunks()
-        on_chunk(pending, np.array([0, pending.num_rows], np.int64))
+    if pending_rows:
+        table = pa.Table.from_batches(pending).combine_chunks()
+        bounds = partition_bounds(table, key_indexes) if key_indexes else np.array([0, table.num_rows], np.int64)
+        on_chunk(table, bounds)
 
 
 def run_plan(plan: Plan, reader, fallback, arrow_types, schema: pa.Schema, settings: Settings | None = None,

@@ -105,11 +105,12 @@ class MeasureComputer:
 
     def compute(self, table: pa.Table, colmap: dict[int, int], m: Matches, rows: Rows) -> list[pa.Array]:
         out = []
+        vector = _Vector(self, table, colmap, m, rows) if len(rows.match) else None
         for node, fn, typ, name in zip(self.measures, self.compiled, self.arrow_types, self.names):
             arr = None
-            if len(rows.match):
+            if vector is not None:
                 try:
-                    arr = _Vector(self, table, colmap, m, rows).value(node)
+                    arr = vector.value(node)
                 except _NotVectorizable:
                     arr = None
             if arr is not None:
@@ -177,7 +178,10 @@ class _Vector:
         self.lo = m.part_lo[self.i]
         self.hi = m.part_hi[self.i]
         self.cur = rows.cur
-        self._label_rows = None
+        self._cache: dict = {}
+        self.n_slots = len(m.labels)
+        # every output row reads its whole match (ONE ROW PER MATCH, FINAL): per-match reductions do
+        self.at_match_end = bool(np.all(self.cur == self.start + self.length - 1))
 
     # -- values at the output rows
     def value(self, node: ir.Node):
@@ -212,35 +216,52 @@ class _Vector:
         pos = np.where(rel >= 0, self.start + rel + nav.physical_offset, -1)
         return np.where((rel >= 0) & (pos >= self.lo) & (pos < self.hi), pos, -1)
 
+    def _inside(self, labels: frozenset[int]) -> np.ndarray:
+        """Per label slot: whether its label is one of ``labels``."""
+        key = ("inside", labels)
+        if key not in self._cache:
+            flat = self.m.labels
+            member = np.zeros(max(int(flat.max(initial=0)), max(labels, default=0)) + 1, bool)
+            member[list(labels)] = True
+            self._cache[key] = member[flat] if self.n_slots else np.zeros(0, bool)
+        return self._cache[key]
+
     def labelled(self, labels: frozenset[int], last: bool, limit: np.ndarray) -> np.ndarray:
         """Relative row of the last (or first) row with a label in ``labels``, up to ``limit``."""
-        m = self.m
-        flat = m.labels
-        member = np.zeros(int(flat.max(initial=0)) + 1 if len(flat) else 1, bool)
-        for l in labels:
-            if l < len(member):
-                member[l] = True
-        inside = member[flat] if len(flat) else np.zeros(0, bool)
-        n = len(flat)
-        index = np.arange(n)
-        owner = np.repeat(np.arange(len(m.length)), m.length)  # match of every label slot
-        seg_start = m.label_offset[owner] if n else np.zeros(0, np.int64)
+        m, n = self.m, self.n_slots
+        if last and (self.at_match_end or np.all(limit == self.length - 1)):
+            key = ("last of match", labels)
+            if key not in self._cache:  # per match: its last slot of the set, relative
+                marked = np.where(self._inside(labels), np.arange(n), -1)
+                lasts = np.full(len(m.length), -1, np.int64)
+                nonempty = m.length > 0
+                if n and nonempty.any():
+                    high = np.maximum.reduceat(marked, m.label_offset[nonempty])
+                    lasts[nonempty] = np.where(high >= 0, high - m.label_offset[nonempty], -1)
+                self._cache[key] = lasts
+            return self._cache[key][self.i]
         if last:
-            marked = np.where(inside, index, -1)
-            running = np.maximum.accumulate(marked) if n else marked
-            running = np.where(running >= seg_start, running - seg_start, -1)
-            # value at slot (match offset + limit)
+            key = ("last", labels)
+            if key not in self._cache:  # per slot: the last slot of the set at or before it, in its match
+                seg_start = np.repeat(m.label_offset, m.length) if n else np.zeros(0, np.int64)
+                marked = np.where(self._inside(labels), np.arange(n), -1)
+                running = np.maximum.accumulate(marked) if n else marked
+                self._cache[key] = np.where(running >= seg_start, running - seg_start, -1)
+            running = self._cache[key]
             slot = m.label_offset[self.i] + limit
             ok = (limit >= 0) & (limit < self.length)
-            got = np.where(ok, running[np.clip(slot, 0, max(n - 1, 0))] if n else -1, -1)
-            return got
-        big = np.iinfo(np.int64).max
-        marked = np.where(inside, index, big)
-        firsts = np.full(len(m.length), big, np.int64)
-        nonempty = m.length > 0
-        if n and nonempty.any():
-            firsts[nonempty] = np.minimum.reduceat(marked, m.label_offset[nonempty])
-        first_rel = np.where(firsts[self.i] < big, firsts[self.i] - m.label_offset[self.i], -1)
+            return np.where(ok, running[np.clip(slot, 0, max(n - 1, 0))] if n else -1, -1)
+        key = ("first", labels)
+        if key not in self._cache:  # per match: its first slot of the set, relative
+            big = np.iinfo(np.int64).max
+            marked = np.where(self._inside(labels), np.arange(n), big)
+            firsts = np.full(len(m.length), -1, np.int64)
+            nonempty = m.length > 0
+            if n and nonempty.any():
+                low = np.minimum.reduceat(marked, m.label_offset[nonempty])
+                firsts[nonempty] = np.where(low < big, low - m.label_offset[nonempty], -1)
+            self._cache[key] = firsts
+        first_rel = self._cache[key][self.i]
         return np.where((first_rel >= 0) & (first_rel <= limit), first_rel, -1)
 
     def row_local(self, expr: ir.Node, pos: np.ndarray):
@@ -290,6 +311,14 @@ class _Vector:
 
     # -- operators, evaluated by DuckDB over the whole column
     def combine(self, node, args: list):
+        if isinstance(node, ir.Op) and node.op in _ARROW_OPS and len(args) == 2:
+            a, b = args
+            if _plain_number(a.type) and _plain_number(b.type) and (pa.types.is_floating(a.type) or
+                                                                      pa.types.is_floating(b.type)
+                                                                      or node.op in _COMPARE_OPS):
+                # IEEE arithmetic and comparisons of numbers mean the same in Arrow and DuckDB;
+                # integer arithmetic is left to DuckDB (its overflow checks and result types)
+                return _ARROW_OPS[node.op](a, b)
         duck = self.o.duck
         if duck is None:
             raise _NotVectorizable()
@@ -313,6 +342,15 @@ class _Vector:
             raise _NotVectorizable() from None
         finally:
             cur.close()
+
+
+_ARROW_OPS = {"add": pc.add, "sub": pc.subtract, "mul": pc.multiply, "eq": pc.equal, "ne": pc.not_equal,
+              "lt": pc.less, "le": pc.less_equal, "gt": pc.greater, "ge": pc.greater_equal}
+_COMPARE_OPS = {"eq", "ne", "lt", "le", "gt", "ge"}
+
+
+def _plain_number(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t)
 
 
 _BINARY = {"eq": "=", "ne": "<>", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "add": "+", "sub": "-",
