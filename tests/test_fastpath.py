@@ -151,3 +151,20 @@ def test_explain_names_the_matcher(big):
     assert "matcher: compiled (numba Pike VM)" in text
     assert "compare current" in text and "per-row condition in DuckDB" in text
     assert "matcher compiled:" in text
+
+
+@pytest.mark.parametrize("offset", [-3, -1, 1, 2, 5])
+def test_shift_within_partitions(offset):
+    import numpy as np
+    import pyarrow as pa
+    from matchrec.engine.fast import shift_within_partitions
+    values = pa.array([1, 2, None, 4, 5, 6, 7, 8], pa.int64())
+    bounds = np.array([0, 3, 4, 8])
+    got = shift_within_partitions(values, offset, bounds).to_pylist()
+    want = []
+    for p in range(3):
+        lo, hi = bounds[p], bounds[p + 1]
+        for r in range(lo, hi):
+            src = r + offset
+            want.append(values[src].as_py() if lo <= src < hi else None)
+    assert got == want

@@ -55,6 +55,30 @@ def to_numpy(column, kind: str) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(values), np.ascontiguousarray(valid)
 
 
+def shift_within_partitions(column, offset: int, bounds: np.ndarray) -> pa.Array:
+    """``column`` read ``offset`` rows away (PREV: negative), NULL where that leaves the partition."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    n = len(arr)
+    k = abs(offset)
+    if k >= n:
+        return pa.nulls(n, arr.type)
+    if offset < 0:
+        shifted = pa.concat_arrays([pa.nulls(k, arr.type), arr.slice(0, n - k)])
+        edges = bounds[:-1]  # the first k rows of every partition have no row k before them
+    else:
+        shifted = pa.concat_arrays([arr.slice(k), pa.nulls(k, arr.type)])
+        edges = bounds[1:] - k  # nor do the last k rows a row k after them
+    rows = (edges[:, None] + np.arange(k)).ravel()
+    lo = np.repeat(bounds[:-1], k)
+    hi = np.repeat(bounds[1:], k)
+    rows = rows[(rows >= lo) & (rows < hi)]
+    if len(rows) == 0:
+        return shifted
+    outside = np.zeros(n, bool)
+    outside[rows] = True
+    return pc.if_else(pa.array(outside), pa.scalar(None, arr.type), shifted)
+
+
 class CompiledMatcher:
     """Runs operators.vm for one plan; column positions refer to the input query's columns."""
 
@@ -121,15 +145,8 @@ class CompiledMatcher:
         # __mr_i: the chunk's row numbers (also gives a condition without columns its rows)
         columns = {"__mr_i": pa.array(np.arange(n))}
         columns.update({name: table.column(i) for name, i in self.row_columns.items()})
-        if self.fast.shifts:
-            part = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
-            rows = np.arange(n)
-            for (name, offset), alias in self.fast.shifts.items():
-                src = rows + offset
-                inside = (src >= 0) & (src < n)
-                src = np.where(inside, src, 0)
-                inside &= part[src] == part
-                columns[alias] = pc.take(table.column(self.row_columns[name]), pa.array(src, mask=~inside))
+        for (name, offset), alias in self.fast.shifts.items():
+            columns[alias] = shift_within_partitions(table.column(self.row_columns[name]), offset, bounds)
         cur = self.duck.cursor()
         try:
             cur.register("__mr_chunk", pa.table(columns))
