@@ -55,6 +55,29 @@ def to_numpy(column, kind: str) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(values), np.ascontiguousarray(valid)
 
 
+def first_labels_mask(program) -> int:
+    """Labels of the MATCH instructions reachable from the start without consuming a row;
+    0 when DONE is reachable there too (a match could be empty at any row)."""
+    seen, stack, mask = set(), [0], 0
+    while stack:
+        pc = stack.pop()
+        if pc in seen:
+            continue
+        seen.add(pc)
+        ins = program.code[pc]
+        if ins.op == vm.DONE:
+            return 0
+        if ins.op == vm.MATCH:
+            mask |= 1 << ins.a
+        elif ins.op == vm.SPLIT:
+            stack += [ins.a, ins.b]
+        elif ins.op == vm.JUMP:
+            stack.append(ins.a)
+        else:  # SAVE, START, END: anchors only remove paths, so this is a superset
+            stack.append(pc + 1)
+    return mask
+
+
 def shift_within_partitions(column, offset: int, bounds: np.ndarray) -> pa.Array:
     """``column`` read ``offset`` rows away (PREV: negative), NULL where that leaves the partition."""
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
@@ -122,6 +145,7 @@ class CompiledMatcher:
         self.skip_mask = sum(1 << l for l in plan.skip_labels) if plan.skip_labels else 0
         unmatched = plan.spec.rows_per_match == "all" and plan.spec.empty_matches == "unmatched"
         self.empty_mode = 2 if unmatched else 0
+        self.first_mask = first_labels_mask(plan.program)
 
     # ------------------------------------------------------------------ inputs
     @staticmethod
@@ -227,7 +251,7 @@ class CompiledMatcher:
                 fnull, fnull_ok, arrays["has_within"], arrays["within_float"], arrays["wkey_i"], arrays["wend_i"],
                 arrays["wkey_f"], arrays["wend_f"], arrays["wvalid"], arrays["wend_valid"], self.within_desc,
                 self.skip_kind, self.skip_mask, self.empty_mode, probe, settings.max_threads,
-                settings.max_matches_per_partition, *b["ev"], b["labels"], b["exc"], possible, *b["arena"],
+                settings.max_matches_per_partition, self.first_mask, *b["ev"], b["labels"], b["exc"], possible, *b["arena"],
                 *b["visits"], *b["threads"])
             if n_ev or status == vm.OK:
                 out.append(([a[:n_ev].copy() for a in b["ev"]], b["labels"][:n_lab].copy(), b["exc"][:n_exc].copy(),

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from matchrec.operators import expr as ir
+from matchrec.operators.kernels import label_extents
 from matchrec.operators.matcher import ListView
 
 MATCH, EMPTY, UNMATCHED = 0, 1, 2
@@ -216,6 +217,14 @@ class _Vector:
         pos = np.where(rel >= 0, self.start + rel + nav.physical_offset, -1)
         return np.where((rel >= 0) & (pos >= self.lo) & (pos < self.hi), pos, -1)
 
+    def _extents(self):
+        """(first, last) relative slot of every label in every match."""
+        if "extents" not in self._cache:
+            m = self.m
+            self._cache["extents"] = label_extents(m.labels, m.label_offset, m.length,
+                                                   len(self.o.label_names))
+        return self._cache["extents"]
+
     def _inside(self, labels: frozenset[int]) -> np.ndarray:
         """Per label slot: whether its label is one of ``labels``."""
         key = ("inside", labels)
@@ -232,13 +241,7 @@ class _Vector:
         if last and (self.at_match_end or np.all(limit == self.length - 1)):
             key = ("last of match", labels)
             if key not in self._cache:  # per match: its last slot of the set, relative
-                marked = np.where(self._inside(labels), np.arange(n), -1)
-                lasts = np.full(len(m.length), -1, np.int64)
-                nonempty = m.length > 0
-                if n and nonempty.any():
-                    high = np.maximum.reduceat(marked, m.label_offset[nonempty])
-                    lasts[nonempty] = np.where(high >= 0, high - m.label_offset[nonempty], -1)
-                self._cache[key] = lasts
+                self._cache[key] = self._extents()[1][:, sorted(labels)].max(axis=1)
             return self._cache[key][self.i]
         if last:
             key = ("last", labels)
@@ -253,14 +256,10 @@ class _Vector:
             return np.where(ok, running[np.clip(slot, 0, max(n - 1, 0))] if n else -1, -1)
         key = ("first", labels)
         if key not in self._cache:  # per match: its first slot of the set, relative
+            firsts = self._extents()[0][:, sorted(labels)]
             big = np.iinfo(np.int64).max
-            marked = np.where(self._inside(labels), np.arange(n), big)
-            firsts = np.full(len(m.length), -1, np.int64)
-            nonempty = m.length > 0
-            if n and nonempty.any():
-                low = np.minimum.reduceat(marked, m.label_offset[nonempty])
-                firsts[nonempty] = np.where(low < big, low - m.label_offset[nonempty], -1)
-            self._cache[key] = firsts
+            low = np.where(firsts >= 0, firsts, big).min(axis=1)
+            self._cache[key] = np.where(low < big, low, -1)
         first_rel = self._cache[key][self.i]
         return np.where((first_rel >= 0) & (first_rel <= limit), first_rel, -1)
 

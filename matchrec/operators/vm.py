@@ -95,11 +95,14 @@ def _condition(label, row, regs, t, masks, conds, ivals, ivalid, fvals, fvalid, 
 def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, masks, bounds, part_from,
                    conds, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull, fnull_ok,
                    has_within, within_float, wkey_i, wend_i, wkey_f, wend_f, wvalid, wend_valid, within_desc,
-                   skip_kind, skip_mask, empty_mode, probe, max_threads, max_matches,
+                   skip_kind, skip_mask, empty_mode, probe, max_threads, max_matches, first_mask,
                    ev_kind, ev_start, ev_len, ev_mn, ev_lab, ev_exc, labels_out, exc_out, possible,
                    arena_label, arena_prev, arena_pos, vis_next, vis_regs,
                    cur_pc, cur_node, cur_regs, nxt_pc, nxt_node, nxt_regs):
     """Match partitions ``part_from`` .. of the rows ``bounds[p]:bounds[p+1]``.
+
+    ``first_mask``: labels the program can consume first (0 when a match may be empty); a row
+    whose mask has none of them starts no match.
 
     Returns (status, partitions done, events, label slots, exclusion slots, detail). Events are
     (kind, start row, match length, match number, first label slot, first exclusion slot) in
@@ -134,6 +137,22 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, masks, bounds, part_from
         last_matched = pstart - 1
         matches_here = 0
         while pos < pend:
+            if first_mask != 0 and (masks[pos] & first_mask) == 0:
+                # no label the program can consume first holds here: no match starts at this row
+                if probe:
+                    possible[pos] = 0
+                elif empty_mode == 2 and pos > last_matched:
+                    if n_ev >= ev_cap:
+                        return NEED_EVENTS, part, ev0, lab0, exc0, 0
+                    ev_kind[n_ev] = EV_UNMATCHED
+                    ev_start[n_ev] = pos
+                    ev_len[n_ev] = 0
+                    ev_mn[n_ev] = 0
+                    ev_lab[n_ev] = n_lab
+                    ev_exc[n_ev] = n_exc
+                    n_ev += 1
+                pos += 1
+                continue
             # ---------------- one start position: run the threads
             # Step 0 closes the program from pc 0 at row ``pos``; every later step lets each
             # thread consume row ``idx`` and closes it from the next instruction at ``idx + 1``.
