@@ -106,7 +106,8 @@ class CompiledMatcher:
     """Runs operators.vm for one plan; column positions refer to the input query's columns."""
 
     def __init__(self, plan, fast: FastPlan, duck, compare_cols: list[tuple[int, int, str]],
-                 compare_nulls: list, within_cols: tuple[int, int, str] | None, row_columns: dict[str, int]):
+                 compare_nulls: list, within_cols: tuple[int, int, str] | None, row_columns: dict[str, int],
+                 read_mask_col: int):
         self.fast = fast
         self.exact = fast.exact
         code = plan.program.code
@@ -121,6 +122,7 @@ class CompiledMatcher:
         self.duck = duck
         self.mask_sql = self._mask_sql(fast)
         self.row_columns = row_columns  # input column name -> batch column
+        self.read_mask_col = read_mask_col  # labels whose read-query conditions hold
         self.compare_cols = compare_cols
         self.within_cols = within_cols
         self.within_desc = bool(plan.order_by and plan.order_by[0][1])
@@ -151,7 +153,7 @@ class CompiledMatcher:
     @staticmethod
     def _mask_sql(fast: FastPlan) -> str | None:
         terms, constant = [], 0
-        for label, sql in enumerate(fast.row_sql):
+        for label, sql in enumerate(fast.chunk_sql):
             if sql is None:
                 constant |= 1 << label
             else:
@@ -164,8 +166,9 @@ class CompiledMatcher:
         """Per row, the labels whose row conditions hold: DuckDB over the chunk with PREV/NEXT
         columns shifted within partitions."""
         n = table.num_rows
+        read = pc.fill_null(table.column(self.read_mask_col), 0).to_numpy(zero_copy_only=False).astype(np.int64)
         if self.mask_sql is None:
-            return np.full(n, (1 << len(self.fast.row_sql)) - 1, np.int64)
+            return np.ascontiguousarray(read)
         # __mr_i: the chunk's row numbers (also gives a condition without columns its rows)
         columns = {"__mr_i": pa.array(np.arange(n))}
         columns.update({name: table.column(i) for name, i in self.row_columns.items()})
@@ -181,7 +184,8 @@ class CompiledMatcher:
             result = cur.sql(sql).to_arrow_table().column(0)
         finally:
             cur.close()
-        return np.ascontiguousarray(pc.fill_null(result, 0).to_numpy(zero_copy_only=False).astype(np.int64))
+        chunk = pc.fill_null(result, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        return np.ascontiguousarray(read & chunk)
 
     def _arrays(self, table: pa.Table, bounds: np.ndarray) -> dict:
         n = table.num_rows

@@ -73,6 +73,13 @@ def input_query(plan: Plan, input_sql: str, oracle: DuckDBOracle, fp: FastPlan |
         select.append(f"CAST({key} AS {typ}) AS __mr_wkey")
         select.append(f"{key} {'-' if desc else '+'} ({plan.within_sql}) AS __mr_wend")
     if fp is not None:
+        terms, constant = [], 0
+        for label, cond in enumerate(fp.read_sql):
+            if cond is None:
+                constant |= 1 << label
+            else:
+                terms.append(f"(CASE WHEN {cond} THEN {1 << label} ELSE 0 END)")
+        select.append(f"CAST({' + '.join(terms + [str(constant)])} AS BIGINT) AS __mr_rmask")
         for k, c in enumerate(fp.compares):
             select.append(f"({c.current_sql}) AS __mr_c{k}")
             select.append(f"({c.other_sql}) AS __mr_o{k}")
@@ -147,7 +154,7 @@ def compiled_matcher(plan: Plan, fp: FastPlan, con, lay: Layout, schema: pa.Sche
         within = (lay.within[0], lay.within[1], numeric_kind(schema.field(lay.within[0]).type))
     row_columns = {name: index[name] for name in fp.row_columns}
     plan.notes += fp.describe(plan.labels)
-    return CompiledMatcher(plan, fp, con, compare_cols, nulls, within, row_columns)
+    return CompiledMatcher(plan, fp, con, compare_cols, nulls, within, row_columns, index["__mr_rmask"])
 
 
 def null_row(plan: Plan, con: duckdb.DuckDBPyConnection) -> list:

@@ -48,8 +48,11 @@ class RegisterCompare:
 @dataclass
 class FastPlan:
     row_sql: list[str | None]  # per label: DuckDB condition of its row conjuncts (None: no row conjunct)
+    # ... split by where DuckDB evaluates them: in the read query (no PREV/NEXT), or over chunks
+    read_sql: list[str | None] = field(default_factory=list)
+    chunk_sql: list[str | None] = field(default_factory=list)
     shifts: dict = field(default_factory=dict)  # (input column, row offset) -> chunk column name
-    row_columns: set = field(default_factory=set)  # input columns the row conditions read
+    row_columns: set = field(default_factory=set)  # input columns the chunk conditions read
     registers: list[frozenset[int]] = field(default_factory=list)
     compares: list[RegisterCompare] = field(default_factory=list)
     residual: list[str] = field(default_factory=list)  # why the relaxed pattern is needed, per conjunct
@@ -243,16 +246,25 @@ def fast_plan(plan: Plan) -> FastPlan | None:
     if len(plan.labels) > MAX_LABELS:
         return None
     cls = _Classifier(plan)
-    fp = FastPlan(row_sql=[None] * len(plan.labels))
+    fp = FastPlan(row_sql=[None] * len(plan.labels), read_sql=[None] * len(plan.labels),
+                  chunk_sql=[None] * len(plan.labels))
     registers: list[frozenset[int]] = []
+    chunk_columns: set[str] = set()
     for d in spec.definitions:
         label = plan.labels.index(d.variable)
-        rows: list[str] = []
+        in_read: list[str] = []
+        in_chunk: list[str] = []
         for conjunct in _conjuncts(d.expression.tree):
             read_before, shifts_before = set(cls.read), dict(fp.shifts)
+            cls.read = set()
             sql = cls.row_sql(conjunct, label, fp.shifts)
             if sql is not None:
-                rows.append(f"({sql})")
+                if "__mr_s" in sql:  # reads other rows (PREV/NEXT): evaluated over chunks
+                    in_chunk.append(f"({sql})")
+                    chunk_columns |= cls.read
+                else:
+                    in_read.append(f"({sql})")
+                cls.read = read_before
                 continue
             cls.read, fp.shifts = read_before, shifts_before  # a rejected conjunct reads nothing
             reg = cls.register_compare(conjunct, label)
@@ -263,8 +275,12 @@ def fast_plan(plan: Plan) -> FastPlan | None:
                 fp.compares.append(RegisterCompare(label, registers.index(vs), op, cur_sql, other_sql, off))
                 continue
             fp.residual.append(f"{d.variable}: {conjunct.sql('duckdb')}")
-        if rows:
-            fp.row_sql[label] = " AND ".join(rows)
+        if in_read:
+            fp.read_sql[label] = " AND ".join(in_read)
+        if in_chunk:
+            fp.chunk_sql[label] = " AND ".join(in_chunk)
+        if in_read or in_chunk:
+            fp.row_sql[label] = " AND ".join(in_read + in_chunk)
     fp.registers = registers
-    fp.row_columns = cls.read
+    fp.row_columns = chunk_columns
     return fp
