@@ -107,14 +107,14 @@ class CompiledMatcher:
 
     def __init__(self, plan, fast: FastPlan, duck, compare_cols: list[tuple[int, int, str]],
                  compare_nulls: list, within_cols: tuple[int, int, str] | None, row_columns: dict[str, int],
-                 read_mask_col: int):
+                 read_mask_col: int, leaf_cols: list[int] = (), leaf_nulls: list = ()):
         self.fast = fast
         self.exact = fast.exact
         code = plan.program.code
         self.op = np.array([i.op for i in code], np.int32)
         self.ia = np.array([i.a for i in code], np.int32)
         self.ib = np.array([i.b for i in code], np.int32)
-        labels_with_regs = {c.label for c in fast.compares}
+        labels_with_regs = {c.label for c in fast.compares} | {p.label for p in fast.programs}
         reach = plan.program.reachable_labels()
         self.keyed = np.array([bool(r & labels_with_regs) for r in reach], np.bool_)
         self.reg_sets = np.array([sum(1 << l for l in s) for s in fast.registers] or [0], np.int64)
@@ -142,6 +142,37 @@ class CompiledMatcher:
                 self.inull_ok += [False, null is not None]
                 ints += 2
         self.specs = np.array(specs, np.int64).reshape(-1, 7)
+        # register programs: leaves take the next rows of the value matrices
+        self.leaf_cols = []  # (batch column, matrix row, kind)
+        leaves = []
+        for leaf, col, null in zip((leaf for p in fast.programs for leaf in p.leaves), leaf_cols, leaf_nulls):
+            if leaf.kind == "float":
+                leaves.append((1, floats, leaf.register, leaf.offset))
+                self.leaf_cols.append((col, floats, "float"))
+                self.fnull.append(0.0 if null is None else float(null))
+                self.fnull_ok.append(null is not None)
+                floats += 1
+            else:
+                leaves.append((0, ints, leaf.register, leaf.offset))
+                self.leaf_cols.append((col, ints, "int"))
+                self.inull.append(0 if null is None else int(null))
+                self.inull_ok.append(null is not None)
+                ints += 1
+        self.pleaf = np.array(leaves, np.int64).reshape(-1, 4)
+        ops = {"leaf": vm.P_LEAF, "cmp": vm.P_CMP, "isnull": vm.P_ISNULL, "not": vm.P_NOT, "and": vm.P_AND,
+               "or": vm.P_OR}
+        code, first, base = [], [0], 0
+        by_label = {}
+        for number, prog in enumerate(fast.programs):
+            steps = [(number, ops[step[0]], (step[1] + base) if step[0] == "leaf" else
+                      (step[1] if len(step) > 1 else 0), 0, 0) for step in prog.code]
+            by_label.setdefault(prog.label, []).extend(steps)
+            base += len(prog.leaves)
+        for label in range(len(plan.labels)):
+            code += by_label.get(label, [])
+            first.append(len(code))
+        self.pcode = np.array(code, np.int64).reshape(-1, 5)
+        self.pfirst = np.array(first, np.int64)
         self.n_ints, self.n_floats = ints, floats
         self.skip_kind = _SKIP[plan.spec.skip.kind]
         self.skip_mask = sum(1 << l for l in plan.skip_labels) if plan.skip_labels else 0
@@ -202,6 +233,12 @@ class CompiledMatcher:
                     fvals[k], fvalid[k] = values, valid
                 else:
                     ivals[k], ivalid[k] = values, valid
+        for col, mrow, kind in self.leaf_cols:
+            values, valid = to_numpy(table.column(col), kind)
+            if kind == "float":
+                fvals[mrow], fvalid[mrow] = values, valid
+            else:
+                ivals[mrow], ivalid[mrow] = values, valid
         has_within = self.within_cols is not None
         wi = np.zeros(1, np.int64)
         wf = np.zeros(1, np.float64)
@@ -252,7 +289,7 @@ class CompiledMatcher:
             status, done, n_ev, n_lab, n_exc, detail = vm.run_partitions(
                 self.op, self.ia, self.ib, self.keyed, self.n_regs, self.reg_sets, arrays["masks"], bounds, part,
                 self.specs, arrays["ivals"], arrays["ivalid"], arrays["fvals"], arrays["fvalid"], inull, inull_ok,
-                fnull, fnull_ok, arrays["has_within"], arrays["within_float"], arrays["wkey_i"], arrays["wend_i"],
+                fnull, fnull_ok, self.pcode, self.pleaf, self.pfirst, arrays["has_within"], arrays["within_float"], arrays["wkey_i"], arrays["wend_i"],
                 arrays["wkey_f"], arrays["wend_f"], arrays["wvalid"], arrays["wend_valid"], self.within_desc,
                 self.skip_kind, self.skip_mask, self.empty_mode, probe, settings.max_threads,
                 settings.max_matches_per_partition, self.first_mask, *b["ev"], b["labels"], b["exc"], possible, *b["arena"],

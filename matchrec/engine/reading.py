@@ -83,6 +83,8 @@ def input_query(plan: Plan, input_sql: str, oracle: DuckDBOracle, fp: FastPlan |
         for k, c in enumerate(fp.compares):
             select.append(f"({c.current_sql}) AS __mr_c{k}")
             select.append(f"({c.other_sql}) AS __mr_o{k}")
+        for k, leaf in enumerate(leaf for prog in fp.programs for leaf in prog.leaves):
+            select.append(f"({leaf.sql}) AS __mr_p{k}")
     if not select:
         select = ["NULL AS __mr_nothing"]
     order = [f"{cols[i]} ASC NULLS LAST" for i in plan.partition_by]
@@ -126,6 +128,17 @@ def decide_fast_path(plan: Plan, fp: FastPlan, con: duckdb.DuckDBPyConnection, f
             c.kind = "float" if "float" in kinds else "int"
             kept.append(c)
     fp.compares = kept
+    programs, k = [], 0
+    for prog in fp.programs:
+        kinds = [numeric_kind(arrow[types[f"__mr_p{k + j}"]]) for j in range(len(prog.leaves))]
+        k += len(prog.leaves)
+        if None in kinds:
+            fp.residual.append(f"{plan.labels[prog.label]}: {prog.text} (reads values that are not numbers or times)")
+            continue
+        for leaf, kind in zip(prog.leaves, kinds):
+            leaf.kind = kind
+        programs.append(prog)
+    fp.programs = programs  # the read query is built again after this, numbering the kept leaves
     return True
 
 
@@ -138,6 +151,8 @@ def _arrow_types(con, types: dict[str, str]) -> dict[str, pa.DataType]:
 
 def compiled_matcher(plan: Plan, fp: FastPlan, con, lay: Layout, schema: pa.Schema) -> CompiledMatcher:
     index = {n: i for i, n in enumerate(lay.names)}
+    duck = con
+    con = con.cursor()  # the input is streaming on the main connection meanwhile
     compare_cols, nulls = [], []
     nulls_sql = ", ".join(f"CAST(NULL AS {t}) AS {quote_ident(n)}" for n, t in plan.input_columns)
     for k, c in enumerate(fp.compares):
@@ -152,9 +167,23 @@ def compiled_matcher(plan: Plan, fp: FastPlan, con, lay: Layout, schema: pa.Sche
     within = None
     if lay.within is not None:
         within = (lay.within[0], lay.within[1], numeric_kind(schema.field(lay.within[0]).type))
+    leaf_cols, leaf_nulls = [], []
+    for k, leaf in enumerate(leaf for prog in fp.programs for leaf in prog.leaves):
+        leaf_cols.append(index[f"__mr_p{k}"])
+        null = None
+        if leaf.register >= 0:
+            try:
+                value = con.sql(f"SELECT ({leaf.sql}) AS v FROM (SELECT {nulls_sql})").to_arrow_table()
+                values, valid = to_numpy(value.column(0), leaf.kind)
+                null = values[0].item() if valid[0] else None
+            except duckdb.Error:
+                null = None
+        leaf_nulls.append(null)
     row_columns = {name: index[name] for name in fp.row_columns}
     plan.notes += fp.describe(plan.labels)
-    return CompiledMatcher(plan, fp, con, compare_cols, nulls, within, row_columns, index["__mr_rmask"])
+    con.close()
+    return CompiledMatcher(plan, fp, duck, compare_cols, nulls, within, row_columns, index["__mr_rmask"],
+                           leaf_cols, leaf_nulls)
 
 
 def null_row(plan: Plan, con: duckdb.DuckDBPyConnection) -> list:

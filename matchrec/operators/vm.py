@@ -46,12 +46,97 @@ def _compare(op, x, y):
     return x >= y
 
 
+P_LEAF, P_CMP, P_ISNULL, P_NOT, P_AND, P_OR = range(6)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _program(first, last, pcode, pleaf, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull,
+             fnull_ok, pstart, pend):
+    """Run one register program (SQL three-valued logic); True when it yields TRUE."""
+    sval = np.empty(32, np.float64)  # numbers and booleans as floats, or ints below
+    sint = np.empty(32, np.int64)
+    sfloat = np.empty(32, np.bool_)
+    sok = np.empty(32, np.bool_)  # False: NULL
+    top = 0
+    for k in range(first, last):
+        o = pcode[k, 1]
+        if o == P_LEAF:
+            leaf = pcode[k, 2]
+            is_float, mrow, reg, off = pleaf[leaf, 0], pleaf[leaf, 1], pleaf[leaf, 2], pleaf[leaf, 3]
+            pos = row
+            if reg >= 0:
+                pos = regs[t, reg]
+                if pos >= 0:
+                    pos += off
+                    if pos < pstart or pos >= pend:
+                        pos = -1
+            sfloat[top] = is_float == 1
+            if is_float == 1:
+                if pos >= 0:
+                    sok[top] = fvalid[mrow, pos]
+                    sval[top] = fvals[mrow, pos]
+                else:
+                    sok[top] = fnull_ok[mrow]
+                    sval[top] = fnull[mrow]
+            else:
+                if pos >= 0:
+                    sok[top] = ivalid[mrow, pos]
+                    sint[top] = ivals[mrow, pos]
+                else:
+                    sok[top] = inull_ok[mrow]
+                    sint[top] = inull[mrow]
+            top += 1
+        elif o == P_CMP:
+            top -= 1
+            a, b = top - 1, top
+            if sok[a] and sok[b]:
+                if sfloat[a] or sfloat[b]:
+                    x = sval[a] if sfloat[a] else float(sint[a])
+                    y = sval[b] if sfloat[b] else float(sint[b])
+                    r = _compare(pcode[k, 2], x, y)
+                else:
+                    r = _compare(pcode[k, 2], sint[a], sint[b])
+                sint[a] = 1 if r else 0
+            sfloat[a] = False
+            sok[a] = sok[a] and sok[b]
+        elif o == P_ISNULL:
+            sint[top - 1] = 0 if sok[top - 1] else 1
+            sok[top - 1] = True
+            sfloat[top - 1] = False
+        elif o == P_NOT:
+            sint[top - 1] = 1 - sint[top - 1]
+        else:  # AND / OR: a FALSE (TRUE) operand decides, else NULL wins
+            top -= 1
+            a, b = top - 1, top
+            decisive = 0 if o == P_AND else 1
+            if (sok[a] and sint[a] == decisive) or (sok[b] and sint[b] == decisive):
+                sint[a] = decisive
+                sok[a] = True
+            elif sok[a] and sok[b]:
+                sint[a] = 1 - decisive
+            else:
+                sok[a] = False
+    return top == 1 and sok[0] and sint[0] == 1
+
+
 @njit(nogil=True, cache=True, inline="always")
 def _condition(label, row, regs, t, masks, conds, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull,
-               fnull_ok, pstart, pend):
+               fnull_ok, pstart, pend, pcode, pleaf, pfirst):
     """Whether ``label`` may be given to ``row`` by thread ``t`` (registers ``regs[t]``)."""
     if (masks[row] >> label) & 1 == 0:
         return False
+    # register programs of this label: pfirst[label] .. pfirst[label + 1], one after another,
+    # each ending where the next begins (pcode[k, 0] numbers the program)
+    k = pfirst[label]
+    end = pfirst[label + 1]
+    while k < end:
+        j = k
+        while j < end and pcode[j, 0] == pcode[k, 0]:
+            j += 1
+        if not _program(k, j, pcode, pleaf, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull,
+                        fnull_ok, pstart, pend):
+            return False
+        k = j
     for k in range(conds.shape[0]):
         if conds[k, 0] != label:
             continue
@@ -93,7 +178,7 @@ def _condition(label, row, regs, t, masks, conds, ivals, ivalid, fvals, fvalid, 
 
 @njit(nogil=True, cache=True)
 def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, masks, bounds, part_from,
-                   conds, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull, fnull_ok,
+                   conds, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull, fnull_ok, pcode, pleaf, pfirst,
                    has_within, within_float, wkey_i, wend_i, wkey_f, wend_f, wvalid, wend_valid, within_desc,
                    skip_kind, skip_mask, empty_mode, probe, max_threads, max_matches, first_mask,
                    ev_kind, ev_start, ev_len, ev_mn, ev_lab, ev_exc, labels_out, exc_out, possible,
@@ -197,7 +282,8 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, masks, bounds, part_from
                                 elif wkey_i[idx] > wend_i[pos]:
                                     continue
                         if not _condition(label, idx, cur_regs, i, masks, conds, ivals, ivalid, fvals, fvalid,
-                                          inull, inull_ok, fnull, fnull_ok, pstart, pend):
+                                          inull, inull_ok, fnull, fnull_ok, pstart, pend, pcode, pleaf,
+                                          pfirst):
                             continue
                         if n_arena >= arena_cap:
                             return NEED_ARENA, part, ev0, lab0, exc0, 0

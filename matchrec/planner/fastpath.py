@@ -46,6 +46,26 @@ class RegisterCompare:
 
 
 @dataclass
+class RegisterLeaf:
+    """A value a register program reads: DuckDB SQL over input columns, computed for every row
+    and read at the current row (``register`` -1) or at a register's row plus ``offset``."""
+    sql: str
+    register: int
+    offset: int = 0
+    kind: str = "int"  # "int" (also times, booleans) or "float", from the column's type
+
+
+@dataclass
+class RegisterProgram:
+    """A condition mixing the current row and register rows, as a stack program over leaves:
+    ("leaf", i), ("cmp", op), ("isnull",), ("not",), ("and",), ("or",)."""
+    label: int
+    code: list[tuple]
+    leaves: list[RegisterLeaf]
+    text: str = ""
+
+
+@dataclass
 class FastPlan:
     row_sql: list[str | None]  # per label: DuckDB condition of its row conjuncts (None: no row conjunct)
     # ... split by where DuckDB evaluates them: in the read query (no PREV/NEXT), or over chunks
@@ -55,6 +75,7 @@ class FastPlan:
     row_columns: set = field(default_factory=set)  # input columns the chunk conditions read
     registers: list[frozenset[int]] = field(default_factory=list)
     compares: list[RegisterCompare] = field(default_factory=list)
+    programs: list[RegisterProgram] = field(default_factory=list)
     residual: list[str] = field(default_factory=list)  # why the relaxed pattern is needed, per conjunct
 
     @property
@@ -71,6 +92,8 @@ class FastPlan:
             regs = "|".join(labels[i] for i in sorted(self.registers[c.register]))
             lines.append(f"  {labels[c.label]}: compare current {c.current_sql} with {c.other_sql} at last "
                          f"{regs}{f' {c.offset:+d}' if c.offset else ''}")
+        for prog in self.programs:
+            lines.append(f"  {labels[prog.label]}: register program ({len(prog.code)} steps) for {prog.text}")
         for why in self.residual:
             lines.append(f"  residual (reference matcher): {why}")
         return lines
@@ -82,6 +105,25 @@ def _strip(tree: exp.Expression) -> exp.Expression:
     for col in list(copy.find_all(exp.Column)):
         if col.args.get("table") is not None:
             col.set("table", None)
+    return copy
+
+
+def _children(tree: exp.Expression) -> list[exp.Expression]:
+    out = []
+    for child in tree.args.values():
+        for c in (child if isinstance(child, list) else [child]):
+            if isinstance(c, exp.Expression) and not isinstance(c, (exp.DataType, exp.Var, exp.Identifier)):
+                out.append(c)
+    return out
+
+
+def _strip_navigation(tree: exp.Expression) -> exp.Expression:
+    """Copy of ``tree`` with FIRST/LAST/PREV/NEXT calls replaced by their argument."""
+    copy = exp.Paren(this=tree.copy())
+    for node in list(copy.walk()):
+        if isinstance(node, exp.Anonymous) and str(node.this).lower() in (MR_PREFIX + "last", MR_PREFIX + "prev",
+                                                                          MR_PREFIX + "next"):
+            node.replace(node.expressions[0].copy())
     return copy
 
 
@@ -208,8 +250,106 @@ class _Classifier:
                 return o, _strip(a).sql("duckdb"), sql, vs, off
         return None
 
+    # ---------------------------------------------------------------- register programs
+    def context(self, tree: exp.Expression, label: int):
+        """Where a sub-expression reads: "const", "current", ("reg", set, logical, physical),
+        or None when it mixes rows (or reads rows no register holds)."""
+        if isinstance(tree, exp.Paren):
+            return self.context(tree.this, label)
+        if isinstance(tree, (exp.Literal, exp.Boolean, exp.Null)):
+            return "const"
+        if isinstance(tree, exp.Column):
+            if isinstance(tree.this, exp.Star):
+                return None
+            vs = self.var_set(tree.args.get("table"))
+            return "current" if vs is None or label in vs else ("reg", vs, 0, 0)
+        if isinstance(tree, (exp.AggFunc, exp.Window, exp.Subquery, exp.Exists, exp.Query)):
+            return None
+        name = self.mr_name(tree)
+        if name is not None:
+            args = tree.expressions
+            if name in ("last", "prev", "next"):
+                k = 0 if name == "last" else 1
+                if len(args) == 2:
+                    if not (isinstance(args[1], exp.Literal) and not args[1].is_string and args[1].this.isdigit()):
+                        return None
+                    k = int(args[1].this)
+                elif len(args) != 1:
+                    return None
+                if name == "last":
+                    # a register holds the last row of its set before the current row is labelled:
+                    # LAST(V.x) for a set without the current variable, LAST(V.x, 1) for one with it
+                    if self.has_mr_or_agg(args[0]):
+                        return None
+                    sets = {self.var_set(c.args.get("table")) for c in args[0].find_all(exp.Column)}
+                    if len(sets) != 1 or None in sets:
+                        return None
+                    vs = sets.pop()
+                    return ("reg", vs, k, 0) if k == (1 if label in vs else 0) else None
+                inner = self.context(args[0], label)
+                if isinstance(inner, tuple):
+                    return ("reg", inner[1], inner[2], inner[3] + (-k if name == "prev" else k))
+                return None
+            return None
+        contexts = {self.context(c, label) for c in _children(tree)}
+        contexts.discard("const")
+        if None in contexts or len(contexts) > 1:
+            return None
+        return contexts.pop() if contexts else "const"
+
+    def register_program(self, tree: exp.Expression, label: int, registers: list) -> RegisterProgram | None:
+        code: list[tuple] = []
+        leaves: list[RegisterLeaf] = []
+        uses_register = False
+
+        def leaf(node, ctx) -> bool:
+            nonlocal uses_register
+            sql_tree = _strip_navigation(node)
+            if isinstance(ctx, tuple):
+                vs = ctx[1]
+                if vs not in registers:
+                    registers.append(vs)
+                leaves.append(RegisterLeaf(_strip(sql_tree).sql("duckdb"), registers.index(vs), ctx[3]))
+                uses_register = True
+            else:
+                if not self.current_only(sql_tree, label):
+                    return False
+                leaves.append(RegisterLeaf(_strip(sql_tree).sql("duckdb"), -1, 0))
+            code.append(("leaf", len(leaves) - 1))
+            return True
+
+        def emit(node) -> bool:
+            while isinstance(node, exp.Paren):
+                node = node.this
+            ctx = self.context(node, label)
+            if ctx is not None:
+                return leaf(node, ctx)
+            if isinstance(node, (exp.And, exp.Or)):
+                ok = emit(node.this) and emit(node.expression)
+                code.append(("and",) if isinstance(node, exp.And) else ("or",))
+                return ok
+            if isinstance(node, exp.Not):
+                ok = emit(node.this)
+                code.append(("not",))
+                return ok
+            if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
+                ok = emit(node.this)
+                code.append(("isnull",))
+                return ok
+            if type(node) in _COMPARE:
+                ok = emit(node.this) and emit(node.expression)
+                code.append(("cmp", _COMPARE[type(node)]))
+                return ok
+            return False
+
+        before = list(registers)
+        if not emit(tree) or not uses_register:
+            registers[:] = before
+            return None
+        return RegisterProgram(label, code, leaves, tree.sql("duckdb"))
+
     def other_side(self, tree: exp.Expression, label: int):
-        """(SQL, variable set, physical offset) when ``tree`` reads the last row of one other variable set."""
+        """(SQL, variable set, physical offset) when ``tree`` reads the row a register holds."""
         offset = 0
         name = self.mr_name(tree)
         if name in ("prev", "next"):
@@ -223,10 +363,16 @@ class _Classifier:
             offset = -k if name == "prev" else k
             tree = args[0]
             name = self.mr_name(tree)
+        logical = 0
         if name == "last":
-            if len(tree.expressions) != 1:
+            args = tree.expressions
+            if len(args) == 2:
+                if not (isinstance(args[1], exp.Literal) and not args[1].is_string and args[1].this.isdigit()):
+                    return None
+                logical = int(args[1].this)
+            elif len(args) != 1:
                 return None
-            tree = tree.expressions[0]
+            tree = args[0]
         elif name is not None:
             return None
         if self.has_mr_or_agg(tree):
@@ -235,7 +381,11 @@ class _Classifier:
         if len(sets) != 1:
             return None
         vs = sets.pop()
-        if vs is None or label in vs:
+        if vs is None:
+            return None
+        # A register holds the last row of its set before the current row is labelled: that is
+        # LAST(V.x) for a set without the current variable, and LAST(V.x, 1) for one with it.
+        if logical != (1 if label in vs else 0):
             return None
         return _strip(tree).sql("duckdb"), vs, offset
 
@@ -273,6 +423,10 @@ def fast_plan(plan: Plan) -> FastPlan | None:
                 if vs not in registers:
                     registers.append(vs)
                 fp.compares.append(RegisterCompare(label, registers.index(vs), op, cur_sql, other_sql, off))
+                continue
+            prog = cls.register_program(conjunct, label, registers)
+            if prog is not None:
+                fp.programs.append(prog)
                 continue
             fp.residual.append(f"{d.variable}: {conjunct.sql('duckdb')}")
         if in_read:
