@@ -28,8 +28,9 @@ apilevel = "2.0"
 threadsafety = 1
 paramstyle = "qmark"
 
-_SET_RE = re.compile(r"^\s*(SET|RESET)\s+(?:SESSION\s+|GLOBAL\s+|LOCAL\s+)?(matchrec_\w+)\s*(?:(?:=|TO)\s*(.+?))?\s*;?\s*$",
-                     re.I | re.S)
+_SET_RE = re.compile(
+    r"^\s*(SET|RESET)\s+(?:SESSION\s+|GLOBAL\s+|LOCAL\s+)?(matchrec_\w+)\s*(?:(?:=|TO)\s*(.+?))?\s*;?\s*$",
+    re.I | re.S)
 SETTINGS = {f"matchrec_{f.name}": f.name for f in fields(Settings)}
 
 

@@ -289,11 +289,11 @@ class CompiledMatcher:
             status, done, n_ev, n_lab, n_exc, detail = vm.run_partitions(
                 self.op, self.ia, self.ib, self.keyed, self.n_regs, self.reg_sets, arrays["masks"], bounds, part,
                 self.specs, arrays["ivals"], arrays["ivalid"], arrays["fvals"], arrays["fvalid"], inull, inull_ok,
-                fnull, fnull_ok, self.pcode, self.pleaf, self.pfirst, arrays["has_within"], arrays["within_float"], arrays["wkey_i"], arrays["wend_i"],
-                arrays["wkey_f"], arrays["wend_f"], arrays["wvalid"], arrays["wend_valid"], self.within_desc,
-                self.skip_kind, self.skip_mask, self.empty_mode, probe, settings.max_threads,
-                settings.max_matches_per_partition, self.first_mask, *b["ev"], b["labels"], b["exc"], possible, *b["arena"],
-                *b["visits"], *b["threads"])
+                fnull, fnull_ok, self.pcode, self.pleaf, self.pfirst, arrays["has_within"],
+                arrays["within_float"], arrays["wkey_i"], arrays["wend_i"], arrays["wkey_f"], arrays["wend_f"],
+                arrays["wvalid"], arrays["wend_valid"], self.within_desc, self.skip_kind, self.skip_mask,
+                self.empty_mode, probe, settings.max_threads, settings.max_matches_per_partition, self.first_mask,
+                *b["ev"], b["labels"], b["exc"], possible, *b["arena"], *b["visits"], *b["threads"])
             if n_ev or status == vm.OK:
                 out.append(([a[:n_ev].copy() for a in b["ev"]], b["labels"][:n_lab].copy(), b["exc"][:n_exc].copy(),
                             n_ev, n_lab, n_exc, part, done))

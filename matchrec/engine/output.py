@@ -131,7 +131,8 @@ class MeasureComputer:
         ctx = self.ctx
         values = []
         current_part = None
-        cols = [LazyColumn(table.column(colmap[i])) if i in colmap else None for i in range(max(colmap, default=-1) + 1)]
+        width = max(colmap, default=-1) + 1
+        cols = [LazyColumn(table.column(colmap[i])) if i in colmap else None for i in range(width)]
         for j in range(len(rows.match)):
             if rows.unmatched[j]:
                 values.append(None)

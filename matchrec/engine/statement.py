@@ -146,7 +146,8 @@ def to_duckdb(sql: str, dialect: str, origin: Origin, source: str) -> str:
         info = err.errors[0] if err.errors else {}
         lines = sql.split("\n")
         line = max(1, min(info.get("line", 1), len(lines)))
-        offset = sum(len(x) + 1 for x in lines[: line - 1]) + info.get("col", 1) - max(1, len(info.get("highlight", "")))
+        width = max(1, len(info.get("highlight", "")))
+        offset = sum(len(x) + 1 for x in lines[: line - 1]) + info.get("col", 1) - width
         raise positioned(ProgrammingError, f"Syntax error: {info.get('description', 'invalid SQL')}", source,
                          origin.map(max(0, offset))) from None
     except sqlglot.errors.SqlglotError as err:
