@@ -289,7 +289,8 @@ class CompiledMatcher:
             status, done, n_ev, n_lab, n_exc, detail = vm.run_partitions(
                 self.op, self.ia, self.ib, self.keyed, self.n_regs, self.reg_sets, arrays["masks"], bounds, part,
                 self.specs, arrays["ivals"], arrays["ivalid"], arrays["fvals"], arrays["fvalid"], inull, inull_ok,
-                fnull, fnull_ok, self.pcode, self.pleaf, self.pfirst, arrays["has_within"],
+                fnull, fnull_ok, self.pcode if len(self.pcode) else None, self.pleaf, self.pfirst,
+                arrays["has_within"],
                 arrays["within_float"], arrays["wkey_i"], arrays["wend_i"], arrays["wkey_f"], arrays["wend_f"],
                 arrays["wvalid"], arrays["wend_valid"], self.within_desc, self.skip_kind, self.skip_mask,
                 self.empty_mode, probe, settings.max_threads, settings.max_matches_per_partition, self.first_mask,
