@@ -14,6 +14,8 @@ one output stage turns events into rows and evaluates MEASURES.
 """
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -313,6 +315,50 @@ def _to_arrow(values: list, typ: pa.DataType, name: str) -> pa.Array:
         raise DataError(f"Measure {name!r}: value does not fit its type {typ}: {err}") from None
 
 
+def prefetched(reader, depth: int = 2):
+    """The batches of ``reader``, read ahead by a thread so that DuckDB produces the next batch
+    while the caller matches this one (the fetch releases the GIL). At most ``depth`` batches
+    wait; an error in the reader surfaces here, and a caller that stops early stops the thread."""
+    slots: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def pull():
+        try:
+            for batch in reader:
+                while not stop.is_set():
+                    try:
+                        slots.put(batch, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            item = done
+        except BaseException as err:  # noqa: BLE001 - handed to the consumer, which raises it
+            item = err
+        while not stop.is_set():
+            try:
+                slots.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    thread = threading.Thread(target=pull, name="matchrec-read", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = slots.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
 def stream_chunks(reader, key_indexes: list[int], on_chunk: Callable[[pa.Table, np.ndarray], None],
                   max_bytes: int | None = None) -> None:
     """Feed chunks of complete partitions of an ordered batch stream to ``on_chunk``.
@@ -323,7 +369,7 @@ def stream_chunks(reader, key_indexes: list[int], on_chunk: Callable[[pa.Table, 
     """
     pending: list[pa.RecordBatch] = []
     pending_rows = pending_bytes = 0
-    for batch in reader:
+    for batch in prefetched(reader):
         if batch.num_rows == 0:
             continue
         pending.append(batch)

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from matchrec.engine import arrow_eval
 from matchrec.engine.executor import SKIP_ABSENT, SKIP_FIRST, SkipError, _match_limit, _thread_limit
 from matchrec.engine.output import EMPTY, MATCH, UNMATCHED, Matches
 from matchrec.operators import vm
@@ -53,6 +54,16 @@ def to_numpy(column, kind: str) -> tuple[np.ndarray, np.ndarray]:
             arr = arr.cast(pa.int64()) if not pa.types.is_date32(typ) else arr.cast(pa.int32())
         values = pc.fill_null(arr.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
     return np.ascontiguousarray(values), np.ascontiguousarray(valid)
+
+
+def float_order_keys(values: np.ndarray) -> np.ndarray:
+    """int64 keys that order float64 values as DuckDB does: -0.0 equals 0.0, every NaN is one
+    value above +inf. The float's bits, with the magnitude bits of negatives flipped."""
+    v = np.array(values, np.float64, copy=True)
+    v[v == 0] = 0.0
+    v[np.isnan(v)] = np.nan
+    bits = v.view(np.int64)
+    return bits ^ ((bits >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))
 
 
 def first_labels_mask(program) -> int:
@@ -121,6 +132,7 @@ class CompiledMatcher:
         self.n_regs = len(fast.registers)
         self.duck = duck
         self.mask_sql = self._mask_sql(fast)
+        self.arrow_masks = None  # [(label, evaluator)] when Arrow compute can take every chunk condition
         self.row_columns = row_columns  # input column name -> batch column
         self.read_mask_col = read_mask_col  # labels whose read-query conditions hold
         self.compare_cols = compare_cols
@@ -130,17 +142,19 @@ class CompiledMatcher:
         ints, floats = 0, 0
         specs = []
         self.inull, self.inull_ok, self.fnull, self.fnull_ok = [], [], [], []
+        # Floats are compared as their order keys (float_order_keys), so every comparison is an
+        # integer one: the hot loop stays small, and NaN sorts as DuckDB sorts it.
         for c, (_, _, kind), null in zip(fast.compares, compare_cols, compare_nulls):
-            if kind == "float":
-                specs.append((c.label, c.register, c.op, 1, floats, floats + 1, c.offset))
-                self.fnull += [0.0, 0.0 if null is None else float(null)]
-                self.fnull_ok += [False, null is not None]
-                floats += 2
+            specs.append((c.label, c.register, c.op, 0, ints, ints + 1, c.offset))
+            if null is None:
+                null_value = 0
+            elif kind == "float":
+                null_value = int(float_order_keys(np.array([float(null)]))[0])
             else:
-                specs.append((c.label, c.register, c.op, 0, ints, ints + 1, c.offset))
-                self.inull += [0, 0 if null is None else int(null)]
-                self.inull_ok += [False, null is not None]
-                ints += 2
+                null_value = int(null)
+            self.inull += [0, null_value]
+            self.inull_ok += [False, null is not None]
+            ints += 2
         self.specs = np.array(specs, np.int64).reshape(-1, 7)
         # register programs: leaves take the next rows of the value matrices
         self.leaf_cols = []  # (batch column, matrix row, kind)
@@ -200,11 +214,21 @@ class CompiledMatcher:
         read = pc.fill_null(table.column(self.read_mask_col), 0).to_numpy(zero_copy_only=False).astype(np.int64)
         if self.mask_sql is None:
             return np.ascontiguousarray(read)
-        # __mr_i: the chunk's row numbers (also gives a condition without columns its rows)
-        columns = {"__mr_i": pa.array(np.arange(n))}
-        columns.update({name: table.column(i) for name, i in self.row_columns.items()})
+        columns = {name: table.column(i) for name, i in self.row_columns.items()}
         for (name, offset), alias in self.fast.shifts.items():
             columns[alias] = shift_within_partitions(table.column(self.row_columns[name]), offset, bounds)
+        if self.arrow_masks is None:  # decided once, on the first chunk's column types
+            types = {name: col.type for name, col in columns.items()}
+            compiled = [(label, arrow_eval.compile_condition(sql, types))
+                        for label, sql in enumerate(self.fast.chunk_sql) if sql is not None]
+            self.arrow_masks = compiled if all(fn is not None for _, fn in compiled) else []
+        if self.arrow_masks:
+            constant = sum(1 << label for label, sql in enumerate(self.fast.chunk_sql) if sql is None)
+            chunk = arrow_eval.evaluate_masks(self.arrow_masks, columns, n, constant)
+            if chunk is not None:
+                return np.ascontiguousarray(read & chunk)
+        # __mr_i: the chunk's row numbers (also gives a condition without columns its rows)
+        columns = {"__mr_i": pa.array(np.arange(n)), **columns}
         cur = self.duck.cursor()
         try:
             cur.register("__mr_chunk", pa.table(columns))
@@ -229,10 +253,7 @@ class CompiledMatcher:
             lhs = int(spec[4])
             for k, col in ((lhs, cur_col), (lhs + 1, other_col)):
                 values, valid = to_numpy(table.column(col), kind)
-                if kind == "float":
-                    fvals[k], fvalid[k] = values, valid
-                else:
-                    ivals[k], ivalid[k] = values, valid
+                ivals[k], ivalid[k] = (float_order_keys(values) if kind == "float" else values), valid
         for col, mrow, kind in self.leaf_cols:
             values, valid = to_numpy(table.column(col), kind)
             if kind == "float":
@@ -288,7 +309,8 @@ class CompiledMatcher:
             b = buffers
             status, done, n_ev, n_lab, n_exc, detail = vm.run_partitions(
                 self.op, self.ia, self.ib, self.keyed, self.n_regs, self.reg_sets, arrays["masks"], bounds, part,
-                self.specs, arrays["ivals"], arrays["ivalid"], arrays["fvals"], arrays["fvalid"], inull, inull_ok,
+                self.specs if len(self.specs) else None, arrays["ivals"], arrays["ivalid"], arrays["fvals"],
+                arrays["fvalid"], inull, inull_ok,
                 fnull, fnull_ok, self.pcode if len(self.pcode) else None, self.pleaf, self.pfirst,
                 arrays["has_within"],
                 arrays["within_float"], arrays["wkey_i"], arrays["wend_i"], arrays["wkey_f"], arrays["wend_f"],

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from matchrec.engine import arrow_eval
 from matchrec.operators import expr as ir
 from matchrec.operators.kernels import label_extents
 from matchrec.operators.matcher import ListView
@@ -316,8 +317,11 @@ class _Vector:
             if _plain_number(a.type) and _plain_number(b.type) and (pa.types.is_floating(a.type) or
                                                                       pa.types.is_floating(b.type)
                                                                       or node.op in _COMPARE_OPS):
-                # IEEE arithmetic and comparisons of numbers mean the same in Arrow and DuckDB;
-                # integer arithmetic is left to DuckDB (its overflow checks and result types)
+                # float arithmetic means the same in Arrow and DuckDB, comparisons once NaN is
+                # ordered as DuckDB orders it; integer arithmetic is left to DuckDB (its overflow
+                # checks and result types)
+                if node.op in _COMPARE_OPS:
+                    return arrow_eval.duck_compare(node.op, a, b)
                 return _ARROW_OPS[node.op](a, b)
         duck = self.o.duck
         if duck is None:
@@ -344,8 +348,8 @@ class _Vector:
             cur.close()
 
 
-_ARROW_OPS = {"add": pc.add, "sub": pc.subtract, "mul": pc.multiply, "eq": pc.equal, "ne": pc.not_equal,
-              "lt": pc.less, "le": pc.less_equal, "gt": pc.greater, "ge": pc.greater_equal}
+_ARROW_OPS = {"add": pc.add, "sub": pc.subtract, "mul": pc.multiply, "eq": None, "ne": None, "lt": None,
+              "le": None, "gt": None, "ge": None}  # comparisons: arrow_eval.duck_compare
 _COMPARE_OPS = {"eq", "ne", "lt", "le", "gt", "ge"}
 
 

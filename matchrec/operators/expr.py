@@ -292,14 +292,27 @@ def _between(x, lo, hi):
     return None if left is None or right is None else True
 
 
+def _nan_aware(fn):
+    """A comparison with DuckDB's floating-point order: NaN equals NaN and sorts above every
+    other number (IEEE, and so Python, says every comparison with NaN is false)."""
+    def compare(a, b):
+        if a is None or b is None:
+            return None
+        if (type(a) is float and a != a) or (type(b) is float and b != b):
+            a_nan, b_nan = a != a, b != b
+            return fn((a_nan, 0.0 if a_nan else a), (b_nan, 0.0 if b_nan else b))
+        return fn(a, b)
+    return compare
+
+
 _SCALARS: dict[str, Callable] = {
     "not": _strict(lambda a: not a),
-    "eq": _strict(lambda a, b: a == b),
-    "ne": _strict(lambda a, b: a != b),
-    "lt": _strict(lambda a, b: a < b),
-    "le": _strict(lambda a, b: a <= b),
-    "gt": _strict(lambda a, b: a > b),
-    "ge": _strict(lambda a, b: a >= b),
+    "eq": _nan_aware(lambda a, b: a == b),
+    "ne": _nan_aware(lambda a, b: a != b),
+    "lt": _nan_aware(lambda a, b: a < b),
+    "le": _nan_aware(lambda a, b: a <= b),
+    "gt": _nan_aware(lambda a, b: a > b),
+    "ge": _nan_aware(lambda a, b: a >= b),
     "is_null": lambda a: a is None,
     "is_not_null": lambda a: a is not None,
     "distinct": lambda a, b: (a is None) != (b is None) or (a is not None and a != b),
@@ -336,7 +349,13 @@ def _agg_avg(values):
 def _agg_minmax(pick):
     def agg(values):
         values = [v for v in values if v is not None]
-        return pick(values) if values else None
+        if not values:
+            return None
+        numbers = [v for v in values if not (type(v) is float and v != v)]
+        if len(numbers) < len(values):  # NaN is the largest number, as DuckDB orders them
+            return max(values, key=lambda v: type(v) is float and v != v) if pick is max or not numbers \
+                else min(numbers)
+        return pick(values)
     return agg
 
 
