@@ -22,7 +22,9 @@ def main() -> None:
     ap.add_argument("--only", default="crimes")
     ap.add_argument("--data-dir", default="bench/.data")
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--append", default=None, help="also append the lines as a section of this Markdown file")
     args = ap.parse_args()
+    lines = []
     query = QUERIES[args.only]
     path = datasets.ensure(args.data_dir, query.dataset, args.rows)
     con = matchrec.connect(path, read_only=True)
@@ -35,8 +37,17 @@ def main() -> None:
         seconds = time.perf_counter() - started
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         stats = cur.stats[0][1]
-        print(f"{args.only} rows={args.rows:,} run={run + 1} matches={matches:,} seconds={seconds:.2f} "
-              f"peak_mb={peak:,.0f} rows_matched_after_filter={stats.rows_in:,} matcher={stats.matcher}")
+        line = (f"{args.only} rows={args.rows:,} run={run + 1} matches={matches:,} seconds={seconds:.2f} "
+                f"peak_mb={peak:,.0f} rows_matched_after_filter={stats.rows_in:,} matcher={stats.matcher}")
+        print(line, flush=True)
+        lines.append(line)
+    if args.append:
+        import platform
+        with open(args.append, "a") as f:
+            f.write(f"\n## Run: `python -m bench.big_run --rows {args.rows} --only {args.only}`\n\n"
+                    f"- {platform.processor() or platform.machine()}, Python {platform.python_version()}; "
+                    f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; the dataset was generated beforehand "
+                    "(peak memory is the matching process only)\n\n```\n" + "\n".join(lines) + "\n```\n")
 
 
 if __name__ == "__main__":

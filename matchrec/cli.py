@@ -18,6 +18,8 @@ DEFAULT_SUBCOMMAND = "shell"  # what a bare ``matchrec`` or ``matchrec -c SQL`` 
 SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("shell", "matchrec.shell", "interactive SQL shell with MATCH_RECOGNIZE (the default)"),
     ("demo", "matchrec.demo", "build a demo database (stocks, crimes) and run example queries"),
+    ("storage-node", "matchrec.connectors.storage_node", "serve one DuckDB shard to compute nodes over Arrow Flight"),
+    ("load", "matchrec.connectors.loader", "spread a table over storage nodes"),
 ]
 
 

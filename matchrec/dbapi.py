@@ -29,18 +29,33 @@ threadsafety = 1
 paramstyle = "qmark"
 
 _SET_RE = re.compile(
-    r"^\s*(SET|RESET)\s+(?:SESSION\s+|GLOBAL\s+|LOCAL\s+)?(matchrec_\w+)\s*(?:(?:=|TO)\s*(.+?))?\s*;?\s*$",
+    r"^\s*(SET|RESET)\s+(?:SESSION\s+|GLOBAL\s+|LOCAL\s+)?(matchrec_\w+|pull_strategy)\s*(?:(?:=|TO)\s*(.+?))?\s*;?\s*$",
     re.I | re.S)
 SETTINGS = {f"matchrec_{f.name}": f.name for f in fields(Settings)}
+SETTINGS["pull_strategy"] = "pull_strategy"  # the name storage-node users know from the literature
+_CHOICES = {"pull_strategy": ("auto", "pull_all", "push_down", "naive_dfs", "dfs"),
+            "round_trips": ("auto", "always", "never")}
 
 
 def connect(database: str | duckdb.DuckDBPyConnection = ":memory:", dialect: str = "duckdb",
-            read_only: bool = False, config: dict | None = None) -> "Connection":
+            read_only: bool = False, config: dict | None = None, storage_nodes: list[str] | None = None,
+            token: str | None = None, node_timeout: float = 60.0) -> "Connection":
     """Open a matchrec connection on a DuckDB database file, ``:memory:``, or an existing connection.
 
     ``dialect`` is the SQL dialect queries are written in (duckdb, trino, snowflake, oracle, ...).
+    With ``storage_nodes`` (``["grpc://host:port", ...]``) the connection is a compute node: the
+    tables of the nodes can be queried by name, and MATCH_RECOGNIZE reads them with the pull
+    strategy of ``SET pull_strategy`` (default auto: dual filtering where it is proven safe).
     """
     dialect_of(dialect)
+    if storage_nodes is not None:
+        if isinstance(storage_nodes, str):
+            storage_nodes = [u for u in storage_nodes.split(",") if u.strip()]
+        from matchrec.connectors.remote import RemoteStore
+        remote = RemoteStore([u.strip() for u in storage_nodes], token=token, timeout=node_timeout)
+        con = connect(database, dialect, read_only, config)
+        con._attach_remote(remote)
+        return con
     if isinstance(database, duckdb.DuckDBPyConnection):
         return Connection(database, dialect, owned=False)
     if not isinstance(database, str):
@@ -60,6 +75,19 @@ class Connection:
         self._closed = False
         self._active: Cursor | None = None
         self.settings = Settings()
+        self.remote = None  # connectors.remote.RemoteStore when this is a compute node
+        self._materialized: set[str] = set()
+
+    def _attach_remote(self, remote) -> None:
+        self.remote = remote
+        self._placeholders()
+
+    def _placeholders(self) -> None:
+        """Register every storage-node table as an empty relation with its columns (for planning);
+        a statement that reads one replaces it with pulled rows until the next statement."""
+        for name, schema in self.remote.schemas.items():
+            self._duck.register(name, schema.empty_table())
+        self._materialized = set()
 
     # -- PEP 249
     def cursor(self) -> "Cursor":
@@ -91,6 +119,8 @@ class Connection:
             return
         self._release()
         self._closed = True
+        if self.remote is not None:
+            self.remote.close()
         if self._owned:
             self._duck.close()
 
@@ -155,6 +185,7 @@ class Cursor:
         self._prepared: Prepared | None = None
         self._explain_rows: list[tuple] | None = None
         self.stats: list = []  # per MATCH_RECOGNIZE of the last statement: (plan, Stats)
+        self.pull_stats: list = []  # per MATCH_RECOGNIZE read from storage nodes: connectors.remote.PullStats
         self.elapsed = 0.0
 
     # -- PEP 249 attributes
@@ -225,8 +256,13 @@ class Cursor:
         if setting:
             self._set(setting)
             return
+        if con.remote is not None:
+            con.remote.retries = con.settings.node_retries
+            if con._materialized:
+                con._placeholders()
         if not has_match_recognize(sql):
             text = to_duckdb(sql, con.dialect, Origin.identity(len(sql)), sql) if con.dialect != "duckdb" else sql
+            self._materialize(text)
             self._duck_execute(text, params)
             return
         statements = split_statements(sql, con.dialect)
@@ -242,16 +278,23 @@ class Cursor:
         con = self.connection
         if not has_match_recognize(sql):
             text = to_duckdb(sql, con.dialect, Origin.identity(len(sql)), sql)
+            self._materialize(text)
             self._duck_execute(text, params)
             return
-        runner = StatementRunner(con._duck, con.settings, con.dialect)
+        runner = StatementRunner(con._duck, con.settings, con.dialect, con.remote, con._materialized)
         prepared = runner.prepare(sql, params)
         self._registered = list(prepared.registered)
         self.stats = [(run.plan, run.stats) for run in prepared.runs]
+        self.pull_stats = [run.pull for run in prepared.runs if run.pull is not None]
         if prepared.explain is not None:
             self._explain(prepared)
             return
         self._duck_execute(prepared.sql, None, source=sql)
+
+    def _materialize(self, sql: str) -> None:
+        con = self.connection
+        if con.remote is not None:
+            StatementRunner(con._duck, con.settings, con.dialect, con.remote, con._materialized).materialize(sql)
 
     def _duck_execute(self, sql: str, params, source: str | None = None) -> None:
         con = self.connection
@@ -315,7 +358,12 @@ class Cursor:
             setattr(settings, attr, getattr(Settings(), attr))
             return
         raw = (m.group(3) or "").strip().strip("'\"")
-        minimum = 0 if attr in ("fast_path", "prefilter") else 1
+        if attr in _CHOICES:
+            if raw.lower() not in _CHOICES[attr]:
+                raise E.ProgrammingError(f"SET {name} takes one of {', '.join(_CHOICES[attr])}, got {raw!r}")
+            setattr(settings, attr, raw.lower())
+            return
+        minimum = 0 if attr in ("fast_path", "prefilter", "node_retries") else 1
         try:
             value = int(raw.replace("_", ""))
             if value < minimum:

@@ -42,6 +42,7 @@ class ClauseRun:
     registered: str
     view_sql: str
     input_seconds: float = 0.0
+    pull: object = None  # connectors.remote.PullStats when the input came from storage nodes
 
 
 @dataclass
@@ -226,11 +227,40 @@ def _cte_order(tree, cte) -> int:
 
 
 # ------------------------------------------------------------------ running clauses
+def remote_tables_in(sql: str, names) -> set[str]:
+    """Tables of ``names`` that ``sql`` (DuckDB SQL) reads by their bare name."""
+    try:
+        trees = sqlglot.parse(sql, read="duckdb")
+    except sqlglot.errors.SqlglotError:
+        return {n for n in names if n in sql}  # could not tell: assume every mentioned table is read
+    found = set()
+    for tree in trees:
+        if tree is None:
+            continue
+        ctes = {c.alias for c in tree.find_all(exp.CTE)}
+        for t in tree.find_all(exp.Table):
+            if not t.args.get("db") and t.name in names and t.name not in ctes:
+                found.add(t.name)
+    return found
+
+
 class StatementRunner:
-    def __init__(self, con: duckdb.DuckDBPyConnection, settings: Settings, dialect: str):
+    def __init__(self, con: duckdb.DuckDBPyConnection, settings: Settings, dialect: str, remote=None,
+                 materialized: set | None = None):
         self.con = con
         self.settings = settings
         self.dialect = dialect
+        self.remote = remote  # connectors.remote.RemoteStore of a compute node, else None
+        self.materialized = materialized if materialized is not None else set()
+
+    def materialize(self, sql: str) -> None:
+        """Pull whole every storage-node table ``sql`` reads other than as a MATCH_RECOGNIZE input."""
+        if self.remote is None:
+            return
+        from matchrec.connectors.remote import PullStats
+        for name in sorted(remote_tables_in(sql, self.remote.schemas) - self.materialized):
+            self.con.register(name, self.remote.pull_all(name, PullStats()))
+            self.materialized.add(name)
 
     def prepare(self, sql: str, params=None) -> Prepared:
         """Run every MATCH_RECOGNIZE of ``sql`` and return the DuckDB statement that finishes it."""
@@ -260,6 +290,8 @@ class StatementRunner:
             self._run_clause(query, clause, prefixes, done, prepared, tag, dry=(explain == "plain"))
         outer = to_duckdb(query.text, self.dialect, query.origin, source)
         prepared.sql = replace_identifiers(outer, done)
+        if explain != "plain":
+            self.materialize(prepared.sql)
         return prepared
 
     def _run_clause(self, query: SplitQuery, clause: Clause, prefixes, done, prepared: Prepared, tag: str,
@@ -270,6 +302,11 @@ class StatementRunner:
                               source)
         input_sql = prefixes.get(clause.placeholder, "") + input_sql
         input_sql = replace_identifiers(input_sql, done)
+        bare = None
+        if self.remote is not None:
+            bare = self.remote.bare_table(clause.input_text) if not prefixes.get(clause.placeholder) else None
+            if bare is None and not dry:
+                self.materialize(input_sql)
         try:
             columns = describe(self.con, input_sql)
         except duckdb.Error as err:
@@ -288,6 +325,9 @@ class StatementRunner:
         if fp is not None and self.settings.prefilter:
             where, why = row_filter(plan, fp)
             plan.notes.append(f"row filter in DuckDB: {where}  ({why})" if where else f"no row filter: {why}")
+        pull = None
+        if bare is not None:
+            input_sql, pull = self._pull(bare, plan, fp, oracle, prepared, tag, dry)
         read_sql = reading.input_query(plan, input_sql, oracle, fp, reading.needed_columns(plan, fp), where)
         rows_before_filter = None
         if where and prepared.explain == "analyze":  # EXPLAIN ANALYZE reports what the filter dropped
@@ -331,4 +371,48 @@ class StatementRunner:
         select = ", ".join(f"CAST(c{k} AS {col.type}) AS {quote_ident(col.name)}" for k, col in enumerate(plan.output))
         view = f"(SELECT {select} FROM {name})"
         done[clause.placeholder] = view
-        prepared.runs.append(ClauseRun(clause, plan, stats, name, view, input_seconds))
+        if pull is not None:
+            for i, line in enumerate(pull.lines()):
+                stats.extra[f"storage {i}" if i else "storage"] = line
+        prepared.runs.append(ClauseRun(clause, plan, stats, name, view, input_seconds, pull))
+
+    def _pull(self, table: str, plan: Plan, fp, oracle, prepared: Prepared, tag: str, dry: bool):
+        """Read a storage-node table for one clause with the chosen pull strategy; returns the
+        input SQL over the pulled rows and the transfer statistics."""
+        from matchrec.connectors.remote import PullStats
+        from matchrec.planner.intervals import interval_plan
+        settings = self.settings
+        ifp = fast_plan(plan)  # conditions as the planner derived them, whatever matcher runs
+        strategy = settings.pull_strategy
+        ip, why = None, ""
+        if strategy in ("auto", "dfs", "naive_dfs"):
+            ip, why = interval_plan(plan, ifp, oracle)
+        if strategy == "auto":
+            strategy = "dfs" if ip is not None else "push_down"
+            plan.notes.append(f"pull strategy auto -> {strategy}" + (f" ({why})" if ip is None else ""))
+        elif strategy in ("dfs", "naive_dfs") and ip is None:
+            plan.notes.append(f"pull strategy {strategy} cannot filter by time here ({why}): push_down used")
+            strategy = "push_down"
+        if ip is not None:
+            if not settings.prefilter:
+                ip.row_filter = None
+            plan.notes += ip.describe()
+        where = row_filter(plan, ifp)[0] if ifp is not None and settings.prefilter else None
+        n_in = len(plan.input_columns)
+        need = reading.needed_columns(plan, fp) | {i for i, _, _ in plan.order_by}
+        if any(i >= n_in for i in need) or fp is None:
+            need |= set(range(n_in))  # pushed expressions and the reference matcher may read any column
+        else:  # and whatever the read query computes from the input (conditions, compared values)
+            read_sql = reading.input_query(plan, "SELECT 1", oracle, fp, need, where)
+            used = {c.name for c in sqlglot.parse_one(read_sql, read="duckdb").find_all(exp.Column)}
+            need |= {i for i, (n, _) in enumerate(plan.input_columns) if n in used}
+        columns = [plan.input_columns[i][0] for i in range(n_in) if i in need]
+        stats = PullStats(strategy=strategy)
+        if dry:
+            table_data = self.remote.schemas[table].empty_table()
+        else:
+            table_data = self.remote.pull(table, strategy, columns, where, ip, settings.round_trips, stats)
+        name = f"__matchrec_pulled_{tag}_{len(prepared.registered)}"
+        self.con.register(name, table_data)
+        prepared.registered.append(name)
+        return f"SELECT * FROM {name}", stats

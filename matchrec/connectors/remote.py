@@ -1,0 +1,439 @@
+"""The compute node's side of disaggregated storage: storage nodes over Arrow Flight.
+
+``RemoteStore`` knows the nodes, their tables and the link, and reads the input of a
+MATCH_RECOGNIZE with one of the pull strategies:
+
+* ``pull_all``: every row and column of the table;
+* ``push_down``: the needed columns, and only rows some non-gap variable can take when that is
+  proven safe (planner.prefilter);
+* ``dfs``: dual filtering. Variables are taken in order of their candidate counts; each round
+  sends the current time interval set as a shrinking window filter (and window-wise join filters
+  for equality conditions) and gets back the candidates that pass both phases, whose intervals
+  shrink the set. A cost model skips rounds whose expected saving is below their cost. The final
+  pull reads only rows inside the set, with the push-down filter;
+* ``naive_dfs``: the same rounds with exact structures (interval arrays, value sets) instead of
+  the filters - larger payloads, no false positives.
+
+Every request goes to all nodes at once. A node that fails or times out raises
+``OperationalError`` naming it (after ``node_retries`` further attempts: requests are
+stateless); a result is never assembled from some of the nodes.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as fl
+
+from matchrec.errors import OperationalError, ProgrammingError
+from matchrec.operators.intervals import IntervalSet, ShrinkingWindowFilter, WindowJoinFilter
+from matchrec.planner.intervals import IntervalPlan
+
+STRATEGIES = ("auto", "pull_all", "push_down", "naive_dfs", "dfs")
+ROUND_TRIPS = ("auto", "always", "never")
+_IDENT = re.compile(r'^\s*(?:"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_$]*))\s*$')
+
+
+@dataclass
+class NodeTraffic:
+    sent: int = 0
+    received: int = 0
+    calls: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class PullStats:
+    """What one MATCH_RECOGNIZE input cost on the network."""
+    strategy: str = ""
+    round_trips: int = 0
+    events_pulled: int = 0
+    candidates: dict[str, int] = field(default_factory=dict)  # variable -> candidates returned
+    rounds_skipped: list[str] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
+    phase_bytes: dict[str, tuple[int, int]] = field(default_factory=dict)  # phase -> (sent, received)
+    nodes: dict[str, NodeTraffic] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(t.sent for t in self.nodes.values())
+
+    @property
+    def bytes_received(self) -> int:
+        return sum(t.received for t in self.nodes.values())
+
+    def lines(self) -> list[str]:
+        out = [f"pull strategy {self.strategy}: {self.round_trips} round trips, {self.events_pulled} events pulled, "
+               f"{self.bytes_sent} bytes sent, {self.bytes_received} bytes received"]
+        for uri, t in self.nodes.items():
+            out.append(f"  node {uri}: {t.calls} calls, sent {t.sent} B, received {t.received} B, {t.seconds:.3f} s")
+        if self.candidates:
+            out.append("  candidates per round: " + ", ".join(f"{k} {v}" for k, v in self.candidates.items()))
+        for r in self.rounds_skipped:
+            out.append(f"  round skipped: {r}")
+        out.append("  phases: " + ", ".join(f"{k} {v:.3f} s" for k, v in self.phases.items()))
+        if self.phase_bytes:
+            out.append("  bytes sent/received per phase: " + ", ".join(
+                f"{k} {s}/{r}" for k, (s, r) in self.phase_bytes.items()))
+        out += [f"  {n}" for n in self.notes]
+        return out
+
+
+def _blob_table(blobs: list[bytes]) -> pa.Table:
+    return pa.table({"blob": pa.array(blobs, pa.large_binary())})
+
+
+class Node:
+    def __init__(self, uri: str, token: str | None, timeout: float):
+        self.uri = uri
+        self.options = fl.FlightCallOptions(
+            timeout=timeout, headers=[(b"authorization", f"Bearer {token}".encode())] if token else None)
+        try:
+            self.client = fl.connect(uri)
+        except Exception as err:  # noqa: BLE001 - bad URIs surface as several Arrow error types
+            raise OperationalError(f"Cannot connect to storage node {uri}: {err}") from None
+
+    def exchange(self, request: dict, blobs: list[bytes]) -> tuple[pa.Table, int, int]:
+        command = json.dumps(request).encode()
+        descriptor = fl.FlightDescriptor.for_command(command)
+        writer, reader = self.client.do_exchange(descriptor, options=self.options)
+        payload = _blob_table(blobs)
+        writer.begin(payload.schema)
+        if blobs:
+            writer.write_table(payload)
+        writer.done_writing()
+        table = reader.read_all()
+        writer.close()
+        return table, len(command) + sum(len(b) for b in blobs), table.nbytes
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class RemoteStore:
+    def __init__(self, uris: list[str], token: str | None = None, timeout: float = 60.0):
+        if not uris:
+            raise ProgrammingError("storage_nodes needs at least one grpc://host:port address")
+        self.token = token
+        self.timeout = timeout
+        self.nodes = [Node(u, token, timeout) for u in uris]
+        self.pool = ThreadPoolExecutor(max_workers=max(2, len(self.nodes)))
+        self.retries = 0
+        self.schemas: dict[str, pa.Schema] = {}
+        self.bandwidth = None  # bytes/s over all nodes together, probed lazily
+        self.rtt = 0.0
+        self._load_catalog()
+
+    # -- calls to every node
+    def call_all(self, request: dict, blobs: list[bytes] | None = None, stats: PullStats | None = None,
+                 nodes: list[Node] | None = None) -> list[pa.Table]:
+        nodes = self.nodes if nodes is None else nodes
+        started = time.perf_counter()
+        futures = [self.pool.submit(self._call, n, request, blobs or [], stats) for n in nodes]
+        results, first_error = [], None
+        for f in futures:
+            try:
+                results.append(f.result())
+            except OperationalError as err:
+                first_error = first_error or err
+        if first_error is not None:
+            raise first_error
+        elapsed = time.perf_counter() - started
+        if stats is not None:
+            stats.round_trips += 1
+        moved = sum(t.nbytes for t in results) + len(nodes) * sum(len(b) for b in (blobs or []))
+        if moved > 256 * 1024 and elapsed > 0:  # refresh the bandwidth estimate from real transfers
+            observed = moved / elapsed
+            self.bandwidth = observed if self.bandwidth is None else 0.7 * self.bandwidth + 0.3 * observed
+        return results
+
+    def _call(self, node: Node, request: dict, blobs: list[bytes], stats: PullStats | None) -> pa.Table:
+        attempts = 1 + max(0, int(self.retries))
+        for attempt in range(attempts):
+            started = time.perf_counter()
+            try:
+                table, sent, received = node.exchange(request, blobs)
+            except fl.FlightServerError as err:
+                raise OperationalError(f"Storage node {node.uri} refused the request: {_short(err)}") from None
+            except fl.FlightUnauthenticatedError:
+                raise OperationalError(f"Storage node {node.uri} requires a valid token: pass "
+                                       "matchrec.connect(storage_nodes=..., token=...)") from None
+            except (fl.FlightError, pa.ArrowException, OSError) as err:
+                if attempt + 1 < attempts:
+                    continue
+                kind = "timed out" if isinstance(err, fl.FlightTimedOutError) else "failed"
+                raise OperationalError(
+                    f"Storage node {node.uri} {kind} during the query ({_short(err)}); no partial result was used. "
+                    "Check that the node runs, or SET matchrec_node_retries to retry.") from None
+            if stats is not None:
+                t = stats.nodes.setdefault(node.uri, NodeTraffic())
+                t.sent += sent
+                t.received += received
+                t.calls += 1
+                t.seconds += time.perf_counter() - started
+            return table
+        raise AssertionError("unreachable")
+
+    def _load_catalog(self) -> None:
+        for node, table in zip(self.nodes, self.call_all({"op": "tables"})):
+            for name, blob in zip(table.column("name").to_pylist(), table.column("schema").to_pylist()):
+                schema = pa.ipc.read_schema(pa.py_buffer(blob))
+                known = self.schemas.get(name)
+                if known is not None and not known.equals(schema):
+                    raise OperationalError(f"Table {name} has different columns on storage node {node.uri} than on "
+                                           "the others; load it again with matchrec load")
+                self.schemas[name] = schema
+
+    def refresh(self) -> None:
+        self.schemas = {}
+        self._load_catalog()
+
+    def probe(self) -> None:
+        """Measure round-trip time and bandwidth once (1 MiB from every node at once)."""
+        if self.bandwidth is not None:
+            return
+        t0 = time.perf_counter()
+        self.call_all({"op": "probe", "bytes": 0})
+        self.rtt = time.perf_counter() - t0
+        size = 1 << 20
+        t0 = time.perf_counter()
+        self.call_all({"op": "probe", "bytes": size})
+        elapsed = max(time.perf_counter() - t0 - self.rtt, 1e-6)
+        self.bandwidth = size * len(self.nodes) / elapsed
+
+    def close(self) -> None:
+        for n in self.nodes:
+            n.close()
+        self.pool.shutdown(wait=False)
+
+    # -- which tables a statement reads
+    def bare_table(self, input_text: str) -> str | None:
+        m = _IDENT.match(input_text)
+        if not m:
+            return None
+        name = m.group(1).replace('""', '"') if m.group(1) else m.group(2)
+        return name if name in self.schemas else None
+
+    # -- pulling
+    def pull_all(self, table: str, stats: PullStats) -> pa.Table:
+        parts = self.call_all({"op": "pull", "table": table}, stats=stats)
+        return self._concat(table, parts, None)
+
+    def _concat(self, table: str, parts: list[pa.Table], columns: list[str] | None) -> pa.Table:
+        schema = self.schemas[table]
+        n = sum(p.num_rows for p in parts)
+        arrays = []
+        for f in schema:
+            if columns is None or f.name in columns:
+                chunks = [c if c.type == f.type else c.cast(f.type) for p in parts for c in p.column(f.name).chunks]
+                arrays.append(pa.chunked_array(chunks, f.type))
+            else:  # columns the query does not read travel as NULLs that take no bytes
+                arrays.append(pa.chunked_array([pa.nulls(n, f.type)], f.type))
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+    def pull(self, table: str, strategy: str, columns: list[str], row_filter: str | None,
+             ip: IntervalPlan | None, round_trips: str, stats: PullStats) -> pa.Table:
+        stats.strategy = strategy
+        t0 = time.perf_counter()
+        if strategy == "pull_all":
+            out = self.pull_all(table, stats)
+            stats.phases["pull"] = time.perf_counter() - t0
+        elif strategy == "push_down":
+            parts = self.call_all({"op": "pull", "table": table, "columns": columns, "where": row_filter},
+                                  stats=stats)
+            out = self._concat(table, parts, columns)
+            stats.phases["pull"] = time.perf_counter() - t0
+        else:
+            out = self._dual_filter(table, columns, ip, exact=(strategy == "naive_dfs"), round_trips=round_trips,
+                                    stats=stats)
+        stats.events_pulled = out.num_rows
+        return out
+
+    def _dual_filter(self, table: str, columns: list[str], ip: IntervalPlan, exact: bool, round_trips: str,
+                     stats: PullStats) -> pa.Table:
+        base = {"table": table, "key_sql": ip.key_sql, "partition_sql": ip.partition_sql}
+        t0 = time.perf_counter()
+        if round_trips == "auto":
+            self.probe()
+        conds = [v.condition for v in ip.variables] + [ip.row_filter or "TRUE"]
+        parts = self.call_all({"op": "stats", "conditions": conds, "columns": columns, **base}, stats=stats)
+        counts = [sum(int(p.column(f"c{i}")[0].as_py() or 0) for p in parts) for i in range(len(conds))]
+        kmins = [p.column("kmin")[0].as_py() for p in parts if p.column("kmin")[0].as_py() is not None]
+        kmaxs = [p.column("kmax")[0].as_py() for p in parts if p.column("kmax")[0].as_py() is not None]
+        row_bytes = max((p.column("row_bytes")[0].as_py() or 0.0) for p in parts) or 16.0
+        span = (max(kmaxs) - min(kmins) + 1) if kmins else 1
+        partitions = max(int(p.column("parts")[0].as_py() or 1) for p in parts)
+        stats.phases["statistics"] = time.perf_counter() - t0
+        final_rows = counts[-1]
+        order = _round_order(ip, counts)
+        tis: IntervalSet | None = None
+        coverage = 1.0  # expected fraction of the time line still in the TIS
+        sources: dict[tuple, tuple] = {}  # (label, sql, type) -> pk, value hash, slot start, slot end
+        needs_values = {}
+        points: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # candidates: pk, earliest, latest key
+        for v in ip.variables:
+            for j in v.joins:
+                if len(j.sources) == 1:
+                    wanted = needs_values.setdefault(next(iter(j.sources)), [])
+                    if (j.other_sql, j.common_type) not in wanted:
+                        wanted.append((j.other_sql, j.common_type))
+        for i in order:
+            v = ip.variables[i]
+            rate = counts[i] / (span * partitions)
+            own = 1 - math.exp(-rate * (v.before + v.after + 1))  # Poisson: chance a point is near a candidate
+            feeds_join = any(v.label in j.sources for w in ip.variables for j in w.joins)
+            if round_trips == "never" or (round_trips == "auto" and not feeds_join):
+                why = self._skip_round(v.name, counts[i] * coverage, coverage, own, final_rows, row_bytes, tis,
+                                       round_trips)
+                if why:
+                    stats.rounds_skipped.append(why)
+                    continue
+            t1 = time.perf_counter()
+            sent0, received0 = stats.bytes_sent, stats.bytes_received
+            blobs: list[bytes] = []
+            request = {"op": "candidates", "condition": v.condition, **base}
+            if tis is not None:
+                kind, blob = self._tis_payload(tis, ip.window, exact)
+                request["filter"] = {"kind": kind, "blob": 0}
+                blobs.append(blob)
+            joins = []
+            for j in v.joins:
+                src = next(iter(j.sources)) if len(j.sources) == 1 else None
+                if src is None or (src, j.other_sql, j.common_type) not in sources:
+                    continue
+                pk, val, lo, hi = sources[(src, j.other_sql, j.common_type)]
+                if tis is not None:
+                    inside = tis.overlaps(pk, lo, hi)
+                    pk, val, lo, hi = pk[inside], val[inside], lo[inside], hi[inside]
+                # a source is known to a slot: it is stored under the windows of both slot ends
+                pk, val, t = np.r_[pk, pk], np.r_[val, val], np.r_[lo, hi]
+                if exact:
+                    blob = np.concatenate([pk, val, t]).astype(np.int64).tobytes()
+                    joins.append({"value_sql": j.current_sql, "type": j.common_type, "blob": len(blobs),
+                                  "kind": "exact", "window": ip.window})
+                else:
+                    blob = WindowJoinFilter.build(pk, val, t, ip.window).to_bytes()
+                    joins.append({"value_sql": j.current_sql, "type": j.common_type, "blob": len(blobs),
+                                  "kind": "wjf"})
+                blobs.append(blob)
+            request["joins"] = joins
+            mine = needs_values.get(v.label, [])
+            request["values"] = [list(m) for m in mine]
+            # candidates travel as distinct (slot, values): the key to a slot of w/20 is enough
+            quantum = max(1, ip.window // 20)
+            request["quantum"] = quantum
+            parts = self.call_all(request, blobs, stats)
+            n_rows = sum(p.num_rows for p in parts)
+            pk = (np.concatenate([p.column("pk").to_numpy() for p in parts]) if ip.partition_sql and parts
+                  else np.zeros(n_rows, np.int64))
+            stats.candidates[v.name] = n_rows
+            slots = np.concatenate([p.column("s").to_numpy() for p in parts]) if parts else pk
+            lo, hi = slots * quantum, slots * quantum + (quantum - 1)
+            for k, m in enumerate(mine):
+                val = np.concatenate([p.column(f"v{k}").to_numpy().astype(np.int64) for p in parts])
+                sources[(v.label, *m)] = (pk, val, lo, hi)
+            new = IntervalSet.around_slots(pk, slots, quantum, v.before, v.after)
+            points[i] = (pk, lo, hi)
+            tis = new if tis is None else tis.intersect(new)
+            tis = _refine(tis, points, ip)
+            coverage = min(1.0, tis.total_length() / (span * partitions))
+            stats.phase_bytes[f"round {v.name}"] = (stats.bytes_sent - sent0, stats.bytes_received - received0)
+            stats.phases[f"round {v.name}"] = time.perf_counter() - t1
+            if len(tis) == 0:
+                break
+        t2 = time.perf_counter()
+        sent0, received0 = stats.bytes_sent, stats.bytes_received
+        request = {"op": "pull", "columns": columns, "where": ip.row_filter, **base}
+        blobs = []
+        if tis is not None:
+            kind, blob = self._tis_payload(tis, ip.window, exact)
+            request["filter"] = {"kind": kind, "blob": 0}
+            blobs.append(blob)
+            if len(tis):
+                request["range"] = [int(tis.lo.min()), int(tis.hi.max())]
+            else:
+                request["range"] = [1, 0]
+        parts = self.call_all(request, blobs, stats)
+        stats.phases["final pull"] = time.perf_counter() - t2
+        stats.phase_bytes["final pull"] = (stats.bytes_sent - sent0, stats.bytes_received - received0)
+        if tis is not None:
+            stats.notes.append(f"time interval set: {len(tis)} intervals covering {tis.total_length()} of {span} "
+                               f"key units (window {ip.window})")
+        return self._concat(table, parts, columns)
+
+    @staticmethod
+    def _tis_payload(tis: IntervalSet, window: int, exact: bool) -> tuple[str, bytes]:
+        """The TIS as a window filter, or as its exact intervals when those are smaller (few long
+        intervals: a window filter spends a cell on every window they cross)."""
+        intervals = np.concatenate([tis.pk, tis.lo, tis.hi]).astype(np.int64).tobytes()
+        if exact:
+            return "exact", intervals
+        swf = ShrinkingWindowFilter.build(tis, window).to_bytes()
+        return ("swf", swf) if len(swf) < len(intervals) else ("exact", intervals)
+
+    def _skip_round(self, name, expected_candidates, coverage, own, final_rows, row_bytes, tis, mode) -> str | None:
+        """Why one more round for ``name`` would not pay off (Eq. 2-4 in spirit), or None.
+
+        The estimate counts only the time intervals a round removes (Poisson arrivals); a round
+        whose candidates feed a join filter is always made, because its benefit shows only in the
+        variable it filters."""
+        if mode == "never":
+            return f"{name} (round trips off)"
+        bw = self.bandwidth or 1e9
+        filter_bytes = 12 * len(tis) if tis is not None else 0
+        cost = self.rtt + (filter_bytes * len(self.nodes) + expected_candidates * 16) / bw
+        benefit = final_rows * coverage * (1 - own) * row_bytes / bw
+        if benefit <= cost:
+            return (f"{name}: expected saving {benefit * 1000:.2f} ms <= cost {cost * 1000:.2f} ms "
+                    f"(bandwidth {bw / 1e6:.1f} MB/s, round trip {self.rtt * 1000:.1f} ms)")
+        return None
+
+
+def _refine(tis: IntervalSet, points: dict, ip: IntervalPlan, rounds: int = 6) -> IntervalSet:
+    """Shrink the TIS without asking the nodes: candidates of an earlier round that no longer
+    lie in the set cannot be part of a match, so their intervals are dropped and the set is
+    intersected again, until nothing changes."""
+    for _ in range(rounds):
+        before = (len(tis), tis.total_length())
+        for i, (pk, lo, hi) in points.items():
+            v = ip.variables[i]
+            keep = tis.overlaps(pk, lo, hi)
+            tis = tis.intersect(IntervalSet._merged(pk[keep], lo[keep] - v.before, hi[keep] + v.after))
+        if (len(tis), tis.total_length()) == before:
+            break
+    return tis
+
+
+def _round_order(ip: IntervalPlan, counts: list[int]) -> list[int]:
+    """Variables by ascending candidate count, except that the source of a join filter goes
+    before the variable it filters (the filter is built from the source's candidates)."""
+    by_label = {v.label: i for i, v in enumerate(ip.variables)}
+    order: list[int] = []
+
+    def place(i: int, stack: frozenset) -> None:
+        if i in order or i in stack:
+            return
+        for j in ip.variables[i].joins:
+            for src in sorted(j.sources):
+                if src in by_label:
+                    place(by_label[src], stack | {i})
+        order.append(i)
+
+    for i in sorted(range(len(ip.variables)), key=lambda i: counts[i]):
+        place(i, frozenset())
+    return order
+
+
+def _short(err: Exception) -> str:
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return text[:300]

@@ -1,0 +1,398 @@
+"""A storage node: an Arrow Flight server over one DuckDB shard (``matchrec storage-node``).
+
+Row data stays in DuckDB. A compute node asks through ``do_exchange`` calls whose descriptor
+is a JSON request and whose uploaded batch carries binary filter payloads (window filters,
+join filters, exact interval arrays); ``do_put`` loads rows (``matchrec load``). Requests:
+
+* ``tables``: the name and Arrow schema of every table;
+* ``stats``: row count, per-condition counts, key range and bytes per row of a sample;
+* ``probe``: N bytes of filler, to measure the link's bandwidth;
+* ``candidates``: (partition hash, key, value hashes) of rows meeting a condition, checked
+  first against a time filter and then against join filters (two-phase verification);
+* ``pull``: rows (some columns) meeting a condition whose key passes a time filter.
+
+Every request is stateless, so a compute node may retry one on another attempt. SQL fragments
+in a request must each parse as one expression; the shard is opened with external access
+off, so a fragment can read only the shard. A token, when set, is required on every call.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import sys
+import threading
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.flight as fl
+import sqlglot
+from sqlglot import exp
+
+from matchrec.operators.intervals import FilterPayloadError, IntervalSet, ShrinkingWindowFilter, WindowJoinFilter
+
+DEFAULT_MAX_PAYLOAD_MB = 256
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class RequestError(ValueError):
+    """A request the node refuses; the message goes back to the caller."""
+
+
+def check_fragment(sql: str) -> str:
+    """``sql`` if it is a single scalar expression that reads no other relation."""
+    if not isinstance(sql, str) or len(sql) > 100_000:
+        raise RequestError("SQL fragment must be a string of at most 100000 characters")
+    try:
+        trees = sqlglot.parse(f"SELECT {sql}", read="duckdb")
+    except sqlglot.errors.SqlglotError as err:
+        raise RequestError(f"SQL fragment does not parse: {str(err)[:200]}") from None
+    if len(trees) != 1 or not isinstance(trees[0], exp.Select) or trees[0].args.get("from_") is not None:
+        raise RequestError("SQL fragment must be one expression")
+    tree = trees[0]
+    if len(tree.expressions) != 1 or any(isinstance(n, (exp.Select, exp.Subquery, exp.Table, exp.Command))
+                                         for n in tree.expressions[0].walk()):
+        raise RequestError("SQL fragment must be one expression without subqueries")
+    return sql
+
+
+def value_hash(sql: str, typ: str) -> str:
+    """SQL of a 31-bit hash of a value: what join filters store and probe (the same on every node)."""
+    return f"CAST(hash(CAST(({sql}) AS {typ})) >> 33 AS INTEGER)"
+
+
+def check_type(name: str) -> str:
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_ ,()\[\]]{0,200}", name):
+        raise RequestError("bad type name")
+    return name
+
+
+class TokenMiddlewareFactory(fl.ServerMiddlewareFactory):
+    def __init__(self, token: str):
+        self.token = token
+
+    def start_call(self, info, headers):
+        values = headers.get("authorization", [])
+        if f"Bearer {self.token}" not in [v.decode() if isinstance(v, bytes) else v for v in values]:
+            raise fl.FlightUnauthenticatedError("this storage node requires a valid token")
+        return None
+
+
+class StorageNode(fl.FlightServerBase):
+    def __init__(self, db: str, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+                 max_payload_mb: int = DEFAULT_MAX_PAYLOAD_MB):
+        middleware = {"auth": TokenMiddlewareFactory(token)} if token else None
+        super().__init__(f"grpc://{host}:{port}", middleware=middleware)
+        self.db = db
+        self.con = duckdb.connect(db)
+        self.con.execute("SET enable_external_access = false")
+        self.con.execute("SET lock_configuration = true")
+        self.max_payload = max_payload_mb * 1024 * 1024
+        self.lock = threading.Lock()  # DDL of loads against concurrent readers
+
+    def close(self) -> None:
+        """Stop serving and close the shard."""
+        self.shutdown()
+        self.con.close()
+
+    # -- helpers
+    def _cursor(self):
+        return self.con.cursor()
+
+    def _table(self, name) -> str:
+        if not isinstance(name, str):
+            raise RequestError("table name must be a string")
+        rows = self.con.cursor().execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'", [name]).fetchone()
+        if not rows[0]:
+            raise RequestError(f"no table {name} on this node")
+        return quote(name)
+
+    @staticmethod
+    def _request(descriptor) -> dict:
+        try:
+            req = json.loads(descriptor.command.decode())
+        except (ValueError, UnicodeDecodeError):
+            raise RequestError("request is not JSON") from None
+        if not isinstance(req, dict) or not isinstance(req.get("op"), str):
+            raise RequestError("request needs an op")
+        return req
+
+    def _blobs(self, reader) -> list[bytes]:
+        blobs, total = [], 0
+        try:
+            for chunk in reader:
+                batch = chunk.data
+                if batch is None:
+                    continue
+                if batch.schema.names != ["blob"] or not pa.types.is_large_binary(batch.schema.field(0).type):
+                    raise RequestError("payload must be one large_binary column named blob")
+                for value in batch.column(0).to_pylist():
+                    total += len(value or b"")
+                    if total > self.max_payload:
+                        raise RequestError(f"payload exceeds the node's limit of {self.max_payload} bytes")
+                    blobs.append(value or b"")
+        except pa.ArrowInvalid as err:
+            raise RequestError(f"payload is not a valid Arrow stream: {err}") from None
+        return blobs
+
+    # -- Flight
+    def list_flights(self, context, criteria):
+        return iter(())
+
+    def do_action(self, context, action):
+        if action.type == "ping":
+            yield fl.Result(b"pong")
+        else:
+            raise fl.FlightServerError(f"unknown action {action.type}")
+
+    def do_exchange(self, context, descriptor, reader, writer):
+        try:
+            req = self._request(descriptor)
+            blobs = self._blobs(reader)
+            table = self._answer(req, blobs)
+        except (RequestError, FilterPayloadError) as err:
+            raise fl.FlightServerError(f"bad request: {err}") from None
+        except duckdb.Error as err:
+            raise fl.FlightServerError(f"the node could not run the request: {str(err).splitlines()[0]}") from None
+        except (ValueError, TypeError, KeyError, IndexError, pa.ArrowException) as err:
+            raise fl.FlightServerError(f"bad request: {type(err).__name__}: {str(err)[:200]}") from None
+        writer.begin(table.schema)
+        writer.write_table(table)
+
+    def do_put(self, context, descriptor, reader, writer):
+        try:
+            req = self._request(descriptor)
+            if req["op"] != "load" or not isinstance(req.get("table"), str) or not req["table"]:
+                raise RequestError("do_put takes {op: load, table: name}")
+            data = reader.read_all()
+        except RequestError as err:
+            raise fl.FlightServerError(f"bad request: {err}") from None
+        cur = self._cursor()
+        name = quote(req["table"])
+        with self.lock:
+            cur.register("__mr_load", data)
+            exists = cur.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'",
+                                 [req["table"]]).fetchone()[0]
+            if req.get("replace") or not exists:
+                cur.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM __mr_load")
+            else:
+                cur.execute(f"INSERT INTO {name} SELECT * FROM __mr_load")
+            cur.unregister("__mr_load")
+            self.con.execute("CHECKPOINT")
+
+    # -- requests
+    def _answer(self, req: dict, blobs: list[bytes]) -> pa.Table:
+        op = req["op"]
+        if op == "tables":
+            return self._tables()
+        if op == "probe":
+            n = int(req.get("bytes", 0))
+            if not 0 <= n <= self.max_payload:
+                raise RequestError("probe size out of range")
+            return pa.table({"blob": pa.array([b"\0" * n], pa.large_binary())})
+        if op == "stats":
+            return self._stats(req)
+        if op == "candidates":
+            return self._candidates(req, blobs)
+        if op == "pull":
+            return self._pull(req, blobs)
+        raise RequestError(f"unknown op {op}")
+
+    def _tables(self) -> pa.Table:
+        cur = self._cursor()
+        names = [r[0] for r in cur.sql(
+            "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' ORDER BY table_name").fetchall()]
+        schemas = []
+        for n in names:
+            schema = cur.sql(f"SELECT * FROM {quote(n)} LIMIT 0").to_arrow_table().schema
+            schemas.append(schema.serialize().to_pybytes())
+        return pa.table({"name": pa.array(names, pa.string()), "schema": pa.array(schemas, pa.large_binary())})
+
+    def _stats(self, req: dict) -> pa.Table:
+        table = self._table(req.get("table"))
+        conds = [check_fragment(c) for c in req.get("conditions", [])]
+        pk, key = self._select_keys(req)
+        cols = [quote(c) for c in req.get("columns", [])] or ["*"]
+        cur = self._cursor()
+        counts = ", ".join([f"count(*) FILTER (WHERE {c}) AS c{i}" for i, c in enumerate(conds)] + ["count(*) AS n"])
+        row = cur.sql(f"SELECT {counts}, approx_count_distinct({pk}) AS parts, min({key}) AS kmin, "
+                          f"max({key}) AS kmax FROM {table}").fetchall()[0]
+        sample = cur.sql(f"SELECT {', '.join(cols)} FROM {table} USING SAMPLE 5000 ROWS").to_arrow_table()
+        per_row = sample.nbytes / sample.num_rows if sample.num_rows else 0.0
+        out = {f"c{i}": [row[i]] for i in range(len(conds))}
+        out.update({"n": [row[len(conds)]], "parts": [row[len(conds) + 1]], "kmin": [row[-2]], "kmax": [row[-1]],
+                    "row_bytes": [float(per_row)]})
+        return pa.table(out)
+
+    def _time_filter(self, spec, blobs):
+        """A callable (pk, t) -> keep mask from a request's filter spec, or None."""
+        if not spec:
+            return None
+        kind, idx = spec.get("kind"), spec.get("blob")
+        if not isinstance(idx, int) or not 0 <= idx < len(blobs):
+            raise RequestError("filter names a missing payload")
+        if kind == "swf":
+            f = ShrinkingWindowFilter.from_bytes(blobs[idx], self.max_payload)
+            return f.contains
+        if kind == "exact":
+            arr = np.frombuffer(blobs[idx], np.int64) if len(blobs[idx]) % 24 == 0 else None
+            if arr is None:
+                raise FilterPayloadError("exact interval payload has the wrong length")
+            pk, lo, hi = arr.reshape(3, -1)
+            return IntervalSet(pk.copy(), lo.copy(), hi.copy()).contains
+        raise RequestError(f"unknown filter kind {kind}")
+
+    def _select_keys(self, req) -> tuple[str, str]:
+        key = check_fragment(req["key_sql"])
+        parts = [check_fragment(p) for p in req.get("partition_sql", [])]
+        pk = f"CAST(hash({', '.join(parts)}) >> 1 AS BIGINT)" if parts else "CAST(0 AS BIGINT)"
+        return pk, key
+
+    def _candidates(self, req: dict, blobs) -> pa.Table:
+        table = self._table(req.get("table"))
+        cond = check_fragment(req["condition"])
+        pk, key = self._select_keys(req)
+        values = []
+        for v in req.get("values", []):
+            sql, typ = check_fragment(v[0]), check_type(v[1])
+            values.append(value_hash(sql, typ))
+        joins = req.get("joins", [])
+        for j in joins:
+            sql, typ = check_fragment(j["value_sql"]), check_type(j["type"])
+            j["_col"] = value_hash(sql, typ)
+            cond = f"({cond}) AND ({sql}) IS NOT NULL"  # NULL never equals: such rows cannot match
+        select = [f"{pk} AS pk", f"{key} AS t"] + [f"{v} AS v{i}" for i, v in enumerate(values)]
+        select += [f"{j['_col']} AS j{i}" for i, j in enumerate(joins)]
+        rows = self._cursor().sql(
+            f"SELECT {', '.join(select)} FROM {table} WHERE ({cond}) AND {key} IS NOT NULL").to_arrow_table()
+        keep = np.ones(rows.num_rows, bool)
+        pks = rows.column("pk").to_numpy()
+        ts = rows.column("t").to_numpy()
+        tf = self._time_filter(req.get("filter"), blobs)
+        if tf is not None:  # phase one: the key lies in the current time interval set
+            keep &= tf(pks, ts)
+        for i, j in enumerate(joins):  # phase two: an equal value in this window or the one before
+            idx = np.flatnonzero(keep)
+            if not len(idx):
+                break
+            vals = rows.column(f"j{i}").to_numpy()[idx]
+            keep[idx] &= self._join_filter(j, blobs)(pks[idx], vals, ts[idx])
+        rows = rows.filter(pa.array(keep))
+        names = (["pk"] if req.get("partition_sql") else []) + [f"v{i}" for i in range(len(values))]
+        quantum = req.get("quantum")
+        if isinstance(quantum, int) and quantum >= 1:
+            # one row per slot of the key (each slot quantum long) and distinct values
+            slot = pa.array(np.floor_divide(rows.column("t").to_numpy(), quantum))
+            out = rows.select(names).append_column("s", slot)
+            return out.group_by(out.column_names, use_threads=False).aggregate([])
+        return rows.select(names + ["t"])
+
+    def _join_filter(self, spec, blobs):
+        idx = spec.get("blob")
+        if not isinstance(idx, int) or not 0 <= idx < len(blobs):
+            raise RequestError("join filter names a missing payload")
+        if spec.get("kind") == "wjf":
+            return WindowJoinFilter.from_bytes(blobs[idx], self.max_payload).may_follow
+        if spec.get("kind") == "exact":
+            data = blobs[idx]
+            window = spec.get("window")
+            if len(data) % 24 or not isinstance(window, int) or window <= 0:
+                raise FilterPayloadError("exact join payload is malformed")
+            pk, val, t = np.frombuffer(data, np.int64).reshape(3, -1)
+            return _ExactJoin(pk, val, t, window).may_follow
+        raise RequestError("unknown join filter kind")
+
+    def _pull(self, req: dict, blobs) -> pa.Table:
+        table = self._table(req.get("table"))
+        columns = req.get("columns")
+        where = check_fragment(req["where"]) if req.get("where") else "TRUE"
+        tf = self._time_filter(req.get("filter"), blobs)
+        cur = self._cursor()
+        cols = ", ".join(quote(c) for c in columns) if columns else "*"
+        if tf is None:
+            return _compact(cur.sql(f"SELECT {cols} FROM {table} WHERE {where}").to_arrow_table())
+        pk, key = self._select_keys(req)
+        bounds = req.get("range")
+        if bounds:  # the TIS's hull as a range DuckDB's scan can use (zone maps)
+            lo, hi = int(bounds[0]), int(bounds[1])
+            where = f"({where}) AND ({key} IS NULL OR {key} BETWEEN {lo} AND {hi})"
+        rows = cur.sql(f"SELECT {cols}, {pk} AS __mr_pk, {key} AS __mr_t FROM {table} WHERE {where}"
+                           ).to_arrow_table()
+        t = rows.column("__mr_t")
+        keep = np.ones(rows.num_rows, bool)  # rows without a key are kept: the engine decides on them
+        valid = np.asarray(t.is_valid())
+        if valid.any():
+            keep[valid] = tf(rows.column("__mr_pk").to_numpy()[valid],
+                             t.filter(pa.array(valid)).to_numpy())
+        return _compact(rows.filter(pa.array(keep)).drop_columns(["__mr_pk", "__mr_t"]))
+
+
+def _compact(table: pa.Table) -> pa.Table:
+    """Strings with few distinct values travel dictionary-encoded (the compute node decodes)."""
+    cols = []
+    for col in table.columns:
+        if (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)) and table.num_rows > 64:
+            encoded = pc.dictionary_encode(col)
+            if len(encoded.chunk(0).dictionary) * 4 < table.num_rows if encoded.num_chunks else False:
+                col = encoded
+        cols.append(col)
+    return pa.Table.from_arrays(cols, names=table.column_names)
+
+
+class _ExactJoin:
+    """The exact structure behind a window-wise join filter: a set of (pk, value, window)."""
+
+    def __init__(self, pk, val, t, window):
+        self.window = window
+        wid = np.floor_divide(t, window)
+        self.keys = np.unique(np.stack([pk, val, wid], axis=1), axis=0) if len(t) else np.zeros((0, 3), np.int64)
+
+    def _has(self, pk, val, wid):
+        q = np.stack([pk, val, wid], axis=1)
+        if not len(self.keys):
+            return np.zeros(len(q), bool)
+        view = np.ascontiguousarray(self.keys).view([("a", np.int64), ("b", np.int64), ("c", np.int64)]).ravel()
+        qv = np.ascontiguousarray(q).view(view.dtype).ravel()
+        return np.isin(qv, view)
+
+    def may_follow(self, pk, val, t):
+        wid = np.floor_divide(t, self.window)
+        return self._has(pk, val, wid) | self._has(pk, val, wid - 1)
+
+
+# -- command line
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", required=True, help="DuckDB file holding this node's shard (created if missing)")
+    parser.add_argument("--port", type=int, required=True, help="port to listen on (0: any free port)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--token", default=None, help="require this token from clients")
+    parser.add_argument("--max-payload-mb", type=int, default=DEFAULT_MAX_PAYLOAD_MB,
+                        help="largest filter payload accepted per request")
+
+
+def run(args) -> int:
+    try:
+        node = StorageNode(args.db, args.host, args.port, args.token, args.max_payload_mb)
+    except duckdb.Error as err:
+        print(f"Error: cannot open {args.db}: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 1
+    except (OSError, fl.FlightError, pa.ArrowException) as err:
+        print(f"Error: cannot listen on {args.host}:{args.port}: {err}", file=sys.stderr)
+        return 1
+    print(f"matchrec storage node serving {args.db} on grpc://{args.host}:{node.port}", flush=True)
+
+    def stop(*_):
+        threading.Thread(target=node.shutdown, daemon=True).start()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    node.serve()
+    node.con.close()
+    return 0
