@@ -3,8 +3,9 @@
     python -m bench.storage [--rows 10000000] [--rate-mbit 100] [--only crimes,bikes,...]
 
 The three nodes are separate ``matchrec storage-node`` processes inside a network namespace,
-reached over a veth pair whose both ends are shaped with ``tc ... netem rate`` (needs root and
-iproute2; without them the run says so and uses plain loopback). Each dataset is generated
+reached over a veth pair whose both ends are shaped with ``tc ... netem rate``, or with a token
+bucket (``tbf rate``) where the kernel has no netem (needs root and iproute2; without them the
+run says so and uses plain loopback). Each dataset is generated
 (bench.datasets), spread over the nodes with ``matchrec load`` (random partitioning, like the
 paper's), then every pull strategy runs the dataset's query from this process as the compute
 node. For every strategy the table shows bytes each way, events pulled, round trips and
@@ -37,7 +38,7 @@ STORAGE_QUERIES = {
     "crimes": ("crimes", QUERIES["crimes"].matchrec),
     "bikes": ("bikes", """
 SELECT * FROM bikes MATCH_RECOGNIZE (
-  ORDER BY start_ts
+  ORDER BY start_ts, trip_id
   MEASURES A.trip_id AS a, B.trip_id AS b, C.trip_id AS c
   ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
   PATTERN (A {- N* -} B {- N* -} C) WITHIN INTERVAL '2' HOUR
@@ -45,7 +46,7 @@ SELECT * FROM bikes MATCH_RECOGNIZE (
          C AS end_station <= 3 AND C.bike_id = B.bike_id, N AS true)"""),
     "cluster": ("cluster", """
 SELECT * FROM cluster MATCH_RECOGNIZE (
-  ORDER BY ts
+  ORDER BY ts, job_id
   MEASURES S.job_id AS job, S.ts AS submitted, F.ts AS failed
   ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
   PATTERN (S {- N* -} C {- N* -} F) WITHIN INTERVAL '2' MINUTE
@@ -53,6 +54,8 @@ SELECT * FROM cluster MATCH_RECOGNIZE (
          F AS event_type = 'FAIL' AND F.job_id = C.job_id, N AS true)"""),
     "synthetic": ("synthetic", QUERIES["synthetic_seq"].matchrec),
 }
+# Ties in the first ORDER BY key would make the match order (and so the result) depend on how
+# the rows happen to be stored; the queries break them with a unique column.
 STRATEGIES = [("pull_all", "auto"), ("push_down", "auto"), ("naive_dfs", "auto"), ("dfs", "auto"),
               ("dfs", "always"), ("dfs", "never")]
 
@@ -61,9 +64,11 @@ def run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, check=check)
 
 
-def setup_link(rate_mbit: int) -> bool:
+def setup_link(rate_mbit: int) -> str | None:
+    """The qdisc shaping both ends of a veth pair into the nodes' namespace, or None (loopback)."""
     if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
-        return False
+        print("  shaping a link needs root and iproute2; using loopback", file=sys.stderr)
+        return None
     teardown_link()
     try:
         run(["ip", "netns", "add", NS])
@@ -74,14 +79,22 @@ def setup_link(rate_mbit: int) -> bool:
         run(["ip", "netns", "exec", NS, "ip", "addr", "add", f"{NODE_IP}/24", "dev", NODE_IF])
         run(["ip", "netns", "exec", NS, "ip", "link", "set", NODE_IF, "up"])
         run(["ip", "netns", "exec", NS, "ip", "link", "set", "lo", "up"])
-        run(["tc", "qdisc", "add", "dev", HOST_IF, "root", "netem", "rate", f"{rate_mbit}mbit"])
-        run(["ip", "netns", "exec", NS, "tc", "qdisc", "add", "dev", NODE_IF, "root", "netem", "rate",
-             f"{rate_mbit}mbit"])
     except subprocess.CalledProcessError as err:
-        print(f"  could not build the shaped link ({err.stderr.strip()}); using loopback", file=sys.stderr)
+        print(f"  could not build the veth link ({err.stderr.strip()}); using loopback", file=sys.stderr)
         teardown_link()
-        return False
-    return True
+        return None
+    # netem where the kernel has it; otherwise a token bucket (tbf), which limits the rate the same way
+    for qdisc in (["netem", "rate", f"{rate_mbit}mbit"],
+                  ["tbf", "rate", f"{rate_mbit}mbit", "burst", "128kb", "latency", "50ms"]):
+        host = run(["tc", "qdisc", "add", "dev", HOST_IF, "root", *qdisc], check=False)
+        node = run(["ip", "netns", "exec", NS, "tc", "qdisc", "add", "dev", NODE_IF, "root", *qdisc], check=False)
+        if host.returncode == 0 and node.returncode == 0:
+            return " ".join(qdisc)
+        run(["tc", "qdisc", "del", "dev", HOST_IF, "root"], check=False)
+        run(["ip", "netns", "exec", NS, "tc", "qdisc", "del", "dev", NODE_IF, "root"], check=False)
+    print("  no rate-limiting qdisc works here; using loopback", file=sys.stderr)
+    teardown_link()
+    return None
 
 
 def teardown_link() -> None:
@@ -169,8 +182,8 @@ def main() -> None:
     args = ap.parse_args()
     started = time.time()
     shaped = setup_link(args.rate_mbit)
-    link = (f"veth pair into a network namespace, both ends `tc qdisc netem rate {args.rate_mbit}mbit`" if shaped
-            else "loopback without a rate limit (no root or iproute2 here)")
+    link = (f"veth pair into a network namespace, both ends shaped with `tc qdisc add ... {shaped}`" if shaped
+            else "loopback without a rate limit")
     print(f"link: {link}")
     procs, uris = start_nodes(args.data_dir, shaped)
     lines = [f"\n## Storage nodes: `python -m bench.storage --rows {args.rows}`\n",

@@ -287,17 +287,26 @@ class RemoteStore:
                     wanted = needs_values.setdefault(next(iter(j.sources)), [])
                     if (j.other_sql, j.common_type) not in wanted:
                         wanted.append((j.other_sql, j.common_type))
-        for i in order:
+        joined: dict[int, int] = {}  # variable -> join filters its last round used
+        # Ascending candidate counts; then a second round for each variable whose join sources
+        # arrived after its first round (its candidates can now be checked against them).
+        plan_rounds = [(i, False) for i in order] + [(i, True) for i in order if ip.variables[i].joins]
+        for i, again in plan_rounds:
             v = ip.variables[i]
+            usable = [j for j in v.joins if len(j.sources) == 1
+                      and (next(iter(j.sources)), j.other_sql, j.common_type) in sources]
+            if again and (i not in points or len(usable) <= joined.get(i, 0)):
+                continue
             rate = counts[i] / (span * partitions)
             own = 1 - math.exp(-rate * (v.before + v.after + 1))  # Poisson: chance a point is near a candidate
             feeds_join = any(v.label in j.sources for w in ip.variables for j in w.joins)
-            if round_trips == "never" or (round_trips == "auto" and not feeds_join):
+            if round_trips == "never" or (round_trips == "auto" and not feeds_join and not usable):
                 why = self._skip_round(v.name, counts[i] * coverage, coverage, own, final_rows, row_bytes, tis,
                                        round_trips)
                 if why:
                     stats.rounds_skipped.append(why)
                     continue
+            name = f"{v.name}{' (joins)' if again else ''}"
             t1 = time.perf_counter()
             sent0, received0 = stats.bytes_sent, stats.bytes_received
             blobs: list[bytes] = []
@@ -307,11 +316,8 @@ class RemoteStore:
                 request["filter"] = {"kind": kind, "blob": 0}
                 blobs.append(blob)
             joins = []
-            for j in v.joins:
-                src = next(iter(j.sources)) if len(j.sources) == 1 else None
-                if src is None or (src, j.other_sql, j.common_type) not in sources:
-                    continue
-                pk, val, lo, hi = sources[(src, j.other_sql, j.common_type)]
+            for j in usable:
+                pk, val, lo, hi = sources[(next(iter(j.sources)), j.other_sql, j.common_type)]
                 if tis is not None:
                     inside = tis.overlaps(pk, lo, hi)
                     pk, val, lo, hi = pk[inside], val[inside], lo[inside], hi[inside]
@@ -326,6 +332,7 @@ class RemoteStore:
                     joins.append({"value_sql": j.current_sql, "type": j.common_type, "blob": len(blobs),
                                   "kind": "wjf"})
                 blobs.append(blob)
+            joined[i] = len(usable)
             request["joins"] = joins
             mine = needs_values.get(v.label, [])
             request["values"] = [list(m) for m in mine]
@@ -336,7 +343,7 @@ class RemoteStore:
             n_rows = sum(p.num_rows for p in parts)
             pk = (np.concatenate([p.column("pk").to_numpy() for p in parts]) if ip.partition_sql and parts
                   else np.zeros(n_rows, np.int64))
-            stats.candidates[v.name] = n_rows
+            stats.candidates[name] = n_rows
             slots = np.concatenate([p.column("s").to_numpy() for p in parts]) if parts else pk
             lo, hi = slots * quantum, slots * quantum + (quantum - 1)
             for k, m in enumerate(mine):
@@ -347,8 +354,8 @@ class RemoteStore:
             tis = new if tis is None else tis.intersect(new)
             tis = _refine(tis, points, ip)
             coverage = min(1.0, tis.total_length() / (span * partitions))
-            stats.phase_bytes[f"round {v.name}"] = (stats.bytes_sent - sent0, stats.bytes_received - received0)
-            stats.phases[f"round {v.name}"] = time.perf_counter() - t1
+            stats.phase_bytes[f"round {name}"] = (stats.bytes_sent - sent0, stats.bytes_received - received0)
+            stats.phases[f"round {name}"] = time.perf_counter() - t1
             if len(tis) == 0:
                 break
         t2 = time.perf_counter()
@@ -399,7 +406,7 @@ class RemoteStore:
         return None
 
 
-def _refine(tis: IntervalSet, points: dict, ip: IntervalPlan, rounds: int = 6) -> IntervalSet:
+def _refine(tis: IntervalSet, points: dict, ip: IntervalPlan, rounds: int = 3) -> IntervalSet:
     """Shrink the TIS without asking the nodes: candidates of an earlier round that no longer
     lie in the set cannot be part of a match, so their intervals are dropped and the set is
     intersected again, until nothing changes."""
@@ -415,23 +422,9 @@ def _refine(tis: IntervalSet, points: dict, ip: IntervalPlan, rounds: int = 6) -
 
 
 def _round_order(ip: IntervalPlan, counts: list[int]) -> list[int]:
-    """Variables by ascending candidate count, except that the source of a join filter goes
-    before the variable it filters (the filter is built from the source's candidates)."""
-    by_label = {v.label: i for i, v in enumerate(ip.variables)}
-    order: list[int] = []
-
-    def place(i: int, stack: frozenset) -> None:
-        if i in order or i in stack:
-            return
-        for j in ip.variables[i].joins:
-            for src in sorted(j.sources):
-                if src in by_label:
-                    place(by_label[src], stack | {i})
-        order.append(i)
-
-    for i in sorted(range(len(ip.variables)), key=lambda i: counts[i]):
-        place(i, frozenset())
-    return order
+    """Variables by ascending candidate count: the rarest shrinks the set first and every later
+    round only ships candidates inside it."""
+    return sorted(range(len(ip.variables)), key=lambda i: counts[i])
 
 
 def _short(err: Exception) -> str:

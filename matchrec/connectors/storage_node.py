@@ -32,7 +32,8 @@ import pyarrow.flight as fl
 import sqlglot
 from sqlglot import exp
 
-from matchrec.operators.intervals import FilterPayloadError, IntervalSet, ShrinkingWindowFilter, WindowJoinFilter
+from matchrec.operators.intervals import (FilterPayloadError, IntervalSet, ShrinkingWindowFilter, WindowJoinFilter,
+                                          distinct, mix)
 
 DEFAULT_MAX_PAYLOAD_MB = 256
 
@@ -347,20 +348,17 @@ def _compact(table: pa.Table) -> pa.Table:
 
 
 class _ExactJoin:
-    """The exact structure behind a window-wise join filter: a set of (pk, value, window)."""
+    """The structure behind a window-wise join filter without its Bloom filter: the sorted 64-bit
+    hashes of (pk, value, window) - no false negatives, false positives only on a hash collision."""
 
     def __init__(self, pk, val, t, window):
         self.window = window
-        wid = np.floor_divide(t, window)
-        self.keys = np.unique(np.stack([pk, val, wid], axis=1), axis=0) if len(t) else np.zeros((0, 3), np.int64)
+        self.keys = distinct(mix(pk, val, np.floor_divide(t, window)))
 
     def _has(self, pk, val, wid):
-        q = np.stack([pk, val, wid], axis=1)
-        if not len(self.keys):
-            return np.zeros(len(q), bool)
-        view = np.ascontiguousarray(self.keys).view([("a", np.int64), ("b", np.int64), ("c", np.int64)]).ravel()
-        qv = np.ascontiguousarray(q).view(view.dtype).ravel()
-        return np.isin(qv, view)
+        h = mix(pk, val, wid)
+        idx = np.minimum(np.searchsorted(self.keys, h), max(len(self.keys) - 1, 0))
+        return (self.keys[idx] == h) if len(self.keys) else np.zeros(len(h), bool)
 
     def may_follow(self, pk, val, t):
         wid = np.floor_divide(t, self.window)

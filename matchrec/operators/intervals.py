@@ -44,6 +44,20 @@ def mix(*parts: np.ndarray) -> np.ndarray:
     return h
 
 
+def distinct(x: np.ndarray) -> np.ndarray:
+    """Sorted distinct values. (numpy 2's np.unique hashes, which is many times slower on large
+    integer arrays than sorting.)"""
+    x = np.sort(x)
+    return x[np.r_[True, x[1:] != x[:-1]]] if len(x) else x
+
+
+def _group_starts(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct keys of a sorted array and the index where each starts."""
+    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]]) if len(sorted_keys) else \
+        np.zeros(0, np.int64)
+    return sorted_keys[starts], starts
+
+
 # -- time interval sets
 
 @dataclass
@@ -74,8 +88,13 @@ class IntervalSet:
     def _merged(cls, pk: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> "IntervalSet":
         if len(lo) == 0:
             return cls.empty()
-        order = np.lexsort((lo, pk))
-        pk, lo, hi = pk[order], lo[order], hi[order]
+        if len(pk) and (pk == pk[0]).all():  # one partition: a plain sort, or none when already sorted
+            if (lo[1:] < lo[:-1]).any():
+                order = np.argsort(lo, kind="stable")
+                pk, lo, hi = pk[order], lo[order], hi[order]
+        else:
+            order = np.lexsort((lo, pk))
+            pk, lo, hi = pk[order], lo[order], hi[order]
         # running maximum of hi within a partition decides whether the next interval touches
         new_group = np.r_[True, pk[1:] != pk[:-1]]
         hi_run = hi.copy()
@@ -107,7 +126,7 @@ class IntervalSet:
             if counts.sum() == 0:
                 continue
             ai = np.repeat(np.arange(len(alo)), counts)
-            bi = np.concatenate([np.arange(f, f + c) for f, c in zip(first, counts) if c]) if len(ai) else ai
+            bi = np.repeat(first, counts) + (np.arange(len(ai)) - np.repeat(np.cumsum(counts) - counts, counts))
             lo = np.maximum(alo[ai], blo[bi])
             hi = np.minimum(ahi[ai], bhi[bi])
             keep = lo <= hi
@@ -120,7 +139,7 @@ class IntervalSet:
 
     def _groups(self) -> dict[int, tuple[int, int]]:
         if not hasattr(self, "_group_cache"):
-            keys, starts = np.unique(self.pk, return_index=True)
+            keys, starts = _group_starts(self.pk)  # pk is sorted
             ends = np.r_[starts[1:], len(self.pk)]
             self._group_cache = {int(k): (int(s), int(e)) for k, s, e in zip(keys, starts, ends)}
         return self._group_cache
@@ -139,7 +158,7 @@ class IntervalSet:
             return out
         order = np.argsort(pk, kind="stable")
         spk = pk[order]
-        keys, starts = np.unique(spk, return_index=True)
+        keys, starts = _group_starts(spk)
         ends = np.r_[starts[1:], len(spk)]
         for key, s, e in zip(keys, starts, ends):
             g = groups.get(int(key))
@@ -245,16 +264,21 @@ class ShrinkingWindowFilter:
         fp, i1, i2 = self._keys(pk, wid)
         cell = (fp << np.uint32(self.MAX_SLICES)) | bm
         fill = np.zeros(len(self.cells), np.int64)
-        # first choice for everyone at once; the overflow goes through cuckoo kicks one by one
-        order = np.argsort(i1, kind="stable")
-        b = i1[order]
-        rank = np.arange(len(b)) - np.searchsorted(b, b, side="left")
-        ok = rank < self.d
-        self.cells[b[ok], rank[ok]] = cell[order][ok]
-        np.add.at(fill, b[ok], 1)
+        # first and second choice for everyone at once; what is left goes through cuckoo kicks
+        left = np.arange(len(cell))
+        for target in (i1, i2):
+            if not len(left):
+                break
+            order = left[np.argsort(target[left], kind="stable")]
+            b = target[order]
+            rank = np.arange(len(b)) - np.searchsorted(b, b, side="left") + fill[b]
+            ok = rank < self.d
+            self.cells[b[ok], rank[ok]] = cell[order][ok]
+            np.add.at(fill, b[ok], 1)
+            left = order[~ok]
         mask = np.uint64(len(self.cells) - 1)
         rng = np.random.default_rng(0)
-        for j in order[~ok]:
+        for j in left:
             c, a, alt = int(cell[j]), int(i1[j]), int(i2[j])
             placed = False
             for _ in range(500):
@@ -281,14 +305,28 @@ class ShrinkingWindowFilter:
         if len(t) == 0:
             return np.zeros(0, bool)
         wid, sl = self._slice_of(t)
+        if (pk == pk[0]).all():
+            lo, hi = int(wid.min()), int(wid.max())
+            if hi - lo < 4 * len(t) + 1024:  # hash each window once, not each row
+                table = self._window_bits(np.full(hi - lo + 1, pk[0], np.int64), np.arange(lo, hi + 1))
+                bits = table[wid - lo]
+                return ((bits >> sl.astype(np.uint32)) & 1).astype(bool)
+        bits = self._window_bits(pk, wid)
+        return ((bits >> sl.astype(np.uint32)) & 1).astype(bool)
+
+    def _window_bits(self, pk: np.ndarray, wid: np.ndarray) -> np.ndarray:
+        """The slice bitmap stored for each (pk, window) - 0 when there is none."""
         fp, i1, i2 = self._keys(pk, wid)
-        bits = np.zeros(len(t), np.uint32)
+        bits = np.zeros(len(wid), np.uint32)
         low = np.uint32((1 << self.MAX_SLICES) - 1)
+        shift = np.uint32(self.MAX_SLICES)
         for idx in (i1, i2):
             cells = self.cells[idx]
-            hit = (cells >> np.uint32(self.MAX_SLICES)) == fp[:, None]
-            bits |= np.bitwise_or.reduce(np.where(hit, cells & low, 0), axis=1).astype(np.uint32)
-        return ((bits >> sl.astype(np.uint32)) & 1).astype(bool)
+            hit = (cells >> shift) == fp[:, None]
+            masked = np.where(hit, cells & low, np.uint32(0))
+            for j in range(self.d):  # OR across the bucket's entries, column by column
+                bits |= masked[:, j]
+        return bits
 
     @property
     def entries(self) -> int:
@@ -340,23 +378,29 @@ class WindowJoinFilter:
     @classmethod
     def build(cls, pk: np.ndarray, value: np.ndarray, t: np.ndarray, window: int,
               eps: float = 0.02) -> "WindowJoinFilter":
-        keys = np.stack([np.asarray(pk, np.int64), np.asarray(value, np.int64),
-                         np.floor_divide(np.asarray(t, np.int64), window)]) if len(t) else np.zeros((3, 0), np.int64)
-        if keys.shape[1]:
-            keys = np.unique(keys, axis=1)  # many events share a window and a value
-        n = max(keys.shape[1], 1)
+        wid = np.floor_divide(np.asarray(t, np.int64), window)
+        # one key per (partition, value, window): many events share them
+        keys = distinct(mix(pk, value, wid)) if len(t) else np.zeros(0, np.uint64)
+        n = max(len(keys), 1)
         bits = max(64, int(math.ceil(-n * math.log(eps) / (math.log(2) ** 2))))
         k = max(1, int(round(bits / n * math.log(2))))
         f = cls(window, bits, min(k, 32))
-        f.inserted = keys.shape[1]
-        if keys.shape[1]:
-            pos = f._positions(keys[0], keys[1], keys[2])
-            pos = np.unique(pos.ravel())
-            np.bitwise_or.at(f.words, pos >> 6, np.left_shift(np.uint64(1), (pos & 63).astype(np.uint64)))
+        f.inserted = len(keys)
+        if len(keys):
+            f._set(distinct(f._positions_of(keys).ravel()))
         return f
 
+    def _set(self, pos: np.ndarray) -> None:
+        """Set the bits at sorted, distinct positions (one OR per word, not per bit)."""
+        word = pos >> 6
+        bit = np.left_shift(np.uint64(1), (pos & 63).astype(np.uint64))
+        starts = np.flatnonzero(np.r_[True, word[1:] != word[:-1]])
+        self.words[word[starts]] |= np.bitwise_or.reduceat(bit, starts)
+
     def _positions(self, pk, value, wid) -> np.ndarray:
-        h = mix(pk, value, wid)
+        return self._positions_of(mix(pk, value, wid))
+
+    def _positions_of(self, h: np.ndarray) -> np.ndarray:
         h1 = h & np.uint64(0xFFFFFFFF)
         h2 = (h >> np.uint64(32)) | np.uint64(1)
         i = np.arange(self.k, dtype=np.uint64)
