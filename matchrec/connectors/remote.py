@@ -300,9 +300,19 @@ class RemoteStore:
             rate = counts[i] / (span * partitions)
             own = 1 - math.exp(-rate * (v.before + v.after + 1))  # Poisson: chance a point is near a candidate
             feeds_join = any(v.label in j.sources for w in ip.variables for j in w.joins)
-            if round_trips == "never" or (round_trips == "auto" and not feeds_join and not usable):
-                why = self._skip_round(v.name, counts[i] * coverage, coverage, own, final_rows, row_bytes, tis,
-                                       round_trips)
+            mine = needs_values.get(v.label, [])
+            if round_trips == "never":
+                stats.rounds_skipped.append(f"{v.name} (round trips off)")
+                continue
+            if round_trips == "auto":
+                if feeds_join or usable:
+                    why = self._skip_join_round(v.name, counts[i] * coverage * (8 + 4 * len(mine)),
+                                                sum(len(sources[(next(iter(j.sources)), j.other_sql, j.common_type)][0])
+                                                    for j in usable),
+                                                final_rows * coverage * row_bytes, tis)
+                else:
+                    why = self._skip_round(v.name, counts[i] * coverage, coverage, own, final_rows, row_bytes, tis,
+                                           round_trips)
                 if why:
                     stats.rounds_skipped.append(why)
                     continue
@@ -334,7 +344,6 @@ class RemoteStore:
                 blobs.append(blob)
             joined[i] = len(usable)
             request["joins"] = joins
-            mine = needs_values.get(v.label, [])
             request["values"] = [list(m) for m in mine]
             # candidates travel as distinct (slot, values): the key to a slot of w/20 is enough
             quantum = max(1, ip.window // 20)
@@ -387,6 +396,18 @@ class RemoteStore:
             return "exact", intervals
         swf = ShrinkingWindowFilter.build(tis, window).to_bytes()
         return ("swf", swf) if len(swf) < len(intervals) else ("exact", intervals)
+
+    def _skip_join_round(self, name, reply_bytes, join_keys, final_bytes, tis) -> str | None:
+        """A round that ships join values, or applies join filters, pays off only through the
+        join's selectivity, which is unknown before it runs; make it only when its own traffic
+        (the candidates' replies and the filters sent to every node) is under a quarter of the
+        final pull it may shrink."""
+        filter_bytes = (12 * len(tis) if tis is not None else 0) + 1.3 * join_keys
+        cost = reply_bytes + filter_bytes * len(self.nodes)
+        if cost >= 0.25 * final_bytes:
+            return (f"{name}: join round would move ~{cost / 1e6:.1f} MB against a final pull of "
+                    f"~{final_bytes / 1e6:.1f} MB")
+        return None
 
     def _skip_round(self, name, expected_candidates, coverage, own, final_rows, row_bytes, tis, mode) -> str | None:
         """Why one more round for ``name`` would not pay off (Eq. 2-4 in spirit), or None.

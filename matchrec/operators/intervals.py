@@ -58,6 +58,39 @@ def _group_starts(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sorted_keys[starts], starts
 
 
+class _Line:
+    """Partitions laid end to end on one integer line: (pk, t) -> rank(pk) * stride + t - base.
+
+    The stride leaves a gap of two between partitions, so intervals of different partitions
+    never touch or overlap and every operation on sets becomes one vectorized pass. ``of``
+    returns None when the line would not fit in 62 bits (then the per-partition loops run)."""
+
+    def __init__(self, keys: np.ndarray, base: int, top: int):
+        self.keys, self.base, self.top = keys, base, top
+        self.stride = top - base + 4
+
+    @classmethod
+    def of(cls, pks: list[np.ndarray], times: list[np.ndarray]) -> "_Line | None":
+        keys = distinct(np.concatenate([np.asarray(p, np.int64) for p in pks]))
+        base = min(int(t.min()) for t in times if len(t))
+        top = max(int(t.max()) for t in times if len(t))
+        if top - base > (1 << 60) or len(keys) * (top - base + 4) >= (1 << 62):
+            return None
+        return cls(keys, base, top)
+
+    def known(self, pk: np.ndarray) -> np.ndarray:
+        idx = np.minimum(np.searchsorted(self.keys, pk), len(self.keys) - 1)
+        return self.keys[idx] == pk
+
+    def put(self, pk: np.ndarray, t: np.ndarray) -> np.ndarray:
+        rank = np.searchsorted(self.keys, np.asarray(pk, np.int64))
+        return rank * self.stride + (np.asarray(t, np.int64) - self.base + 1)
+
+    def take(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rank = np.floor_divide(c, self.stride)
+        return self.keys[rank], c - rank * self.stride + self.base - 1
+
+
 # -- time interval sets
 
 @dataclass
@@ -88,21 +121,27 @@ class IntervalSet:
     def _merged(cls, pk: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> "IntervalSet":
         if len(lo) == 0:
             return cls.empty()
-        if len(pk) and (pk == pk[0]).all():  # one partition: a plain sort, or none when already sorted
-            if (lo[1:] < lo[:-1]).any():
-                order = np.argsort(lo, kind="stable")
-                pk, lo, hi = pk[order], lo[order], hi[order]
-        else:
-            order = np.lexsort((lo, pk))
-            pk, lo, hi = pk[order], lo[order], hi[order]
-        # running maximum of hi within a partition decides whether the next interval touches
+        line = _Line.of([pk], [lo, hi])
+        if line is not None:  # every partition on one line: one sort, one running maximum
+            c_lo, c_hi = line.put(pk, lo), line.put(pk, hi)
+            if (c_lo[1:] < c_lo[:-1]).any():
+                order = np.argsort(c_lo, kind="stable")
+                c_lo, c_hi = c_lo[order], c_hi[order]
+            run = np.maximum.accumulate(c_hi)
+            opens = np.r_[True, c_lo[1:] > run[:-1] + 1]  # integer intervals that touch are merged
+            idx = np.flatnonzero(opens)
+            ends = np.r_[idx[1:], len(c_lo)] - 1
+            out_pk, out_lo = line.take(c_lo[idx])
+            return cls(out_pk, out_lo, line.take(run[ends])[1])
+        order = np.lexsort((lo, pk))
+        pk, lo, hi = pk[order], lo[order], hi[order]
         new_group = np.r_[True, pk[1:] != pk[:-1]]
         hi_run = hi.copy()
         starts = np.flatnonzero(new_group)
         for s, e in zip(starts, np.r_[starts[1:], len(hi)]):  # running maximum within each partition
             hi_run[s:e] = np.maximum.accumulate(hi[s:e])
         opens = new_group.copy()
-        opens[1:] |= lo[1:] > hi_run[:-1] + 1  # integer intervals that touch are merged
+        opens[1:] |= lo[1:] > hi_run[:-1] + 1
         idx = np.flatnonzero(opens)
         ends = np.r_[idx[1:], len(lo)] - 1
         return cls(pk[idx], lo[idx], hi_run[ends])
@@ -110,29 +149,39 @@ class IntervalSet:
     def __len__(self) -> int:
         return len(self.lo)
 
+    @staticmethod
+    def _intersect_line(alo, ahi, blo, bhi):
+        """Intersection of two sorted disjoint interval lists on one line (as pairs of arrays)."""
+        # every pair that overlaps: for each a, the b's between the first b ending at or after
+        # a.lo and the last b starting at or before a.hi
+        first = np.searchsorted(bhi, alo, side="left")
+        last = np.searchsorted(blo, ahi, side="right")
+        counts = np.maximum(last - first, 0)
+        ai = np.repeat(np.arange(len(alo)), counts)
+        bi = np.repeat(first, counts) + (np.arange(len(ai)) - np.repeat(np.cumsum(counts) - counts, counts))
+        lo = np.maximum(alo[ai], blo[bi])
+        hi = np.minimum(ahi[ai], bhi[bi])
+        keep = lo <= hi
+        return lo[keep], hi[keep]
+
     def intersect(self, other: "IntervalSet") -> "IntervalSet":
+        if not len(self) or not len(other):
+            return IntervalSet.empty()
+        line = _Line.of([self.pk, other.pk], [self.lo, self.hi, other.lo, other.hi])
+        if line is not None:
+            lo, hi = self._intersect_line(line.put(self.pk, self.lo), line.put(self.pk, self.hi),
+                                          line.put(other.pk, other.lo), line.put(other.pk, other.hi))
+            pk, lo = line.take(lo)
+            return IntervalSet._merged(pk, lo, line.take(hi)[1])
         out_pk, out_lo, out_hi = [], [], []
         for key, (a0, a1) in self._groups().items():
             b = other._groups().get(key)
             if b is None:
                 continue
-            alo, ahi = self.lo[a0:a1], self.hi[a0:a1]
-            blo, bhi = other.lo[b[0]:b[1]], other.hi[b[0]:b[1]]
-            # every pair that overlaps: for each a, the b's between the first b ending at or after
-            # a.lo and the last b starting at or before a.hi
-            first = np.searchsorted(bhi, alo, side="left")
-            last = np.searchsorted(blo, ahi, side="right")
-            counts = np.maximum(last - first, 0)
-            if counts.sum() == 0:
-                continue
-            ai = np.repeat(np.arange(len(alo)), counts)
-            bi = np.repeat(first, counts) + (np.arange(len(ai)) - np.repeat(np.cumsum(counts) - counts, counts))
-            lo = np.maximum(alo[ai], blo[bi])
-            hi = np.minimum(ahi[ai], bhi[bi])
-            keep = lo <= hi
-            out_pk.append(np.full(int(keep.sum()), key, np.int64))
-            out_lo.append(lo[keep])
-            out_hi.append(hi[keep])
+            lo, hi = self._intersect_line(self.lo[a0:a1], self.hi[a0:a1], other.lo[b[0]:b[1]], other.hi[b[0]:b[1]])
+            out_pk.append(np.full(len(lo), key, np.int64))
+            out_lo.append(lo)
+            out_hi.append(hi)
         if not out_lo:
             return IntervalSet.empty()
         return IntervalSet._merged(np.concatenate(out_pk), np.concatenate(out_lo), np.concatenate(out_hi))
@@ -153,9 +202,21 @@ class IntervalSet:
         lo = np.asarray(lo, np.int64)
         hi = np.asarray(hi, np.int64)
         out = np.zeros(len(lo), bool)
-        groups = self._groups()
-        if not groups or not len(lo):
+        if not len(self) or not len(lo):
             return out
+        line = _Line.of([self.pk], [self.lo, self.hi])
+        if line is not None:
+            known = line.known(pk)
+            # queries are clipped to just outside the set's extent, which keeps them on their partition
+            qlo = line.put(pk[known], np.clip(lo[known], line.base - 1, line.top + 1))
+            qhi = line.put(pk[known], np.clip(hi[known], line.base - 1, line.top + 1))
+            slo, shi = line.put(self.pk, self.lo), line.put(self.pk, self.hi)
+            idx = np.searchsorted(shi, qlo, side="left")  # first set interval ending at or after lo
+            ok = idx < len(shi)
+            ok[ok] = slo[idx[ok]] <= qhi[ok]
+            out[known] = ok
+            return out
+        groups = self._groups()
         order = np.argsort(pk, kind="stable")
         spk = pk[order]
         keys, starts = _group_starts(spk)
@@ -166,7 +227,7 @@ class IntervalSet:
                 continue
             rows = order[s:e]
             glo, ghi = self.lo[g[0]:g[1]], self.hi[g[0]:g[1]]
-            idx = np.searchsorted(ghi, lo[rows], side="left")  # first set interval ending at or after lo
+            idx = np.searchsorted(ghi, lo[rows], side="left")
             ok = idx < len(ghi)
             ok[ok] = glo[idx[ok]] <= hi[rows][ok]
             out[rows] = ok
