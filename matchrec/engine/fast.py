@@ -69,23 +69,12 @@ def float_order_keys(values: np.ndarray) -> np.ndarray:
 def first_labels_mask(program) -> int:
     """Labels of the MATCH instructions reachable from the start without consuming a row;
     0 when DONE is reachable there too (a match could be empty at any row)."""
-    seen, stack, mask = set(), [0], 0
-    while stack:
-        pc = stack.pop()
-        if pc in seen:
-            continue
-        seen.add(pc)
-        ins = program.code[pc]
+    mask = 0
+    for at in program.waits(0):
+        ins = program.code[at]
         if ins.op == vm.DONE:
             return 0
-        if ins.op == vm.MATCH:
-            mask |= 1 << ins.a
-        elif ins.op == vm.SPLIT:
-            stack += [ins.a, ins.b]
-        elif ins.op == vm.JUMP:
-            stack.append(ins.a)
-        else:  # SAVE, START, END: anchors only remove paths, so this is a superset
-            stack.append(pc + 1)
+        mask |= 1 << ins.a
     return mask
 
 

@@ -45,6 +45,28 @@ class Program:
     labels: tuple[str, ...]  # label id -> variable name
     has_exclusions: bool
 
+    def waits(self, pc: int) -> frozenset[int]:
+        """MATCH and DONE instructions a thread at ``pc`` reaches without consuming a row.
+
+        SAVE and anchors are followed as if they always passed (anchors only remove paths), so
+        the set is a superset when the pattern has anchors."""
+        seen, stack, out = set(), [pc], set()
+        while stack:
+            p = stack.pop()
+            if p in seen:
+                continue
+            seen.add(p)
+            ins = self.code[p]
+            if ins.op in (MATCH, DONE):
+                out.add(p)
+            elif ins.op == SPLIT:
+                stack += [ins.a, ins.b]
+            elif ins.op == JUMP:
+                stack.append(ins.a)
+            else:
+                stack.append(p + 1)
+        return frozenset(out)
+
     def dump(self) -> str:
         out = []
         for pc, ins in enumerate(self.code):

@@ -32,7 +32,7 @@ from matchrec.operators.program import DONE, MATCH
 from matchrec.parser import spec as S
 from matchrec.planner.fastpath import FastPlan
 from matchrec.planner.plan import Plan
-from matchrec.planner.prefilter import _always_true, _has_anchor, _waits, row_filter
+from matchrec.planner.prefilter import always_true, has_anchor, row_filter
 
 
 @dataclass
@@ -106,10 +106,10 @@ def _physical(node: ir.Node) -> bool:
 def _edge_labels(plan: Plan) -> tuple[set[int], set[int]]:
     """Labels that can take the first row of a match, and labels that can take its last."""
     code = plan.program.code
-    first = {code[p].a for p in _waits(plan.program, 0) if code[p].op == MATCH}
+    first = {code[p].a for p in plan.program.waits(0) if code[p].op == MATCH}
     last = set()
     for pc, ins in enumerate(code):
-        if ins.op == MATCH and any(code[p].op == DONE for p in _waits(plan.program, pc + 1)):
+        if ins.op == MATCH and any(code[p].op == DONE for p in plan.program.waits(pc + 1)):
             last.add(ins.a)
     return first, last
 
@@ -161,11 +161,11 @@ def interval_plan(plan: Plan, fp: FastPlan | None, oracle) -> tuple[IntervalPlan
     key_sql, window = kw
     if window == 0:
         window = 1  # interval arithmetic below is in whole units; 1 keeps [t, t] meaningful
-    if _has_anchor(spec.pattern):
+    if has_anchor(spec.pattern):
         return None, "anchors see partition boundaries"
     if spec.rows_per_match == "all" and spec.empty_matches == "unmatched":
         return None, "WITH UNMATCHED ROWS outputs every row"
-    if any(plan.program.code[p].op == DONE for p in _waits(plan.program, 0)):
+    if any(plan.program.code[p].op == DONE for p in plan.program.waits(0)):
         return None, "the pattern can match zero rows"
     nodes = [m.node for m in plan.measures] + [d for d in plan.defines if d is not None]
     if any(_physical(n) for n in nodes):
@@ -177,7 +177,7 @@ def interval_plan(plan: Plan, fp: FastPlan | None, oracle) -> tuple[IntervalPlan
     for name in plan.labels:
         label = plan.labels.index(name)
         cond = fp.row_sql[label]
-        if name not in mandatory or _always_true(defined.get(name)) or cond is None or "__mr_" in cond:
+        if name not in mandatory or always_true(defined.get(name)) or cond is None or "__mr_" in cond:
             continue
         before = 0 if first == {label} else window
         after = 0 if last == {label} else window
@@ -191,7 +191,7 @@ def interval_plan(plan: Plan, fp: FastPlan | None, oracle) -> tuple[IntervalPlan
         if v is None or c.op != vm.CMP_EQ or c.offset != 0:
             continue
         src_conds = [fp.row_sql[s] for s in sorted(srcs)]
-        if any(sc is None or "__mr_" in sc or _always_true(defined.get(plan.labels[s]))
+        if any(sc is None or "__mr_" in sc or always_true(defined.get(plan.labels[s]))
                for s, sc in zip(sorted(srcs), src_conds)):
             continue  # every row could be a source: the filter would carry the whole table
         if not _null_fails(c.other_sql, plan, oracle):

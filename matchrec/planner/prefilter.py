@@ -26,7 +26,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from matchrec.operators import expr as ir
-from matchrec.operators.program import DONE, JUMP, MATCH, SPLIT, Program
+from matchrec.operators.program import DONE, MATCH, Program
 from matchrec.parser import spec as S
 from matchrec.planner.fastpath import FastPlan
 from matchrec.planner.plan import Plan
@@ -39,8 +39,8 @@ def _children(node: S.PatternNode) -> list[S.PatternNode]:
     return out
 
 
-def _has_anchor(node: S.PatternNode) -> bool:
-    return isinstance(node, S.Anchor) or any(_has_anchor(c) for c in _children(node))
+def has_anchor(node: S.PatternNode) -> bool:
+    return isinstance(node, S.Anchor) or any(has_anchor(c) for c in _children(node))
 
 
 def _gaps_excluded(node: S.PatternNode, gaps: set[str], excluded: bool = False) -> bool:
@@ -51,33 +51,13 @@ def _gaps_excluded(node: S.PatternNode, gaps: set[str], excluded: bool = False) 
     return all(_gaps_excluded(c, gaps, inside) for c in _children(node))
 
 
-def _always_true(d: S.Definition | None) -> bool:
+def always_true(d: S.Definition | None) -> bool:
     if d is None:
         return True
     tree = d.expression.tree
     while isinstance(tree, exp.Paren):
         tree = tree.this
     return isinstance(tree, exp.Boolean) and tree.this is True
-
-
-def _waits(program: Program, pc: int) -> frozenset[int]:
-    """MATCH and DONE instructions a thread reaches from ``pc`` without consuming a row."""
-    seen, stack, out = set(), [pc], set()
-    while stack:
-        p = stack.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        ins = program.code[p]
-        if ins.op in (MATCH, DONE):
-            out.add(p)
-        elif ins.op == SPLIT:
-            stack += [ins.a, ins.b]
-        elif ins.op == JUMP:
-            stack.append(ins.a)
-        else:  # SAVE; anchors are ruled out before
-            stack.append(p + 1)
-    return frozenset(out)
 
 
 def _gaps_absorb_every_row(program: Program, gaps: frozenset[int]) -> str | None:
@@ -90,7 +70,7 @@ def _gaps_absorb_every_row(program: Program, gaps: frozenset[int]) -> str | None
     variable (its first or last row could be such a row).
     """
     code = program.code
-    first = _waits(program, 0)
+    first = program.waits(0)
     if any(code[p].op == DONE for p in first):
         return "the pattern can match zero rows"
     if any(code[p].op == MATCH and code[p].a in gaps for p in first):
@@ -98,12 +78,12 @@ def _gaps_absorb_every_row(program: Program, gaps: frozenset[int]) -> str | None
     for pc, ins in enumerate(code):
         if ins.op != MATCH:
             continue
-        wait = _waits(program, pc + 1)
+        wait = program.waits(pc + 1)
         if ins.a in gaps and any(code[p].op == DONE for p in wait):
             return "a match can end with a variable that matches every row"
         if all(code[p].op == DONE for p in wait):
             continue
-        if not any(code[p].op == MATCH and code[p].a in gaps and _waits(program, p + 1) == wait for p in wait):
+        if not any(code[p].op == MATCH and code[p].a in gaps and program.waits(p + 1) == wait for p in wait):
             return "somewhere the pattern needs adjacent rows, which dropping rows would create"
     return None
 
@@ -139,7 +119,7 @@ def row_filter(plan: Plan, fp: FastPlan | None) -> tuple[str | None, str]:
     if fp is None:
         return None, "no row-level conditions were derived"
     defined = {d.variable: d for d in spec.definitions}
-    gaps = {v for v in plan.labels if _always_true(defined.get(v))}
+    gaps = {v for v in plan.labels if always_true(defined.get(v))}
     if not gaps:
         return None, "no variable matches every row"
     others = [v for v in plan.labels if v not in gaps]
@@ -150,7 +130,7 @@ def row_filter(plan: Plan, fp: FastPlan | None) -> tuple[str | None, str]:
             return None, "WITH UNMATCHED ROWS outputs every row"
         if not _gaps_excluded(spec.pattern, gaps):
             return None, "ALL ROWS PER MATCH would output rows of a variable that matches every row"
-    if _has_anchor(spec.pattern):
+    if has_anchor(spec.pattern):
         return None, "anchors see partition boundaries"
     gap_ids = frozenset(plan.labels.index(v) for v in gaps)
     why = _gaps_absorb_every_row(plan.program, gap_ids)
