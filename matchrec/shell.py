@@ -433,7 +433,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("database", nargs="?", default=":memory:",
                         help="DuckDB database file (default: a transient in-memory database)")
     parser.add_argument("--dialect", default="duckdb", help="SQL dialect of the statements (default: duckdb)")
-    parser.add_argument("-c", "--command", dest="sql", metavar="SQL", help="run SQL (statements or a dot command) and exit")
+    parser.add_argument("-c", "--command", dest="sql", metavar="SQL",
+                        help="run SQL (statements or a dot command) and exit")
     parser.add_argument("--read-only", action="store_true", help="open the database read-only")
 
 
