@@ -85,4 +85,6 @@ def positioned(cls: type[Error], message: str, source: str | None, start: int | 
         message = message.rstrip(".")
         err = cls(f"{message}. {render_position(source, start, end)}")
     err.position = start  # type: ignore[attr-defined]
+    # kept so a caller that ran a rewritten statement can point into the user's own text
+    err.problem, err.end = message, end  # type: ignore[attr-defined]
     return err

@@ -138,11 +138,12 @@ def inline_parameters(sql: str, params, dialect: str) -> tuple[str, Origin]:
 
 
 # ------------------------------------------------------------------ SQL helpers
-def to_duckdb(sql: str, dialect: str, origin: Origin, source: str) -> str:
-    if dialect == "duckdb":
+def to_duckdb(sql: str, dialect: str, origin: Origin, source: str, write: str = "duckdb") -> str:
+    """``sql`` of ``dialect`` in DuckDB's SQL (or ``write``'s); errors point into ``source``."""
+    if dialect == write:
         return sql
     try:
-        out = sqlglot.transpile(sql, read=dialect, write="duckdb")
+        out = sqlglot.transpile(sql, read=dialect, write=write)
     except sqlglot.errors.ParseError as err:
         info = err.errors[0] if err.errors else {}
         lines = sql.split("\n")
@@ -169,8 +170,8 @@ def replace_identifiers(sql: str, mapping: dict[str, str]) -> str:
     return rewrite(sql, edits)[0] if edits else sql
 
 
-def cte_prefixes(split_query: SplitQuery) -> dict[str, str]:
-    """For each clause placeholder, the WITH clause (DuckDB SQL) its input may need."""
+def cte_prefixes(split_query: SplitQuery, write: str = "duckdb") -> dict[str, str]:
+    """For each clause placeholder, the WITH clause (SQL of ``write``) its input may need."""
     if not any(t.token_type == TokenType.WITH for t in tokenize(split_query.text, split_query.dialect)):
         return {}
     try:
@@ -214,7 +215,7 @@ def cte_prefixes(split_query: SplitQuery) -> dict[str, str]:
             ordered = [c for c in ctes if c in needed]
             ordered.reverse()  # collected innermost scope first; definitions must precede uses
             ordered.sort(key=lambda c: _cte_order(tree, c))
-            body = ", ".join(c.sql("duckdb") for c in ordered)
+            body = ", ".join(c.sql(write) for c in ordered)
             prefixes[clause.placeholder] = ("WITH RECURSIVE " if recursive else "WITH ") + body + " "
     return prefixes
 

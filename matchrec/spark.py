@@ -1,0 +1,470 @@
+"""MATCH_RECOGNIZE for Spark SQL and PySpark.
+
+Three forms, all matched on the executors by the same engine as on DuckDB:
+
+* ``register(spark)`` adds the table function ``match_recognize`` to Spark SQL:
+  ``SELECT * FROM match_recognize(TABLE(events), 'PARTITION BY k ORDER BY ts MEASURES ... PATTERN (...)
+  DEFINE ...')``, or with the partitioning on the call:
+  ``match_recognize(TABLE(events) PARTITION BY k ORDER BY (ts), '<body without them>')``.
+  Spark's grammar reads ``ORDER BY ts, 'body'`` as two sort keys, so the call's ORDER BY needs
+  parentheses (or pass ``body => '...'``). This form runs row by row in Python (Spark's table
+  function protocol) and suits small and medium tables; the next two are the fast paths.
+* ``match_recognize(df, body)`` returns a DataFrame (batches move as Arrow).
+* ``sql(spark, statement)`` runs any Spark SQL statement with MATCH_RECOGNIZE anywhere a table
+  can stand: each clause's input is run by Spark, matched, and the rest of the statement is
+  run by Spark over the matches. ``EXPLAIN`` and ``EXPLAIN ANALYZE`` in front of the statement
+  return the plan (and the measured rows, shuffle bytes and time) as a DataFrame.
+
+Errors in a body are raised before any job runs, as ``AnalysisError``: both a matchrec
+``ProgrammingError`` (or ``NotSupportedError``) and a pyspark ``AnalysisException``, with the
+line and column in the text the user wrote.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from matchrec import errors as E
+from matchrec.connectors import spark_matching as M
+
+__all__ = ["register", "match_recognize", "sql", "AnalysisError", "last_runs", "matchrec_error"]
+
+# Spark starts Python workers with PYSPARK_PYTHON, read when the SparkContext is created: import
+# matchrec.spark before building the session (the default is the interpreter importing it).
+M.python_for_workers()
+
+_ERROR_CLASSES: dict[type, type] = {}
+
+
+def _spark_error(err: E.Error) -> Exception:
+    """``err`` as an exception that is both its matchrec class and Spark's AnalysisException."""
+    from pyspark.errors import AnalysisException
+    base = type(err)
+    cls = _ERROR_CLASSES.get(base)
+    if cls is None:
+        def __init__(self, message):  # noqa: N807
+            AnalysisException.__init__(self, message=message)
+            Exception.__init__(self, message)
+
+        def __str__(self):  # noqa: N807
+            return self.args[0] if self.args else ""
+        cls = type(f"Spark{base.__name__}", (base, AnalysisException), {"__init__": __init__, "__str__": __str__})
+        _ERROR_CLASSES[base] = cls
+    new = cls(str(err))
+    for attr in ("position", "problem", "end"):
+        if hasattr(err, attr):
+            setattr(new, attr, getattr(err, attr))
+    return new
+
+
+def matchrec_error(err: BaseException) -> E.Error | None:
+    """The matchrec error a failed Spark job carries (a runtime error of matching raised on an
+    executor arrives as Spark's PythonException), or None if it carries none.
+
+    ``try: df.collect() except Exception as e: raise matchrec.spark.matchrec_error(e) or e``
+    """
+    import re
+    if isinstance(err, E.Error):
+        return err
+    found = None
+    for m in re.finditer(r"^(matchrec(?:\.\w+)*)\.(\w+): (.*)$", str(err), re.M):
+        found = m
+    if found is None:
+        return None
+    import importlib
+    try:
+        cls = getattr(importlib.import_module(found.group(1)), found.group(2))
+    except (ImportError, AttributeError):
+        return None
+    if not (isinstance(cls, type) and issubclass(cls, E.Error)):
+        return None
+    text = str(err)
+    message = text[found.start(3):]
+    message = message.split("\n\tat org.apache")[0].split("\n SQLSTATE")[0].strip()
+    return _plain(cls, message)
+
+
+def _plain(cls, message: str) -> E.Error:
+    try:
+        return cls(message)
+    except TypeError:  # classes with their own constructor arguments
+        base = next(c for c in cls.__mro__ if c.__module__ == "matchrec.errors")
+        return base(message)
+
+
+class AnalysisError(E.ProgrammingError):
+    """Documentation anchor: errors raised here are instances of their matchrec class and of
+    ``pyspark.errors.AnalysisException``."""
+
+
+# ------------------------------------------------------------------ options and bookkeeping
+@dataclass
+class ClauseReport:
+    """What one MATCH_RECOGNIZE did on Spark (EXPLAIN and EXPLAIN ANALYZE print it)."""
+    mode: str = ""
+    lines: list[str] = field(default_factory=list)
+    explain: str = ""
+    jobs_seconds: float = 0.0
+    filtering: object = None  # connectors.spark_filtering.FilterReport when intervals were used
+
+
+_LAST: list[ClauseReport] = []
+
+
+def last_runs() -> list[ClauseReport]:
+    """Reports of the clauses of the last ``sql``/``match_recognize`` call (this process)."""
+    return list(_LAST)
+
+
+def _session(df):
+    return df.sparkSession
+
+
+def _arrow_schema(struct) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+    return to_arrow_schema(struct, timezone="UTC")
+
+
+def _spark_schema(schema: pa.Schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+    try:
+        return from_arrow_schema(schema, prefer_timestamp_ntz=False)
+    except Exception as err:  # noqa: BLE001 - unsupported Arrow types come as several classes
+        raise E.NotSupportedError(f"An output column has a type Spark cannot hold ({err}); CAST the measure "
+                                  "to a simpler type") from None
+
+
+def _parallelism(spark) -> int:
+    conf = spark.conf.get("spark.matchrec.partitions", None)
+    if conf:
+        return max(1, int(conf))
+    return max(2, 2 * spark.sparkContext.defaultParallelism)
+
+
+# ------------------------------------------------------------------ the DataFrame form
+def match_recognize(df, body: str, dialect: str = "spark", *, interval_filter: str = "auto"):
+    """Match the MATCH_RECOGNIZE ``body`` (the text inside ``MATCH_RECOGNIZE ( ... )``) over
+    ``df``; returns a DataFrame with the columns the clause defines.
+
+    ``interval_filter`` (auto | on | off): pull only rows inside time intervals that can hold a
+    match (dual filtering) before the shuffle to the matching stage; auto uses it when the
+    pattern allows it and the cost model expects fewer bytes.
+    """
+    _LAST.clear()
+    try:
+        b = M.Body.parse(body, dialect)
+        out, report = _match(df, b, interval_filter)
+    except E.Error as err:
+        raise _spark_error(err) from None
+    _LAST.append(report)
+    return out
+
+
+def _match(df, body: M.Body, interval_filter: str = "auto"):
+    """(DataFrame of matches, ClauseReport) for one body over ``df``."""
+    M.python_for_workers()
+    spark = _session(df)
+    input_schema = _arrow_schema(df.schema)
+    analysis = M.analyze(body, input_schema)
+    out_struct = _spark_schema(analysis.output_schema)
+    out_arrow = _arrow_schema(out_struct)
+    report = ClauseReport(explain=analysis.explain)
+    spec = body.spec
+    n = _parallelism(spark)
+    started = time.perf_counter()
+    source = df
+    if interval_filter not in ("auto", "on", "off"):
+        raise E.ProgrammingError("interval_filter must be auto, on or off")
+    if interval_filter != "off":
+        from matchrec.connectors.spark_filtering import filter_rows
+        filtered, freport = filter_rows(df, analysis, interval_filter)
+        report.filtering = freport
+        report.lines += freport.lines()
+        if filtered is not None:
+            source = filtered
+    if spec.partition_by:
+        keys = [c.name for c in spec.partition_by]
+        report.mode = f"partitioned: rows hash-partitioned by {', '.join(keys)} into {n} tasks"
+        cols = [_column(df, c) for c in spec.partition_by]
+        result = source.repartition(n, *cols).mapInArrow(
+            M.match_task(body.text, body.dialect, input_schema, out_arrow), out_struct)
+    elif spec.within is not None and not analysis.split_reason:
+        result = _time_split(source, analysis, out_struct, out_arrow, n, report)
+    else:
+        why = analysis.split_reason if spec.within is not None else "no PARTITION BY and no WITHIN"
+        report.mode = f"one task ({why})"
+        result = source.repartition(1).mapInArrow(
+            M.match_task(body.text, body.dialect, input_schema, out_arrow), out_struct)
+    report.jobs_seconds = time.perf_counter() - started
+    return result, report
+
+
+def _column(df, ref):
+    from pyspark.sql import functions as F
+    names = {c.lower(): c for c in df.columns}
+    name = ref.name if ref.quoted else names.get(ref.name.lower(), ref.name)
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+# ------------------------------------------------------------------ the time split
+def _time_split(df, analysis: M.Analysis, out_struct, out_arrow: pa.Schema, n: int, report: ClauseReport):
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, LongType, StructField, StructType
+    spark = _session(df)
+    body = analysis.body
+    rid = f"{M.HIDDEN}rid"
+    based = df.withColumn(rid, F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
+    in_schema = _arrow_schema(based.schema)
+    # 1. key statistics and a sample for cuts of equal row counts
+    stats = based.mapInArrow(M.key_task(analysis.key_sql, in_schema, 97),
+                             "n long, nulls long, lo long, hi long, sample binary").collect()
+    rows = sum(r["n"] for r in stats)
+    if sum(r["nulls"] for r in stats):
+        based.unpersist()
+        report.mode = "one task (the ORDER BY key has NULLs, which the time split cannot place)"
+        return df.repartition(1).mapInArrow(
+            M.match_task(body.text, body.dialect, analysis.input_schema, out_arrow), out_struct)
+    sample = np.sort(np.concatenate([np.frombuffer(r["sample"], np.int64) for r in stats])) \
+        if stats else np.zeros(0, np.int64)
+    ranges = max(n, -(-rows // 2_000_000))
+    cuts = [int(sample[int(len(sample) * i / ranges)]) for i in range(1, ranges)] if len(sample) else []
+    cuts = sorted(set(cuts))
+    window = analysis.window
+    # 2. the rows PREV() may read before each cut
+    back = M.prev_rows(body) or 0
+    starts = np.asarray(cuts, np.int64) - window
+    if back and cuts:
+        below = based.mapInArrow(M.below_cuts_task(analysis.key_sql, in_schema, cuts, back),
+                                 "cut int, key long").collect()
+        for i in range(len(cuts)):
+            keys = sorted((r["key"] for r in below if r["cut"] == i), reverse=True)
+            earliest = keys[back - 1] if len(keys) >= back else (keys[-1] if keys else cuts[i])
+            starts[i] = min(starts[i], earliest)
+    # a row feeds every later range whose (context) start it reaches: keep starts non-decreasing
+    starts = np.minimum.accumulate(starts[::-1])[::-1] if len(starts) else starts
+    # 3. one task per range (each range id mapped to a value Spark's hash sends to its own task)
+    k = len(cuts) + 1
+    pkeys = _partition_keys(spark, k)
+    ranged_struct = StructType(list(based.schema.fields) + [StructField(f"{M.HIDDEN}key", LongType(), False),
+                                                            StructField(f"{M.HIDDEN}range", IntegerType(), False),
+                                                            StructField(f"{M.HIDDEN}part", LongType(), False)])
+    ranged = based.mapInArrow(M.range_task(analysis.key_sql, in_schema, cuts, window, starts.tolist(), pkeys,
+                                           _arrow_schema(ranged_struct)), ranged_struct)
+    text = M.split_body(body)
+    match_in = _arrow_schema(StructType(list(based.schema.fields) + [StructField(f"{M.HIDDEN}key", LongType(), False)]))
+    split = M.analyze(M.Body(text, body.dialect, M.Body.parse(text, body.dialect).spec, text, 0), match_in)
+    split_struct = _spark_schema(split.output_schema)
+    matched = ranged.repartition(k, f"{M.HIDDEN}part").drop(f"{M.HIDDEN}part").mapInArrow(
+        M.split_match_task(text, body.dialect, match_in, _arrow_schema(split_struct), cuts), split_struct)
+    hidden = [c for c in split_struct.names if c.startswith(M.HIDDEN)]
+    report.mode = (f"time split: {k} ranges of ~{rows // max(k, 1)} rows, each read with WITHIN ({window} key "
+                   f"units) after it" + (f" and {back} row(s) of PREV context before it" if back else "")
+                   + "; matches kept by their start row's range")
+    if body.spec.skip.kind == "next_row":
+        result = matched.drop(*hidden)
+    else:
+        matched = matched.persist(StorageLevel.MEMORY_AND_DISK)
+        ends = matched.select(*(f"{M.HIDDEN}{c}" for c in ("sk", "sr", "ek", "er"))).distinct().toArrow()
+        chosen = M.choose_past_last(*(ends.column(i).to_numpy() for i in range(4)))
+        report.lines.append(f"time split: {ends.num_rows} candidate matches (one per start row), {len(chosen)} "
+                            "chosen by AFTER MATCH SKIP PAST LAST ROW")
+        keep = spark.createDataFrame(pa.table({f"{M.HIDDEN}chosen": pa.array(chosen, pa.int64())}))
+        result = matched.join(F.broadcast(keep), F.col(f"{M.HIDDEN}sr") == F.col(f"{M.HIDDEN}chosen"),
+                              "left_semi").drop(*hidden)
+    out_names = [f.name for f in out_struct.fields]
+    result = result.select(*[F.col("`" + c.replace("`", "``") + "`") for c in result.columns
+                             if not c.startswith(M.HIDDEN)])
+    if result.columns != out_names:  # pragma: no cover - the rewrite only appends hidden columns
+        raise E.InternalError(f"time split changed the columns: {result.columns} vs {out_names}")
+    return result
+
+
+def _partition_keys(spark, k: int) -> list[int]:
+    """For each range id 0..k-1 a long that Spark's hash partitioning into k tasks sends to task
+    id, so every range gets its own task (range ids hashed directly collide)."""
+    from pyspark.sql import functions as F
+    rows = spark.range(0, 64 * k).select("id", F.pmod(F.hash("id"), F.lit(k)).alias("p")).toArrow()
+    ids, parts = rows.column(0).to_numpy(), rows.column(1).to_numpy()
+    out = []
+    for target in range(k):
+        hit = np.flatnonzero(parts == target)
+        out.append(int(ids[hit[0]]) if len(hit) else target)
+    return out
+
+
+# ------------------------------------------------------------------ Spark SQL with MATCH_RECOGNIZE
+def sql(spark, statement: str, dialect: str = "spark", *, interval_filter: str = "auto"):
+    """Run ``statement`` (Spark SQL, or SQL of ``dialect``) with MATCH_RECOGNIZE anywhere a table
+    can stand; returns a DataFrame. ``EXPLAIN [ANALYZE] <statement>`` returns the plan lines."""
+    _LAST.clear()
+    try:
+        return _sql(spark, statement, dialect, interval_filter)
+    except E.Error as err:
+        raise _spark_error(err) from None
+
+
+def _sql(spark, statement: str, dialect: str, interval_filter: str):
+    import re
+    import secrets
+
+    from matchrec.engine.statement import cte_prefixes, replace_identifiers, to_duckdb
+    from matchrec.parser.query import has_match_recognize, split
+    from matchrec.parser.source import Origin
+    M.python_for_workers()
+    m = re.match(r"\s*EXPLAIN(\s+ANALYZE)?\b", statement, re.I)
+    explain = ("analyze" if m.group(1) else "plain") if m else None
+    text = statement[m.end():] if m else statement
+    pad = " " * (m.end() if m else 0)  # offsets of errors stay those of the user's statement
+    if not has_match_recognize(text):
+        out = to_duckdb(text, dialect, Origin.identity(len(text)), statement, write="spark")
+        if explain:
+            raise E.ProgrammingError("EXPLAIN through matchrec.spark.sql needs a MATCH_RECOGNIZE; use "
+                                     "DataFrame.explain() for other statements")
+        return spark.sql(out)
+    query = split(pad + text, dialect)
+    prefixes = cte_prefixes(query, write="spark")
+    views: dict[str, str] = {}
+    tag = secrets.token_hex(4)
+    frames = []
+    for i, clause in enumerate(query.clauses):
+        input_text = f"SELECT * FROM {clause.input_text}"
+        input_sql = to_duckdb(input_text, dialect, Origin.identity(len(input_text), clause.input_span.start - 14),
+                              query.source, write="spark")
+        input_sql = replace_identifiers(prefixes.get(clause.placeholder, "") + input_sql, views)
+        try:
+            df = spark.sql(input_sql)
+        except Exception as err:  # noqa: BLE001 - Spark's analysis errors carry their own text
+            raise E.ProgrammingError(f"Spark cannot read the input of MATCH_RECOGNIZE ({clause.input_text}): "
+                                     f"{_first_line(err)}") from None
+        start = query.source.index("(", clause.spec.span.start) + 1
+        body = M.Body(query.source[start:clause.spec.span.end - 1], dialect, clause.spec, query.source, start)
+        result, report = _match(df, body, interval_filter)
+        _LAST.append(report)
+        name = f"__matchrec_{tag}_{i}"
+        result.createOrReplaceTempView(name)
+        views[clause.placeholder] = name
+        frames.append(result)
+    outer = to_duckdb(query.text, dialect, query.origin, query.source, write="spark")
+    outer = replace_identifiers(outer, views)
+    try:
+        final = spark.sql(outer)
+    except Exception as err:  # noqa: BLE001
+        raise E.ProgrammingError(f"Spark cannot run the statement around MATCH_RECOGNIZE: {_first_line(err)}") \
+            from None
+    if explain is None:
+        return final
+    return _explain(spark, final, explain == "analyze")
+
+
+def _first_line(err) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:500] if text else type(err).__name__
+
+
+def _explain(spark, final, analyze: bool):
+    from matchrec.connectors.spark_metrics import ShuffleMeter
+    lines = []
+    if analyze:
+        meter = ShuffleMeter(spark)
+        t0 = time.perf_counter()
+        rows = final.count()
+        seconds = time.perf_counter() - t0
+        moved = meter.delta()
+    for i, r in enumerate(_LAST):
+        lines.append(f"MATCH_RECOGNIZE #{i + 1} on Spark: {r.mode}")
+        lines += ["  " + x for x in r.lines]
+        lines += ["  " + x for x in r.explain.splitlines()]
+    if analyze:
+        lines.append(f"Analyze: {rows} result rows in {seconds:.3f} s (+{sum(r.jobs_seconds for r in _LAST):.3f} s "
+                     "of planning jobs before the query)")
+        lines.append(f"  shuffle: {moved.written} bytes written, {moved.read} bytes read, {moved.records} records "
+                     f"written, over {moved.stages} stages")
+        for r in _LAST:
+            if r.filtering is not None and r.filtering.shuffle is not None:
+                s = r.filtering.shuffle
+                lines.append(f"  interval filtering rounds: {s.written} shuffle bytes written")
+    return spark.createDataFrame([(x,) for x in lines], "plan string")
+
+
+# ------------------------------------------------------------------ the SQL table function
+def register(spark, name: str = "match_recognize") -> None:
+    """Register the table function ``name`` in ``spark`` (see the module docstring)."""
+    M.python_for_workers()
+    spark.udtf.register(name, _table_function())
+
+
+def _table_function():
+    from dataclasses import dataclass as _dataclass
+
+    from pyspark.sql.functions import udtf
+    from pyspark.sql.types import StructType
+    from pyspark.sql.udtf import AnalyzeArgument, AnalyzeResult, OrderingColumn, PartitioningColumn
+
+    @_dataclass
+    class Analyzed(AnalyzeResult):
+        text: str = ""  # the body as executors run it
+        dialect: str = "spark"
+        input_schema: bytes = b""  # serialized Arrow schema of the rows (plus the hidden row number)
+
+    class MatchRecognize:
+        def __init__(self, analyze_result: Analyzed = None):
+            self.result = analyze_result
+            self.rows = []
+
+        @staticmethod
+        def analyze(table: AnalyzeArgument, body: AnalyzeArgument, dialect: AnalyzeArgument = None):
+            if not table.isTable:
+                raise _spark_error(E.ProgrammingError(
+                    "match_recognize takes TABLE(...) first, e.g. match_recognize(TABLE(events), 'ORDER BY ts ...')"))
+            if not body.isConstantExpression or not isinstance(body.value, str):
+                raise _spark_error(E.ProgrammingError("The second argument of match_recognize must be the "
+                                                      "MATCH_RECOGNIZE body as a constant string"))
+            lang = dialect.value if dialect is not None and isinstance(dialect.value, str) else "spark"
+            M.python_for_workers()
+            try:
+                b = M.Body.parse(body.value, lang)
+                schema = _arrow_schema(table.dataType)
+                struct = _spark_schema(M.analyze(b, schema).output_schema)  # errors point into the body
+                text = M.arrival_order_body(b)
+                if text != b.text:  # rows keep the order they arrive in: number them
+                    schema = schema.append(pa.field(f"{M.HIDDEN}rid", pa.int64()))
+            except E.Error as err:
+                raise _spark_error(err) from None
+            kwargs = {}
+            spec = b.spec
+            if spec.partition_by:
+                kwargs["partitionBy"] = [PartitioningColumn(_q(c)) for c in spec.partition_by]
+            if spec.order_by:
+                kwargs["orderBy"] = [OrderingColumn(_q(k.column), ascending=not k.descending,
+                                                    overrideNullsFirst=k.nulls_first) for k in spec.order_by]
+                if not spec.partition_by:
+                    kwargs["withSinglePartition"] = True
+            visible = StructType([f for f in struct.fields if not f.name.startswith(M.HIDDEN)])
+            return Analyzed(schema=visible, text=text, dialect=lang,
+                            input_schema=schema.serialize().to_pybytes(), **kwargs)
+
+        def eval(self, row, body, dialect=None):
+            self.rows.append(row)
+
+        def terminate(self):
+            if not self.rows:
+                return
+            r = self.result
+            schema = pa.ipc.read_schema(pa.py_buffer(r.input_schema))
+            n = len(self.rows)
+            data = {f.name: [row[i] for row in self.rows] if not f.name.startswith(M.HIDDEN) else list(range(n))
+                    for i, f in enumerate(schema)}
+            table = pa.Table.from_pydict(data, schema=schema)
+            out = M.run_local(table, r.text, r.dialect)
+            keep = [i for i, name in enumerate(out.column_names) if not name.startswith(M.HIDDEN)]
+            yield from zip(*[out.column(i).to_pylist() for i in keep])
+
+    return udtf(MatchRecognize)
+
+
+def _q(ref) -> str:
+    return "`" + ref.name.replace("`", "``") + "`"
