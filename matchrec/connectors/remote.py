@@ -261,6 +261,18 @@ class RemoteStore:
 
     def _dual_filter(self, table: str, columns: list[str], ip: IntervalPlan, exact: bool, round_trips: str,
                      stats: PullStats) -> pa.Table:
+        request, blobs = self.filter_rounds(table, columns, ip, exact, round_trips, stats)
+        t2 = time.perf_counter()
+        sent0, received0 = stats.bytes_sent, stats.bytes_received
+        parts = self.call_all(request, blobs, stats)
+        stats.phases["final pull"] = time.perf_counter() - t2
+        stats.phase_bytes["final pull"] = (stats.bytes_sent - sent0, stats.bytes_received - received0)
+        return self._concat(table, parts, columns)
+
+    def filter_rounds(self, table: str, columns: list[str] | None, ip: IntervalPlan, exact: bool, round_trips: str,
+                      stats: PullStats) -> tuple[dict, list[bytes]]:
+        """Make the candidate rounds; returns the final pull's request and payloads (rows inside
+        the time interval set)."""
         base = {"table": table, "key_sql": ip.key_sql, "partition_sql": ip.partition_sql}
         t0 = time.perf_counter()
         if round_trips == "auto":
@@ -367,8 +379,6 @@ class RemoteStore:
             stats.phases[f"round {name}"] = time.perf_counter() - t1
             if len(tis) == 0:
                 break
-        t2 = time.perf_counter()
-        sent0, received0 = stats.bytes_sent, stats.bytes_received
         request = {"op": "pull", "columns": columns, "where": ip.row_filter, **base}
         blobs = []
         if tis is not None:
@@ -379,13 +389,10 @@ class RemoteStore:
                 request["range"] = [int(tis.lo.min()), int(tis.hi.max())]
             else:
                 request["range"] = [1, 0]
-        parts = self.call_all(request, blobs, stats)
-        stats.phases["final pull"] = time.perf_counter() - t2
-        stats.phase_bytes["final pull"] = (stats.bytes_sent - sent0, stats.bytes_received - received0)
         if tis is not None:
             stats.notes.append(f"time interval set: {len(tis)} intervals covering {tis.total_length()} of {span} "
                                f"key units (window {ip.window})")
-        return self._concat(table, parts, columns)
+        return request, blobs
 
     @staticmethod
     def _tis_payload(tis: IntervalSet, window: int, exact: bool) -> tuple[str, bytes]:
