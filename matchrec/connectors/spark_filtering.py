@@ -1,19 +1,183 @@
-"""Dual filtering on Spark: every partition of the input plays a storage node."""
+"""Dual filtering on Spark: every partition of the input plays a storage node.
+
+The rounds are those of the storage-node strategy (``RemoteStore.filter_rounds``: candidate
+counts, rounds in ascending count, time interval sets sent as shrinking window filters, join
+filters for equality conditions, the cost model), and each partition answers them with the same
+``ShardService`` a storage node runs, over its rows loaded into an in-memory DuckDB. A round is a
+Spark job: its request and payloads go to the tasks by broadcast, the small replies come back to
+the driver. The final pull is not collected: it is a ``mapInArrow`` over the cached input that
+keeps only rows inside the final time interval set, and only those rows are shuffled to the
+matching stage.
+"""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from matchrec.connectors.remote import PullStats, RemoteStore
+from matchrec.connectors.shard import DEFAULT_MAX_PAYLOAD_MB, ShardService
+from matchrec.connectors.spark_matching import conform
+
+TABLE = "events"
+MIN_ROWS = 200_000  # below this, the jobs of the rounds cost more than any shuffle they save (auto)
 
 
 @dataclass
 class FilterReport:
     used: bool = False
     reason: str = ""
+    pull: PullStats | None = None
+    rows_in: int = 0
     notes: list[str] = field(default_factory=list)
-    shuffle: object = None
+    shuffle: object = None  # spark_metrics.Shuffle of the rounds' jobs
 
     def lines(self) -> list[str]:
-        return ([f"interval filtering: {self.reason}"] if self.reason else []) + self.notes
+        out = [f"interval filtering: {self.reason}"] if self.reason else []
+        if self.pull is not None:
+            out += self.pull.lines()
+        return out + self.notes
+
+
+def _load(batches, schema: pa.Schema):
+    import duckdb
+    con = duckdb.connect()
+    con.execute("SET threads = 1")  # Spark runs one task per core already
+    batches = [b for b in batches if b.num_rows]
+    table = conform(pa.Table.from_batches(batches), schema) if batches else schema.empty_table()
+    con.register("__mr_part", table)
+    con.execute(f"CREATE TABLE {TABLE} AS SELECT * FROM __mr_part")
+    con.unregister("__mr_part")
+    return con
+
+
+def answer_task(request_json: str, blobs_bc, schema: pa.Schema):
+    """A ``mapInArrow`` function: the partition answers one request (reply as Arrow IPC bytes)."""
+    import json
+
+    def run(batches):
+        con = _load(batches, schema)
+        try:
+            reply = ShardService(con, DEFAULT_MAX_PAYLOAD_MB << 20).answer(json.loads(request_json), blobs_bc.value)
+        finally:
+            con.close()
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, reply.schema) as w:
+            w.write_table(reply)
+        yield pa.RecordBatch.from_pydict({"reply": [sink.getvalue().to_pybytes()]},
+                                         schema=pa.schema([("reply", pa.binary())]))
+    return run
+
+
+def pull_task(request_json: str, blobs_bc, schema: pa.Schema):
+    """A ``mapInArrow`` function: the partition's rows inside the final time interval set."""
+    import json
+
+    def run(batches):
+        con = _load(batches, schema)
+        try:
+            rows = ShardService(con, DEFAULT_MAX_PAYLOAD_MB << 20).answer(json.loads(request_json), blobs_bc.value)
+        finally:
+            con.close()
+        yield from conform(rows, schema).to_batches()
+    return run
+
+
+class _Partition:
+    def __init__(self, i: int):
+        self.uri = f"spark partition {i}"
+
+
+class SparkShards(RemoteStore):
+    """The storage-node strategy's driver side over the partitions of a cached DataFrame."""
+
+    def __init__(self, df, schema: pa.Schema):
+        self.df = df
+        self.spark = df.sparkSession
+        self.schema = schema
+        self.nodes = [_Partition(i) for i in range(df.rdd.getNumPartitions())]
+        self.retries = 0
+        self.bandwidth = None
+        self.rtt = 0.0
+        self.schemas = {TABLE: schema}
+
+    def call_all(self, request: dict, blobs: list[bytes] | None = None, stats: PullStats | None = None,
+                 nodes=None) -> list[pa.Table]:
+        import json
+        blobs = blobs or []
+        started = time.perf_counter()
+        bc = self.spark.sparkContext.broadcast(blobs)
+        try:
+            rows = self.df.mapInArrow(answer_task(json.dumps(request), bc, self.schema), "reply binary").collect()
+        finally:
+            bc.unpersist()
+        replies = [pa.ipc.open_stream(pa.py_buffer(r["reply"])).read_all() for r in rows]
+        elapsed = time.perf_counter() - started
+        if stats is not None:
+            stats.round_trips += 1
+            sent = sum(len(b) for b in blobs) + len(json.dumps(request))
+            for i, reply in enumerate(replies):
+                t = stats.nodes.setdefault(f"spark partition {i}", _traffic())
+                t.sent += sent
+                t.received += len(rows[i]["reply"])
+                t.calls += 1
+                t.seconds += elapsed
+        moved = sum(len(r["reply"]) for r in rows) + len(self.nodes) * sum(len(b) for b in blobs)
+        if moved > 256 * 1024 and elapsed > 0:
+            observed = moved / elapsed
+            self.bandwidth = observed if self.bandwidth is None else 0.7 * self.bandwidth + 0.3 * observed
+        return replies
+
+    def final_rows(self, request: dict, blobs: list[bytes]):
+        import json
+        bc = self.spark.sparkContext.broadcast(blobs)
+        return self.df.mapInArrow(pull_task(json.dumps(request), bc, self.schema), self.df.schema)
+
+
+def _traffic():
+    from matchrec.connectors.remote import NodeTraffic
+    return NodeTraffic()
 
 
 def filter_rows(df, analysis, mode: str):
-    return None, FilterReport(reason="not applied")
+    """(DataFrame of the rows inside the final time intervals or None, FilterReport)."""
+    from pyspark import StorageLevel
+
+    from matchrec.connectors.duckdb_source import DuckDBOracle
+    from matchrec.connectors.spark_metrics import ShuffleMeter
+    from matchrec.planner.fastpath import fast_plan
+    from matchrec.planner.intervals import interval_plan
+    import duckdb
+    report = FilterReport()
+    plan = analysis.plan
+    con = duckdb.connect()
+    try:
+        ip, why = interval_plan(plan, fast_plan(plan), DuckDBOracle(con))
+    finally:
+        con.close()
+    if ip is None:
+        report.reason = f"not used ({why})"
+        return None, report
+    meter = ShuffleMeter(df.sparkSession)
+    cached = df.persist(StorageLevel.MEMORY_AND_DISK)
+    shards = SparkShards(cached, analysis.input_schema)
+    stats = PullStats(strategy="dfs")
+    t0 = time.perf_counter()
+    if mode == "auto":
+        rows = cached.count()
+        report.rows_in = rows
+        if rows < MIN_ROWS:
+            report.reason = f"not used ({rows} rows: below {MIN_ROWS}, the rounds' jobs would cost more)"
+            cached.unpersist()
+            return None, report
+    request, blobs = shards.filter_rounds(TABLE, list(analysis.input_schema.names), ip, exact=False, round_trips="auto" if mode == "auto"
+                                          else "always", stats=stats)
+    stats.phases["rounds"] = time.perf_counter() - t0
+    report.used = True
+    report.pull = stats
+    report.reason = "used: " + "; ".join(ip.describe()[:1])
+    report.shuffle = meter.delta()
+    report.notes.append(f"rounds ran {stats.round_trips} Spark jobs in {stats.phases['rounds']:.3f} s; the final "
+                        "pull keeps rows inside the time interval set before the shuffle")
+    return shards.final_rows(request, blobs), report
