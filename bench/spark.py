@@ -332,6 +332,7 @@ def main() -> None:
     def runs_of(master: str, q: str, flt: str) -> list[dict]:
         return results.get(master, {}).get("jobs", {}).get(f"{q}/interval_filter={flt}", [])
 
+    threads = ", ".join(sorted({str(r["threads"]) for r in ref.values()}))
     any_res = next((r for r in results.values() if "spark" in r), {})
     size = {ds: os.path.getsize(path) for ds, path in views.items()}
     only = "" if args.only == ",".join(PARTS) else f" --only {args.only}"
@@ -351,9 +352,8 @@ def main() -> None:
              f"a fresh session, Python workers starting) and then {args.runs} time(s); `warm` is the best of "
              "those. A Spark time runs from the `matchrec.spark.sql` call (which runs the time split's planning "
              "jobs) until the matches are on the driver as Arrow (`DataFrame.toArrow()`); the DuckDB path is "
-             "`matchrec.connect(file).execute(sql).fetch_arrow_table()` with "
-             + ", ".join(f"{r['threads']} DuckDB threads ({q})" for q, r in ref.items()) + ". Shuffle bytes "
-             "are `ShuffleMeter` deltas around the warm run. `ok` = same row count and order-independent "
+             f"`matchrec.connect(file).execute(sql).fetch_arrow_table()` with {threads} DuckDB thread(s). "
+             "Shuffle bytes are `ShuffleMeter` deltas around the warm run. `ok` = same row count and order-independent "
              "digest of the rows as the DuckDB path.\n"]
 
     for p in parts:
@@ -412,7 +412,7 @@ def main() -> None:
                 lines.append(f"\n- Shuffle bytes written, off / on: {ratio:.2f}x (target: at least "
                              f"{FILTER_TARGET:.0f}x, {'met' if ratio >= FILTER_TARGET else 'not met'}); time on / "
                              f"off: {got['on']['seconds'] / got['off']['seconds']:.2f}.")
-                notes = [x for x in got["on"]["lines"] if x]
+                notes = [x.strip() for x in got["on"]["lines"] if x.strip()]
                 if notes:
                     lines.append("- Report of the `on` run: " + "; ".join(notes))
             lines.append("")

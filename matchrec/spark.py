@@ -30,7 +30,7 @@ import pyarrow as pa
 from matchrec import errors as E
 from matchrec.connectors import spark_matching as M
 
-__all__ = ["register", "match_recognize", "sql", "AnalysisError", "last_runs", "matchrec_error"]
+__all__ = ["register", "match_recognize", "sql", "AnalysisError", "last_runs", "matchrec_error", "release"]
 
 # Spark starts Python workers with PYSPARK_PYTHON, read when the SparkContext is created: import
 # matchrec.spark before building the session (the default is the interpreter importing it).
@@ -112,6 +112,25 @@ class ClauseReport:
 
 
 _LAST: list[ClauseReport] = []
+_CACHED: list = []  # DataFrames matchrec persisted; they back the DataFrames it returned
+
+
+def cache(df):
+    """Persist ``df`` (memory, spilling to disk) until ``release()``."""
+    from pyspark import StorageLevel
+    out = df.persist(StorageLevel.MEMORY_AND_DISK)
+    _CACHED.append(out)
+    return out
+
+
+def release() -> int:
+    """Unpersist what matchrec cached for the DataFrames it returned (the time split caches its
+    input and the candidate matches; interval filtering caches its input). Call it when those
+    DataFrames are no longer needed; returns how many were released."""
+    n = len(_CACHED)
+    while _CACHED:
+        _CACHED.pop().unpersist()
+    return n
 
 
 def last_runs() -> list[ClauseReport]:
@@ -211,13 +230,13 @@ def _column(df, ref):
 
 # ------------------------------------------------------------------ the time split
 def _time_split(df, analysis: M.Analysis, out_struct, out_arrow: pa.Schema, n: int, report: ClauseReport):
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, LongType, StructField, StructType
     spark = _session(df)
     body = analysis.body
     rid = f"{M.HIDDEN}rid"
-    based = df.withColumn(rid, F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
+    # row ids must not change between the jobs below: keep the numbered rows
+    based = cache(df.withColumn(rid, F.monotonically_increasing_id()))
     in_schema = _arrow_schema(based.schema)
     # 1. key statistics and a sample for cuts of equal row counts
     stats = based.mapInArrow(M.key_task(analysis.key_sql, in_schema, 97),
@@ -267,7 +286,7 @@ def _time_split(df, analysis: M.Analysis, out_struct, out_arrow: pa.Schema, n: i
     if body.spec.skip.kind == "next_row":
         result = matched.drop(*hidden)
     else:
-        matched = matched.persist(StorageLevel.MEMORY_AND_DISK)
+        matched = cache(matched)
         ends = matched.select(*(f"{M.HIDDEN}{c}" for c in ("sk", "sr", "ek", "er"))).distinct().toArrow()
         chosen = M.choose_past_last(*(ends.column(i).to_numpy() for i in range(4)))
         report.lines.append(f"time split: {ends.num_rows} candidate matches (one per start row), {len(chosen)} "

@@ -255,3 +255,21 @@ def test_interval_filtering_shuffles_fewer_bytes(spark):
     with_f = int(next(x for x in lines if x.strip().startswith("shuffle:")).split()[1])
     without = next(x for x in lines if "without interval filtering" in x)
     assert int(without.split(": ")[1].split()[0]) > 2 * with_f
+
+
+def test_example_pipeline_runs_and_agrees_with_duckdb(spark, tmp_path, capsys):
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "spark_pipeline.py"
+    spec = importlib.util.spec_from_file_location("spark_pipeline", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    out = tmp_path / "matches"
+    assert example.main(["--rows", "20000", "--out", str(out)], spark=spark) == 0
+    got = spark.read.parquet(str(out)).collect()
+    src = tmp_path / "r.parquet"
+    example.generate(str(src), 20000)
+    con = matchrec.connect()
+    want = con.execute(example.QUERY.replace("FROM reports", f"FROM read_parquet('{src}')")).fetchall()
+    assert want and rows_match(want, got)
+    assert "matches in" in capsys.readouterr().out

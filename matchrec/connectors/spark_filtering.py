@@ -142,8 +142,6 @@ def _traffic():
 
 def filter_rows(df, analysis, mode: str):
     """(DataFrame of the rows inside the final time intervals or None, FilterReport)."""
-    from pyspark import StorageLevel
-
     from matchrec.connectors.duckdb_source import DuckDBOracle
     from matchrec.connectors.spark_metrics import ShuffleMeter
     from matchrec.planner.fastpath import fast_plan
@@ -160,7 +158,8 @@ def filter_rows(df, analysis, mode: str):
         report.reason = f"not used ({why})"
         return None, report
     meter = ShuffleMeter(df.sparkSession)
-    cached = df.persist(StorageLevel.MEMORY_AND_DISK)
+    from matchrec.spark import cache
+    cached = cache(df)
     shards = SparkShards(cached, analysis.input_schema)
     stats = PullStats(strategy="dfs")
     t0 = time.perf_counter()
@@ -171,8 +170,9 @@ def filter_rows(df, analysis, mode: str):
             report.reason = f"not used ({rows} rows: below {MIN_ROWS}, the rounds' jobs would cost more)"
             cached.unpersist()
             return None, report
-    request, blobs = shards.filter_rounds(TABLE, list(analysis.input_schema.names), ip, exact=False, round_trips="auto" if mode == "auto"
-                                          else "always", stats=stats)
+    trips = "auto" if mode == "auto" else "always"
+    request, blobs = shards.filter_rounds(TABLE, list(analysis.input_schema.names), ip, exact=False,
+                                          round_trips=trips, stats=stats)
     stats.phases["rounds"] = time.perf_counter() - t0
     report.used = True
     report.pull = stats
