@@ -31,7 +31,7 @@ from matchrec.operators.intervals import (FilterPayloadError, IntervalSet, Shrin
                                           WindowJoinFilter)
 
 TOKEN = "t0ken"
-STRATEGIES = ["pull_all", "push_down", "naive_dfs", "dfs"]
+STRATEGIES = ["pull_all", "push_down", "naive_dfs", "dfs", "push_pull"]
 
 
 # -- the filter structures
@@ -189,7 +189,7 @@ def _differential(cluster, seeds, n_rows):
             cur.execute(q)
             want = _rows(cur)
             for strategy in STRATEGIES:
-                for trips in (["auto", "always"] if strategy.endswith("dfs") else ["auto"]):
+                for trips in (["auto", "always"] if strategy.endswith(("dfs", "push_pull")) else ["auto"]):
                     rcur.execute(f"SET pull_strategy = {strategy}")
                     rcur.execute(f"SET matchrec_round_trips = {trips}")
                     rcur.execute(q)
@@ -232,6 +232,9 @@ def test_filtering_moves_fewer_bytes_and_reports_them(cluster):
         moved[strategy] = s.bytes_received + s.bytes_sent
         assert s.round_trips >= 1
     assert moved["dfs"] < moved["push_down"] < moved["pull_all"]
+    assert moved["push_pull"] < moved["push_down"]
+    assert any("rows the nodes kept for A, B, C" in n for n in cur.pull_stats[0].notes)  # the last, push_pull
+    cur.execute("SET pull_strategy = dfs")
     cur.execute("EXPLAIN ANALYZE " + q)
     text = cur.fetchall()[0][1]
     assert "pull strategy dfs" in text and "bytes received" in text and "time interval filter" in text
@@ -316,7 +319,7 @@ def _fault_runs(tmp_path, kills: int):
         for k in range(kills):
             remote = matchrec.connect(storage_nodes=uris, node_timeout=20)
             cur = remote.cursor()
-            cur.execute(f"SET pull_strategy = {STRATEGIES[k % 4]}")
+            cur.execute(f"SET pull_strategy = {STRATEGIES[k % len(STRATEGIES)]}")
             victim = k % 3
             timer = threading.Timer(rng.uniform(0.0, 0.25), procs[victim].send_signal, [signal.SIGKILL])
             timer.start()
@@ -400,3 +403,98 @@ def test_settings_and_plain_explain(cluster):
     cur.fetchall()
     assert "push_down" == cur.pull_stats[0].strategy  # PREV sees rows outside a match
     remote.close()
+
+
+# -- push_pull sessions
+
+def test_push_pull_node_restart_mid_query_names_the_node_and_never_answers(tmp_path):
+    rng = random.Random(21)
+    data = random_table(rng, 20_000)
+    ports = [_free_port() for _ in range(2)]
+    dbs = [str(tmp_path / f"s{i}.duckdb") for i in range(2)]
+    procs = [_start_node(db, p) for db, p in zip(dbs, ports)]
+    uris = [f"grpc://127.0.0.1:{p}" for p in ports]
+    try:
+        con = duckdb.connect()
+        con.register("ev_arrow", data)
+        load(uris, "ev", "SELECT * FROM ev_arrow", con, "random")
+        q = ("SELECT * FROM ev MATCH_RECOGNIZE (ORDER BY ts MEASURES A.id AS a, C.id AS c ONE ROW PER MATCH "
+             "PATTERN (A {- N* -} B {- N* -} C) WITHIN 20 DEFINE A AS type = 'a' AND v < 10, B AS type = 'b', "
+             "C AS type = 'c' AND C.g = B.g, N AS true)")
+        local = matchrec.connect()
+        local.duckdb_connection.register("ev", data)
+        want = _rows(local.cursor().execute(q))
+        assert want
+        remote = matchrec.connect(storage_nodes=uris)
+        cur = remote.cursor()
+        cur.execute("SET pull_strategy = push_pull")
+        cur.execute("SET matchrec_round_trips = always")
+        assert _rows(cur.execute(q)) == want
+        store = remote.remote
+        plain = store.call_all
+        seen = []
+
+        def restart_after_first_round(request, *args, **kwargs):
+            out = plain(request, *args, **kwargs)
+            seen.append(request["op"])
+            if request["op"] == "candidates" and seen.count("candidates") == 1:
+                procs[0].send_signal(signal.SIGKILL)
+                procs[0].wait(timeout=30)
+                procs[0] = _start_node(dbs[0], ports[0])
+            return out
+        store.call_all = restart_after_first_round
+        with pytest.raises(matchrec.OperationalError, match="lost the state") as err:
+            cur.execute(q)
+        assert uris[0] in str(err.value) and uris[1] not in str(err.value)
+        assert seen.count("candidates") >= 1
+        store.call_all = plain
+        assert _rows(cur.execute(q)) == want  # a new session on the restarted node
+        remote.close()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+def test_push_pull_sessions_expire_are_bounded_and_see_table_changes():
+    from matchrec.connectors.session import SessionLost
+    from matchrec.connectors.shard import RequestError, ShardService
+    con = duckdb.connect()
+    con.execute("CREATE TABLE ev AS SELECT range AS ts, range % 3 AS v FROM range(100)")
+    svc = ShardService(con, 1 << 20)
+    base = {"op": "candidates", "table": "ev", "key_sql": "ts", "condition": "v = 1"}
+
+    def round_(sid, var, expect):
+        return svc.answer({**base, "session": sid, "var": var, "expect": expect}, [])
+    sid = "ab" * 8
+    assert round_(sid, 0, []).num_rows == 33
+    assert round_(sid, 1, [0]).num_rows == 33
+    kept = svc.sessions.open(sid, "ev", svc._version("ev"), [0, 1]).variables
+    assert kept[0].rows.column("r").to_pylist() == list(range(1, 100, 3))
+    pulled = svc.answer({"op": "pull", "table": "ev", "key_sql": "ts", "session": sid, "expect": [0, 1],
+                         "union": [0]}, [])
+    assert sorted(pulled.column("ts").to_pylist()) == list(range(1, 100, 3))
+    with pytest.raises(SessionLost, match="not known here"):  # the final pull ended it
+        round_(sid, 1, [0])
+    svc.sessions.max_sessions = 2
+    for k in range(3):
+        round_(f"{k:016x}", 0, [])
+    assert len(svc.sessions) == 2
+    with pytest.raises(SessionLost):
+        round_(f"{0:016x}", 1, [0])  # evicted: the oldest
+    round_(f"{2:016x}", 1, [0])
+    con.execute("INSERT INTO ev VALUES (100, 1)")
+    with pytest.raises(SessionLost, match="changed"):
+        round_(f"{2:016x}", 1, [0, 1])
+    svc.sessions.ttl = 0.0
+    round_("cd" * 8, 0, [])
+    import time
+    time.sleep(0.01)
+    with pytest.raises(SessionLost):
+        round_("cd" * 8, 1, [0])
+    with pytest.raises(RequestError, match="session id"):
+        round_("not hex!", 0, [])

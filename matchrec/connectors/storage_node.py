@@ -20,6 +20,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.flight as fl
 
+from matchrec.connectors.session import SessionLost
 from matchrec.connectors.shard import DEFAULT_MAX_PAYLOAD_MB, RequestError, ShardService, quote
 from matchrec.operators.intervals import FilterPayloadError
 
@@ -96,6 +97,8 @@ class StorageNode(fl.FlightServerBase):
             req = self._request(descriptor)
             blobs = self._blobs(reader)
             table = self.service.answer(req, blobs)
+        except SessionLost as err:
+            raise fl.FlightServerError(f"query state lost: {err}") from None
         except (RequestError, FilterPayloadError) as err:
             raise fl.FlightServerError(f"bad request: {err}") from None
         except duckdb.Error as err:
