@@ -146,6 +146,7 @@ class RemoteStore:
         self.pool = ThreadPoolExecutor(max_workers=max(2, len(self.nodes)))
         self.retries = 0
         self.schemas: dict[str, pa.Schema] = {}
+        self.indexed: set[str] = set()  # tables with an ACER index on some node
         self.bandwidth = None  # bytes/s over all nodes together, probed lazily
         self.rtt = 0.0
         self._load_catalog()
@@ -213,9 +214,13 @@ class RemoteStore:
                     raise OperationalError(f"Table {name} has different columns on storage node {node.uri} than on "
                                            "the others; load it again with matchrec load")
                 self.schemas[name] = schema
+            if "indexed" in table.column_names:
+                self.indexed |= {n for n, i in zip(table.column("name").to_pylist(),
+                                                   table.column("indexed").to_pylist()) if i}
 
     def refresh(self) -> None:
         self.schemas = {}
+        self.indexed = set()
         self._load_catalog()
 
     def probe(self) -> None:
@@ -356,6 +361,9 @@ class RemoteStore:
                 kind, blob = self._tis_payload(tis, ip.window, exact)
                 request["filter"] = {"kind": kind, "blob": 0}
                 blobs.append(blob)
+                if table in self.indexed:
+                    request["cover"] = len(blobs)
+                    blobs.append(_cover(tis))
             joins = []
             for j in usable:
                 pk, val, lo, hi = sources[(next(iter(j.sources)), j.other_sql, j.common_type)]
@@ -414,6 +422,9 @@ class RemoteStore:
                 request["range"] = [int(tis.lo.min()), int(tis.hi.max())]
             else:
                 request["range"] = [1, 0]
+            if table in self.indexed:
+                request["cover"] = len(blobs)
+                blobs.append(_cover(tis))
         if session is not None and kept:
             request.update(session=session, expect=sorted(kept))
             labels = {ip.variables[i].label for i in kept}
@@ -490,6 +501,22 @@ def _round_order(ip: IntervalPlan, counts: list[int]) -> list[int]:
     """Variables by ascending candidate count: the rarest shrinks the set first and every later
     round only ships candidates inside it."""
     return sorted(range(len(ip.variables)), key=lambda i: counts[i])
+
+
+def _cover(tis: IntervalSet, most: int = 1024) -> bytes:
+    """The set's intervals over all partitions, merged, as at most ``most`` sorted disjoint
+    ranges (the smallest gaps closed): what an ACER index skips clusters with."""
+    order = np.argsort(tis.lo, kind="stable")
+    lo, hi = tis.lo[order].astype(np.int64), tis.hi[order].astype(np.int64)
+    if len(lo):
+        reach = np.maximum.accumulate(hi)
+        starts = np.r_[0, np.flatnonzero(lo[1:] > reach[:-1] + 1) + 1]
+        lo, hi = lo[starts], np.r_[reach[starts[1:] - 1], reach[-1]]
+        if len(lo) > most:
+            gaps = lo[1:] - hi[:-1]
+            cut = np.sort(np.argsort(gaps, kind="stable")[-(most - 1):])
+            lo, hi = np.r_[lo[0], lo[cut + 1]], np.r_[hi[cut], hi[-1]]
+    return np.concatenate([lo, hi]).astype(np.int64).tobytes()
 
 
 def _quietly(fn, *args) -> None:

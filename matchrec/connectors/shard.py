@@ -22,6 +22,7 @@ SQL fragments in a request must each parse as one expression that reads no relat
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 
 import duckdb
 import numpy as np
@@ -30,6 +31,7 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
+from matchrec.connectors import acer
 from matchrec.connectors.session import SessionLost, SessionStore, VariableState
 from matchrec.operators.intervals import (FilterPayloadError, IntervalSet, ShrinkingWindowFilter, WindowJoinFilter,
                                           distinct, mix)
@@ -79,6 +81,7 @@ class ShardService:
         self.con = con
         self.max_payload = max_payload
         self.sessions = SessionStore()
+        self.indexes = acer.IndexCache()
 
     def _cursor(self):
         return self.con.cursor()
@@ -107,6 +110,8 @@ class ShardService:
             return self._candidates(req, blobs)
         if op == "pull":
             return self._pull(req, blobs)
+        if op == "build_index":
+            return self._build_index(req)
         if op == "end_session":
             self.sessions.drop(req.get("session"))
             return pa.table({"ended": pa.array([True])})
@@ -120,7 +125,9 @@ class ShardService:
         for n in names:
             schema = cur.sql(f"SELECT * FROM {quote(n)} LIMIT 0").to_arrow_table().schema
             schemas.append(schema.serialize().to_pybytes())
-        return pa.table({"name": pa.array(names, pa.string()), "schema": pa.array(schemas, pa.large_binary())})
+        indexed = acer.indexed_tables(self.con)
+        return pa.table({"name": pa.array(names, pa.string()), "schema": pa.array(schemas, pa.large_binary()),
+                         "indexed": pa.array([n in indexed for n in names], pa.bool_())})
 
     def _stats(self, req: dict) -> pa.Table:
         table = self._table(req.get("table"))
@@ -178,12 +185,13 @@ class ShardService:
         tf = self._time_filter(req.get("filter"), blobs)
         if req.get("session") is not None:
             return self._session_candidates(req, blobs, name, table, cond, pk, key, values, joins, tf)
-        for j in joins:
-            cond = f"({cond}) AND ({j['_col']}) IS NOT NULL"  # NULL never equals: such rows cannot match
         select = [f"{pk} AS pk", f"{key} AS t"] + [f"{v} AS v{i}" for i, v in enumerate(values)]
         select += [f"{j['_col']} AS j{i}" for i, j in enumerate(joins)]
-        rows = self._cursor().sql(
-            f"SELECT {', '.join(select)} FROM {table} WHERE ({cond}) AND {key} IS NOT NULL").to_arrow_table()
+        with self._scope(name, cond, req, blobs, False) as (cur, scope, cond):
+            for j in joins:
+                cond = f"({cond}) AND ({j['_col']}) IS NOT NULL"  # NULL never equals: such rows cannot match
+            rows = cur.sql(f"SELECT {', '.join(select)} FROM {table} "
+                           f"WHERE {scope} AND ({cond}) AND {key} IS NOT NULL").to_arrow_table()
         rows = rows.filter(pa.array(self._candidate_mask(rows, joins, blobs, tf)))
         return self._candidate_reply(req, rows, len(values))
 
@@ -212,6 +220,58 @@ class ShardService:
             out = rows.select(names).append_column("s", slot)
             return out.group_by(out.column_names, use_threads=False).aggregate([])
         return rows.select(names + ["t"])
+
+    # -- the ACER index
+
+    def _build_index(self, req: dict) -> pa.Table:
+        name = req.get("table")
+        self._table(name)
+        attributes = req.get("attributes")
+        if not isinstance(attributes, list) or not attributes:
+            raise RequestError("build_index needs a list of attributes")
+        try:
+            summary = acer.build(self.con, name, attributes, req.get("type_column", "type"),
+                                 req.get("time_column", "ts"), req.get("block_size", acer.DEFAULT_BLOCK))
+        except acer.IndexError_ as err:
+            raise RequestError(str(err)) from None
+        self.indexes.forget(name)
+        return pa.table({k: [v] for k, v in summary.items()})
+
+    def _cover(self, req: dict, blobs):
+        """The request's time cover: sorted disjoint [lo, hi] key ranges over all partitions."""
+        idx = req.get("cover")
+        if idx is None:
+            return None
+        if not isinstance(idx, int) or not 0 <= idx < len(blobs) or len(blobs[idx]) % 16:
+            raise RequestError("cover names a missing or malformed payload")
+        lo, hi = np.frombuffer(blobs[idx], np.int64).reshape(2, -1)
+        if len(lo) and ((np.diff(lo) <= 0).any() or (hi < lo).any()):
+            raise RequestError("cover intervals must be sorted and disjoint")
+        return lo, hi
+
+    @contextmanager
+    def _scope(self, name: str, cond: str, req: dict, blobs, keep_keyless: bool):
+        """A cursor, a rowid condition restricting a scan to the rows the table's index lets
+        through (TRUE without an index) and what is left of ``cond`` to evaluate on them."""
+        cur = self._cursor()
+        idx = self.indexes.get(self.con, name, self._version(name))
+        sel = None
+        if idx is not None:
+            sel = idx.select(self.con, cond, req.get("key_sql", ""), self._cover(req, blobs), keep_keyless)
+        if sel is None:
+            yield cur, "TRUE", cond
+            return
+        ids, exact = sel
+        scope = acer.ranges_sql(ids)
+        if len(ids) and (exact or 2 * len(ids) < ids[-1] - ids[0] + 1):
+            view = f"__mr_rows_{id(ids)}"
+            cur.register(view, pa.table({"r": ids}))
+            try:
+                yield cur, f"{scope} AND rowid IN (SELECT r FROM {view})", ("TRUE" if exact else cond)
+            finally:
+                cur.unregister(view)
+        else:
+            yield cur, scope, cond
 
     # -- push_pull: rounds over the rows a session kept
 
@@ -266,9 +326,9 @@ class ShardService:
         with session.lock:
             state = session.variables.get(var)
             if state is None:  # the variable's first round: its condition, once
-                rows = self._cursor().sql(
-                    f"SELECT rowid AS r, {pk} AS pk, {key} AS t FROM {table} "
-                    f"WHERE ({cond}) AND {key} IS NOT NULL ORDER BY rowid").to_arrow_table()
+                with self._scope(name, cond, req, blobs, False) as (cur, scope, left):
+                    rows = cur.sql(f"SELECT rowid AS r, {pk} AS pk, {key} AS t FROM {table} "
+                                   f"WHERE {scope} AND ({left}) AND {key} IS NOT NULL ORDER BY rowid").to_arrow_table()
                 state = VariableState(rows)
             if tf is not None:  # the set only shrinks: every variable kept here shrinks with it
                 for s in session.variables.values():
@@ -320,13 +380,15 @@ class ShardService:
             if union is not None:
                 return self._session_pull(table, session, union, cols, where, tf, req)
         if tf is None:
-            return _compact(cur.sql(f"SELECT {cols} FROM {table} WHERE {where}").to_arrow_table())
+            with self._scope(name, where, req, blobs, True) as (cur, scope, left):
+                return _compact(cur.sql(f"SELECT {cols} FROM {table} WHERE {scope} AND ({left})").to_arrow_table())
         pk, key = self._select_keys(req)
         bounds = req.get("range")
-        if bounds:  # the TIS's hull as a range DuckDB's scan can use (zone maps)
-            lo, hi = int(bounds[0]), int(bounds[1])
-            where = f"({where}) AND ({key} IS NULL OR {key} BETWEEN {lo} AND {hi})"
-        rows = cur.sql(f"SELECT {cols}, {pk} AS __mr_pk, {key} AS __mr_t FROM {table} WHERE {where}"
+        with self._scope(name, where, req, blobs, True) as (cur, scope, where):
+            if bounds:  # the TIS's hull as a range DuckDB's scan can use (zone maps)
+                lo, hi = int(bounds[0]), int(bounds[1])
+                where = f"({where}) AND ({key} IS NULL OR {key} BETWEEN {lo} AND {hi})"
+            rows = cur.sql(f"SELECT {cols}, {pk} AS __mr_pk, {key} AS __mr_t FROM {table} WHERE {scope} AND {where}"
                            ).to_arrow_table()
         t = rows.column("__mr_t")
         keep = np.ones(rows.num_rows, bool)  # rows without a key are kept: the engine decides on them
