@@ -55,21 +55,21 @@ SELECT * FROM crimes MATCH_RECOGNIZE (
 @dataclass(frozen=True)
 class Part:
     name: str
-    query: str  # names the statement and its dataset in JOBS
+    query: str  # a key of STATEMENTS
     masters: tuple[str, ...]
     filters: tuple[str, ...]
     title: str
 
 
-# query name -> (dataset, statement in DuckDB's dialect, what to say about it)
+# query name -> (dataset, statement in DuckDB's dialect, its PARTITION BY column, what to say about it)
 STATEMENTS = {
-    "vshape": ("stock", QUERIES["vshape"].matchrec, "V-shape per symbol (PARTITION BY symbol ORDER BY ts)"),
-    "crimes": ("crimes", CRIMES_SQL, "robbery, battery, motor vehicle theft in the battery's district "
-                                     "within 30 minutes (ORDER BY ts, no PARTITION BY)"),
+    "vshape": ("stock", QUERIES["vshape"].matchrec, "symbol", "V-shape per symbol (PARTITION BY symbol ORDER BY ts)"),
+    "crimes": ("crimes", CRIMES_SQL, None, "robbery, battery, motor vehicle theft in the battery's district "
+                                           "within 30 minutes (ORDER BY ts, no PARTITION BY)"),
 }
 # keyed and unpartitioned keep interval filtering off so they measure the matching alone
 PARTS = {p.name: p for p in [
-    Part("keyed", "vshape", MASTERS, ("off",), "keyed: 1,000 partition keys"),
+    Part("keyed", "vshape", MASTERS, ("off",), "keyed"),
     Part("unpartitioned", "crimes", MASTERS, ("off",), "unpartitioned with WITHIN (time split)"),
     Part("crimes", "crimes", ("local[2]",), ("off", "on"), "crimes: shuffle bytes with and without interval "
                                                            "filtering (local[2])"),
@@ -80,7 +80,7 @@ PARTS = {p.name: p for p in [
 def digest(table: pa.Table) -> tuple[int, str]:
     """(rows, digest) of a result, independent of row order and of how each engine types a column.
 
-    Timestamps (with or without a zone; Spark adds UTC) and durations become integer microseconds,
+    Timestamps (with or without a zone) and durations become integer microseconds,
     decimals doubles; the digest is the sum of DuckDB's hash of each row's text, so both sides
     must be hashed by this one function.
     """
@@ -113,10 +113,12 @@ def verdict(got: dict, want: dict) -> str:
 
 
 # ------------------------------------------------------------------ the DuckDB path (this process)
-def duckdb_path(db: str, sql: str, runs: int) -> dict:
+def duckdb_path(db: str, sql: str, runs: int, table: str, key: str | None) -> dict:
     con = matchrec.connect(db, read_only=True)
     try:
-        threads = con.duckdb_connection.execute("SELECT current_setting('threads')").fetchone()[0]
+        duck = con.duckdb_connection
+        threads = duck.execute("SELECT current_setting('threads')").fetchone()[0]
+        keys = duck.execute(f"SELECT count(DISTINCT {key}) FROM {table}").fetchone()[0] if key else None
         cur = con.cursor()
         times, result = [], None
         for _ in range(1 + runs):
@@ -130,7 +132,7 @@ def duckdb_path(db: str, sql: str, runs: int) -> dict:
             result = {"rows": got[0], "digest": got[1]}
     finally:
         con.close()
-    return {**result, "first": times[0], "warm": min(times[1:]), "threads": int(threads)}
+    return {**result, "first": times[0], "warm": min(times[1:]), "threads": int(threads), "keys": keys}
 
 
 # ------------------------------------------------------------------ a Spark master (child process)
@@ -289,26 +291,32 @@ def main() -> None:
     if args.child:
         child(args.child)
         return
+    unknown = [p for p in args.only.split(",") if p not in PARTS]
+    if unknown or args.runs < 1:
+        ap.error(f"--only takes {', '.join(PARTS)}" if unknown else "--runs must be at least 1")
     parts = [PARTS[p] for p in args.only.split(",")]
     started = time.time()
     load_start = os.getloadavg()[0]
-    steps: list[tuple[str, float]] = []
+    # (what, seconds, 1-minute load average before it): other work on the machine shows there
+    steps: list[tuple[str, float, float]] = []
 
     # data: the DuckDB file of each dataset (the DuckDB path) and its Parquet export (Spark)
     dbs, views = {}, {}
     for q in dict.fromkeys(p.query for p in parts):
         dataset = STATEMENTS[q][0]
-        t0 = time.perf_counter()
+        t0, load = time.perf_counter(), os.getloadavg()[0]
         dbs[q] = datasets.ensure(args.data_dir, dataset, args.rows)
         views[dataset] = parquet_for(dbs[q], dataset)
-        steps.append((f"{dataset}: data and Parquet export (cached after the first run)", time.perf_counter() - t0))
+        steps.append((f"{dataset}: data and Parquet export (cached after the first run)", time.perf_counter() - t0,
+                      load))
 
     # the DuckDB path: the reference result and its time
     ref = {}
     for q, db in dbs.items():
-        t0 = time.perf_counter()
-        ref[q] = duckdb_path(db, STATEMENTS[q][1], args.runs)
-        steps.append((f"{q}: DuckDB path, {1 + args.runs} runs", time.perf_counter() - t0))
+        t0, load = time.perf_counter(), os.getloadavg()[0]
+        dataset, sql, key, _ = STATEMENTS[q]
+        ref[q] = duckdb_path(db, sql, args.runs, dataset, key)
+        steps.append((f"{q}: DuckDB path, {1 + args.runs} runs", time.perf_counter() - t0, load))
         print(f"DuckDB path {q}: {ref[q]['rows']:,} rows, first {ref[q]['first']:.2f} s, "
               f"warm {ref[q]['warm']:.2f} s ({ref[q]['threads']} threads)", flush=True)
 
@@ -325,9 +333,11 @@ def main() -> None:
         if not jobs:
             continue
         print(f"Spark {master}: {', '.join(jobs)}", flush=True)
+        load = os.getloadavg()[0]
         results[master] = run_master(master, list(jobs.values()), views, args)
         res = results[master]
-        steps.append((f"Spark {master} process (session start {fmt_s(res.get('session_s'))} s)", res["process_s"]))
+        steps.append((f"Spark {master} process (session start {fmt_s(res.get('session_s'))} s)", res["process_s"],
+                      load))
 
     def runs_of(master: str, q: str, flt: str) -> list[dict]:
         return results.get(master, {}).get("jobs", {}).get(f"{q}/interval_filter={flt}", [])
@@ -336,6 +346,7 @@ def main() -> None:
     any_res = next((r for r in results.values() if "spark" in r), {})
     size = {ds: os.path.getsize(path) for ds, path in views.items()}
     only = "" if args.only == ",".join(PARTS) else f" --only {args.only}"
+    only += "" if args.runs == 1 else f" --runs {args.runs}"
     lines = [f"\n## Spark: `python -m bench.spark --rows {args.rows}{only}`\n",
              f"- Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "
              f"{load_start:.2f} at the start and {os.getloadavg()[0]:.2f} at the end (the cores are shared); "
@@ -357,13 +368,15 @@ def main() -> None:
              "digest of the rows as the DuckDB path.\n"]
 
     for p in parts:
-        dataset, _, about = STATEMENTS[p.query]
+        dataset, _, key, about = STATEMENTS[p.query]
         want = ref[p.query]
         if p.name in ("keyed", "unpartitioned"):
-            lines += [f"### {p.title}: {about}, {dataset}-like, {args.rows:,} rows\n",
-                      "| engine | mode | warm s | first s | local[1] / this | this / DuckDB path | "
-                      "shuffle bytes written | rows | result |", "|---|---|---|---|---|---|---|---|---|",
-                      f"| matchrec DuckDB path ({want['threads']} threads) | - | {want['warm']:.2f} | "
+            keys = f" with {ref[p.query]['keys']:,} partition keys" if key else ""
+            lines += [f"### {p.title}: {about}, {dataset}-like, {args.rows:,} rows{keys}\n",
+                      "| engine | mode | warm s | of which planning jobs s | first s | local[1] / this | "
+                      "this / DuckDB path | shuffle bytes written | rows | result |",
+                      "|---|---|---|---|---|---|---|---|---|---|",
+                      f"| matchrec DuckDB path ({want['threads']} threads) | - | {want['warm']:.2f} | - | "
                       f"{want['first']:.2f} | - | 1.00 | - | {want['rows']:,} | reference |"]
             one = warm(runs_of("local[1]", p.query, "off"))
             for master in p.masters:
@@ -371,13 +384,14 @@ def main() -> None:
                 w = warm(runs)
                 if w is None:
                     err = next((r["error"] for r in runs if "error" in r), "no result (see the log)")
-                    lines.append(f"| Spark {master} | {err} | - | - | - | - | - | - | FAILED |")
+                    lines.append(f"| Spark {master} | {err} | - | - | - | - | - | - | - | FAILED |")
                     continue
                 mode = w["mode"]
                 if p.name == "unpartitioned" and not mode.startswith("time split"):
                     mode = f"NOT A TIME SPLIT: {mode}"
                 result = "ok" if all(verdict(r, want) == "ok" for r in runs) else "MISMATCH"
-                lines.append(f"| Spark {master} | {mode} | {w['seconds']:.2f} | {fmt_s(runs[0].get('seconds'))} | "
+                lines.append(f"| Spark {master} | {mode} | {w['seconds']:.2f} | {w['planning']:.2f} | "
+                             f"{fmt_s(runs[0].get('seconds'))} | "
                              f"{fmt_s(one['seconds'] / w['seconds'] if one else None)} | "
                              f"{w['seconds'] / want['warm']:.2f} | {w['shuffle_written']:,} | {w['rows']:,} | "
                              f"{result} |")
@@ -389,21 +403,22 @@ def main() -> None:
             lines.append("")
         elif p.name == "crimes":
             lines += [f"### {p.title}: {about}, {args.rows:,} rows\n",
-                      "| interval_filter | filtering | mode | warm s | first s | shuffle bytes written | shuffle bytes "
-                      "read | shuffle records | of which filtering rounds (bytes) | rows | result |",
-                      "|---|---|---|---|---|---|---|---|---|---|---|"]
+                      "| interval_filter | filtering | mode | warm s | of which planning jobs s | first s | "
+                      "shuffle bytes written | shuffle bytes read | shuffle records | of which filtering rounds "
+                      "(bytes) | rows | result |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
             got = {}
             for flt in p.filters:
                 runs = runs_of("local[2]", p.query, flt)
                 w = warm(runs)
                 if w is None:
                     err = next((r["error"] for r in runs if "error" in r), "no result (see the log)")
-                    lines.append(f"| {flt} | {err} | - | - | - | - | - | - | - | - | FAILED |")
+                    lines.append(f"| {flt} | {err} | - | - | - | - | - | - | - | - | - | FAILED |")
                     continue
                 got[flt] = w
                 result = "ok" if all(verdict(r, want) == "ok" for r in runs) else "MISMATCH"
                 fs = w["filter_shuffle"]
                 lines.append(f"| {flt} | {w['filtering'] or '-'} | {w['mode']} | {w['seconds']:.2f} | "
+                             f"{w['planning']:.2f} | "
                              f"{fmt_s(runs[0].get('seconds'))} | {w['shuffle_written']:,} | {w['shuffle_read']:,} | "
                              f"{w['shuffle_records']:,} | {'-' if fs is None else f'{fs:,}'} | {w['rows']:,} | "
                              f"{result} |")
@@ -417,8 +432,8 @@ def main() -> None:
                     lines.append("- Report of the `on` run: " + "; ".join(notes))
             lines.append("")
 
-    lines += ["### Where the time went\n", "| step | seconds |", "|---|---|"]
-    lines += [f"| {label} | {s:.1f} |" for label, s in steps]
+    lines += ["### Where the time went\n", "| step | seconds | load average before it |", "|---|---|---|"]
+    lines += [f"| {label} | {s:.1f} | {load:.2f} |" for label, s, load in steps]
     lines.append(f"\n- Total wall time: {time.time() - started:.0f} s\n")
     text = "\n".join(lines)
     print(text)

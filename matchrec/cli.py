@@ -20,6 +20,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("demo", "matchrec.demo", "build a demo database (stocks, crimes) and run example queries"),
     ("storage-node", "matchrec.connectors.storage_node", "serve one DuckDB shard to compute nodes over Arrow Flight"),
     ("load", "matchrec.connectors.loader", "spread a table over storage nodes"),
+    ("index", "matchrec.connectors.index_cli", "build the ACER range-bitmap index of a table on storage nodes"),
 ]
 
 

@@ -33,7 +33,7 @@ _SET_RE = re.compile(
     re.I | re.S)
 SETTINGS = {f"matchrec_{f.name}": f.name for f in fields(Settings)}
 SETTINGS["pull_strategy"] = "pull_strategy"  # the name storage-node users know from the literature
-_CHOICES = {"pull_strategy": ("auto", "pull_all", "push_down", "naive_dfs", "dfs"),
+_CHOICES = {"pull_strategy": ("auto", "pull_all", "push_down", "naive_dfs", "dfs", "push_pull"),
             "round_trips": ("auto", "always", "never")}
 
 

@@ -31,7 +31,7 @@ from matchrec.operators.intervals import (FilterPayloadError, IntervalSet, Shrin
                                           WindowJoinFilter)
 
 TOKEN = "t0ken"
-STRATEGIES = ["pull_all", "push_down", "naive_dfs", "dfs"]
+STRATEGIES = ["pull_all", "push_down", "naive_dfs", "dfs", "push_pull"]
 
 
 # -- the filter structures
@@ -189,7 +189,7 @@ def _differential(cluster, seeds, n_rows):
             cur.execute(q)
             want = _rows(cur)
             for strategy in STRATEGIES:
-                for trips in (["auto", "always"] if strategy.endswith("dfs") else ["auto"]):
+                for trips in (["auto", "always"] if strategy.endswith(("dfs", "push_pull")) else ["auto"]):
                     rcur.execute(f"SET pull_strategy = {strategy}")
                     rcur.execute(f"SET matchrec_round_trips = {trips}")
                     rcur.execute(q)
@@ -232,6 +232,9 @@ def test_filtering_moves_fewer_bytes_and_reports_them(cluster):
         moved[strategy] = s.bytes_received + s.bytes_sent
         assert s.round_trips >= 1
     assert moved["dfs"] < moved["push_down"] < moved["pull_all"]
+    assert moved["push_pull"] < moved["push_down"]
+    assert any("rows the nodes kept for A, B, C" in n for n in cur.pull_stats[0].notes)  # the last, push_pull
+    cur.execute("SET pull_strategy = dfs")
     cur.execute("EXPLAIN ANALYZE " + q)
     text = cur.fetchall()[0][1]
     assert "pull strategy dfs" in text and "bytes received" in text and "time interval filter" in text
@@ -316,7 +319,7 @@ def _fault_runs(tmp_path, kills: int):
         for k in range(kills):
             remote = matchrec.connect(storage_nodes=uris, node_timeout=20)
             cur = remote.cursor()
-            cur.execute(f"SET pull_strategy = {STRATEGIES[k % 4]}")
+            cur.execute(f"SET pull_strategy = {STRATEGIES[k % len(STRATEGIES)]}")
             victim = k % 3
             timer = threading.Timer(rng.uniform(0.0, 0.25), procs[victim].send_signal, [signal.SIGKILL])
             timer.start()
@@ -400,3 +403,218 @@ def test_settings_and_plain_explain(cluster):
     cur.fetchall()
     assert "push_down" == cur.pull_stats[0].strategy  # PREV sees rows outside a match
     remote.close()
+
+
+# -- push_pull sessions
+
+def test_push_pull_node_restart_mid_query_names_the_node_and_never_answers(tmp_path):
+    rng = random.Random(21)
+    data = random_table(rng, 20_000)
+    ports = [_free_port() for _ in range(2)]
+    dbs = [str(tmp_path / f"s{i}.duckdb") for i in range(2)]
+    procs = [_start_node(db, p) for db, p in zip(dbs, ports)]
+    uris = [f"grpc://127.0.0.1:{p}" for p in ports]
+    try:
+        con = duckdb.connect()
+        con.register("ev_arrow", data)
+        load(uris, "ev", "SELECT * FROM ev_arrow", con, "random")
+        q = ("SELECT * FROM ev MATCH_RECOGNIZE (ORDER BY ts MEASURES A.id AS a, C.id AS c ONE ROW PER MATCH "
+             "PATTERN (A {- N* -} B {- N* -} C) WITHIN 20 DEFINE A AS type = 'a' AND v < 10, B AS type = 'b', "
+             "C AS type = 'c' AND C.g = B.g, N AS true)")
+        local = matchrec.connect()
+        local.duckdb_connection.register("ev", data)
+        want = _rows(local.cursor().execute(q))
+        assert want
+        remote = matchrec.connect(storage_nodes=uris)
+        cur = remote.cursor()
+        cur.execute("SET pull_strategy = push_pull")
+        cur.execute("SET matchrec_round_trips = always")
+        assert _rows(cur.execute(q)) == want
+        store = remote.remote
+        plain = store.call_all
+        seen = []
+
+        def restart_after_first_round(request, *args, **kwargs):
+            out = plain(request, *args, **kwargs)
+            seen.append(request["op"])
+            if request["op"] == "candidates" and seen.count("candidates") == 1:
+                procs[0].send_signal(signal.SIGKILL)
+                procs[0].wait(timeout=30)
+                procs[0] = _start_node(dbs[0], ports[0])
+            return out
+        store.call_all = restart_after_first_round
+        with pytest.raises(matchrec.OperationalError, match="lost the state") as err:
+            cur.execute(q)
+        assert uris[0] in str(err.value) and uris[1] not in str(err.value)
+        assert seen.count("candidates") >= 1
+        store.call_all = plain
+        assert _rows(cur.execute(q)) == want  # a new session on the restarted node
+        remote.close()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+def test_push_pull_sessions_expire_are_bounded_and_see_table_changes():
+    from matchrec.connectors.session import SessionLost
+    from matchrec.connectors.shard import RequestError, ShardService
+    con = duckdb.connect()
+    con.execute("CREATE TABLE ev AS SELECT range AS ts, range % 3 AS v FROM range(100)")
+    svc = ShardService(con, 1 << 20)
+    base = {"op": "candidates", "table": "ev", "key_sql": "ts", "condition": "v = 1"}
+
+    def round_(sid, var, expect):
+        return svc.answer({**base, "session": sid, "var": var, "expect": expect}, [])
+    sid = "ab" * 8
+    assert round_(sid, 0, []).num_rows == 33
+    assert round_(sid, 1, [0]).num_rows == 33
+    kept = svc.sessions.open(sid, "ev", svc._version("ev"), [0, 1]).variables
+    assert kept[0].rows.column("r").to_pylist() == list(range(1, 100, 3))
+    pulled = svc.answer({"op": "pull", "table": "ev", "key_sql": "ts", "session": sid, "expect": [0, 1],
+                         "union": [0]}, [])
+    assert sorted(pulled.column("ts").to_pylist()) == list(range(1, 100, 3))
+    with pytest.raises(SessionLost, match="not known here"):  # the final pull ended it
+        round_(sid, 1, [0])
+    svc.sessions.max_sessions = 2
+    for k in range(3):
+        round_(f"{k:016x}", 0, [])
+    assert len(svc.sessions) == 2
+    with pytest.raises(SessionLost):
+        round_(f"{0:016x}", 1, [0])  # evicted: the oldest
+    round_(f"{2:016x}", 1, [0])
+    con.execute("INSERT INTO ev VALUES (100, 1)")
+    with pytest.raises(SessionLost, match="changed"):
+        round_(f"{2:016x}", 1, [0, 1])
+    svc.sessions.ttl = 0.0
+    round_("cd" * 8, 0, [])
+    import time
+    time.sleep(0.01)
+    with pytest.raises(SessionLost):
+        round_("cd" * 8, 1, [0])
+    with pytest.raises(RequestError, match="session id"):
+        round_("not hex!", 0, [])
+
+
+# -- the ACER index
+
+def _index_table(rng: np.random.Generator, n: int) -> pa.Table:
+    v = rng.integers(-5, 200, n)
+    f = rng.normal(0, 10, n)
+    f[rng.random(n) < 0.01] = np.nan
+    return pa.table({
+        "id": np.arange(n), "ts": np.cumsum(rng.integers(0, 3, n)),
+        "type": pa.array([None if x == 6 else "abcdef"[x] for x in rng.integers(0, 7, n)]),
+        "v": pa.array(v, mask=rng.random(n) < 0.05), "f": f,
+        "g": pa.array(rng.integers(0, 4, n), pa.int32(), mask=np.arange(n) < 2000),  # one block all NULL
+    })
+
+
+def _random_condition(rng: random.Random) -> str:
+    atoms = [lambda: f"type = '{rng.choice('abcdefz')}'", lambda: f"type IN ('{rng.choice('ab')}', 'c')",
+             lambda: f"v {rng.choice(['<', '<=', '>', '>=', '='])} {rng.randint(-10, 210)}",
+             lambda: f"{rng.randint(-10, 210)} {rng.choice(['<', '>='])} v",
+             lambda: f"v BETWEEN {rng.randint(-10, 100)} AND {rng.randint(50, 210)}",
+             lambda: f"f {rng.choice(['<', '>', '<=', '>='])} {rng.uniform(-20, 20):.3f}",
+             lambda: f"g = {rng.randint(0, 4)}", lambda: f"v < {rng.randint(0, 100)}.5",
+             lambda: "NOT (v < 50)", lambda: "lower(type) = 'b'", lambda: "v % 7 = 1", lambda: "f <> f",
+             lambda: f"v > -{rng.randint(0, 3)}"]
+
+    def tree(depth):
+        if depth == 0 or rng.random() < 0.3:
+            return rng.choice(atoms)()
+        return f"({tree(depth - 1)}) {rng.choice(['AND', 'AND', 'OR'])} ({tree(depth - 1)})"
+    return tree(3)
+
+
+def test_acer_index_answers_exactly_as_without_it():
+    from matchrec.connectors.shard import ShardService
+    data = _index_table(np.random.default_rng(4), 9000)
+    plain, indexed = duckdb.connect(), duckdb.connect()
+    for con in (plain, indexed):
+        con.register("d", data)
+        con.execute("CREATE TABLE ev AS SELECT * FROM d")
+    a, b = ShardService(plain, 1 << 24), ShardService(indexed, 1 << 24)
+    summary = b.answer({"op": "build_index", "table": "ev", "attributes": ["v", "f", "g"], "block_size": 2048}, [])
+    assert summary.column("blocks")[0].as_py() == 5 and summary.column("clusters")[0].as_py() >= 5 * 7
+    assert b.answer({"op": "tables"}, []).to_pylist() and b._tables().column("indexed").to_pylist() == [True]
+    rng = random.Random(8)
+    ts = np.sort(data.column("ts").to_numpy())
+    key = 'CAST("ts" AS BIGINT)'
+    skipped = 0
+    for k in range(150):
+        cond = _random_condition(rng)
+        lo = rng.randint(0, 9000)
+        intervals = np.array([[lo, lo + rng.randint(0, 400)], [lo + 2000, lo + 2100]], np.int64)
+        if k % 2:  # intervals ending or starting exactly where a block's events begin or end
+            edge = int(ts[2048 * rng.randint(1, 4) - rng.randint(0, 1)])
+            intervals = np.array([[edge - 60, edge], [edge + 3000, edge + 3000]], np.int64)
+        tis = IntervalSet(np.zeros(2, np.int64), intervals[:, 0].copy(), intervals[:, 1].copy())
+        exact = np.concatenate([tis.pk, tis.lo, tis.hi]).tobytes()
+        cover = np.concatenate([tis.lo, tis.hi]).tobytes()
+        reqs = [({"op": "candidates", "table": "ev", "condition": cond, "key_sql": key}, []),
+                ({"op": "candidates", "table": "ev", "condition": cond, "key_sql": key, "quantum": 5,
+                  "filter": {"kind": "exact", "blob": 0}, "cover": 1}, [exact, cover]),
+                ({"op": "pull", "table": "ev", "where": cond}, []),
+                ({"op": "pull", "table": "ev", "where": cond, "key_sql": key, "columns": ["id", "v"],
+                  "filter": {"kind": "exact", "blob": 0}, "cover": 1, "range": [int(tis.lo[0]), int(tis.hi[1])]},
+                 [exact, cover])]
+        for req, blobs in reqs:
+            want = sorted(map(repr, a.answer(dict(req), blobs).to_pylist()))
+            got = sorted(map(repr, b.answer(dict(req), blobs).to_pylist()))
+            assert got == want, (k, cond, req)
+        with b._scope("ev", cond, reqs[1][0], [exact, cover], False) as (_, scope, _left):
+            skipped += scope != "TRUE"
+    assert skipped > 100  # the index narrowed the rows of most requests
+
+
+def test_acer_index_on_nodes_every_strategy_equals_local_execution(cluster):
+    from matchrec.connectors.index_cli import build_index
+    for seed in range(3):
+        rng = random.Random(100 + seed)
+        data = random_table(rng, 7000)
+        local = matchrec.connect()
+        local.duckdb_connection.register("ev_arrow", data)
+        local.cursor().execute("CREATE TABLE ev AS SELECT * FROM ev_arrow")
+        load(cluster, "ev", "SELECT * FROM ev_arrow", local.duckdb_connection, "random", token=TOKEN)
+        queries = [random_query(rng) for _ in range(3)]
+        wants = [_rows(local.cursor().execute(q)) for q in queries]
+        summaries = build_index(cluster, "ev", ["v", "g"], "type", "ts", 1024, TOKEN)
+        assert sum(s["rows"] for s in summaries) == 7000 and all(s["blocks"] >= 2 for s in summaries)
+        remote = matchrec.connect(storage_nodes=cluster, token=TOKEN)
+        assert remote.remote.indexed == {"ev"}
+        rcur = remote.cursor()
+        for q, want in zip(queries, wants):
+            for strategy in STRATEGIES:
+                rcur.execute(f"SET pull_strategy = {strategy}")
+                rcur.execute("SET matchrec_round_trips = always")
+                assert _rows(rcur.execute(q)) == want, (seed, strategy, q)
+        remote.close()
+        load(cluster, "ev", "SELECT * FROM ev_arrow", local.duckdb_connection, "random", token=TOKEN)
+        again = matchrec.connect(storage_nodes=cluster, token=TOKEN)
+        assert again.remote.indexed == set()  # a load drops the index
+        again.close()
+        local.close()
+
+
+def test_acer_index_refusals(cluster, tmp_path):
+    from matchrec.connectors.index_cli import build_index
+    src = duckdb.connect()
+    src.register("ev_arrow", random_table(random.Random(9), 300))
+    load(cluster, "ev", "SELECT * FROM ev_arrow", src, "random", token=TOKEN)
+    with pytest.raises(fl.FlightServerError, match="no column 'nope'"):
+        build_index(cluster, "ev", ["nope"], token=TOKEN)
+    with pytest.raises(fl.FlightServerError, match="numbers only"):
+        build_index(cluster, "ev", ["type"], token=TOKEN)
+    out = subprocess.run([sys.executable, "-m", "matchrec", "index", "--nodes", cluster[0], "--table", "ev",
+                          "--attributes", "v", "--token", TOKEN, "--block-size", "10"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "block size" in out.stderr and "Traceback" not in out.stderr
+    out = subprocess.run([sys.executable, "-m", "matchrec", "index", "--nodes", ",".join(cluster), "--table", "ev",
+                          "--attributes", "v,g", "--token", TOKEN, "--block-size", "1024"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.count("clusters") == 3, out.stderr

@@ -12,17 +12,26 @@ MATCH_RECOGNIZE with one of the pull strategies:
   shrink the set. A cost model skips rounds whose expected saving is below their cost. The final
   pull reads only rows inside the set, with the push-down filter;
 * ``naive_dfs``: the same rounds with exact structures (interval arrays, value sets) instead of
-  the filters - larger payloads, no false positives.
+  the filters - larger payloads, no false positives;
+* ``push_pull``: the rounds of ``dfs`` in a query session the nodes keep state for
+  (``connectors.session``): each node keeps the row ids of every variable's surviving
+  candidates and shrinks them with each new set, so a later round touches only those rows and
+  never evaluates a condition again. When the push-down filter names only variables that had a
+  round, the final pull returns the kept rows inside the final set (a row that failed its
+  variable's join filter can only be taken by a gap variable, which the push-down filter
+  already proves droppable); otherwise it reads as ``dfs`` does.
 
 Every request goes to all nodes at once. A node that fails or times out raises
-``OperationalError`` naming it (after ``node_retries`` further attempts: requests are
-stateless); a result is never assembled from some of the nodes.
+``OperationalError`` naming it (after ``node_retries`` further attempts: requests without a
+session are stateless); a result is never assembled from some of the nodes. A node that lost
+a session's state (it restarted) fails the query the same way.
 """
 from __future__ import annotations
 
 import json
 import math
 import re
+import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,7 +44,7 @@ from matchrec.errors import OperationalError, ProgrammingError
 from matchrec.operators.intervals import IntervalSet, ShrinkingWindowFilter, WindowJoinFilter
 from matchrec.planner.intervals import IntervalPlan
 
-STRATEGIES = ("auto", "pull_all", "push_down", "naive_dfs", "dfs")
+STRATEGIES = ("auto", "pull_all", "push_down", "naive_dfs", "dfs", "push_pull")
 ROUND_TRIPS = ("auto", "always", "never")
 _IDENT = re.compile(r'^\s*(?:"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_$]*))\s*$')
 
@@ -109,7 +118,14 @@ class Node:
         if blobs:
             writer.write_table(payload)
         writer.done_writing()
-        table = reader.read_all()
+        try:
+            table = reader.read_all()
+        except BaseException:
+            try:  # closed here, the refused call is not reported again when the writer is collected
+                writer.close()
+            except (fl.FlightError, pa.ArrowException, OSError):
+                pass
+            raise
         writer.close()
         return table, len(command) + sum(len(b) for b in blobs), table.nbytes
 
@@ -130,6 +146,7 @@ class RemoteStore:
         self.pool = ThreadPoolExecutor(max_workers=max(2, len(self.nodes)))
         self.retries = 0
         self.schemas: dict[str, pa.Schema] = {}
+        self.indexed: set[str] = set()  # tables with an ACER index on some node
         self.bandwidth = None  # bytes/s over all nodes together, probed lazily
         self.rtt = 0.0
         self._load_catalog()
@@ -164,6 +181,10 @@ class RemoteStore:
             try:
                 table, sent, received = node.exchange(request, blobs)
             except fl.FlightServerError as err:
+                if "query state lost" in str(err):
+                    raise OperationalError(
+                        f"Storage node {node.uri} lost the state of this push_pull query ({_short(err)}); no partial "
+                        "result was used. Run the query again, or SET pull_strategy = dfs (stateless)") from None
                 raise OperationalError(f"Storage node {node.uri} refused the request: {_short(err)}") from None
             except fl.FlightUnauthenticatedError:
                 raise OperationalError(f"Storage node {node.uri} requires a valid token: pass "
@@ -193,9 +214,13 @@ class RemoteStore:
                     raise OperationalError(f"Table {name} has different columns on storage node {node.uri} than on "
                                            "the others; load it again with matchrec load")
                 self.schemas[name] = schema
+            if "indexed" in table.column_names:
+                self.indexed |= {n for n, i in zip(table.column("name").to_pylist(),
+                                                   table.column("indexed").to_pylist()) if i}
 
     def refresh(self) -> None:
         self.schemas = {}
+        self.indexed = set()
         self._load_catalog()
 
     def probe(self) -> None:
@@ -255,25 +280,32 @@ class RemoteStore:
             stats.phases["pull"] = time.perf_counter() - t0
         else:
             out = self._dual_filter(table, columns, ip, exact=(strategy == "naive_dfs"), round_trips=round_trips,
-                                    stats=stats)
+                                    stats=stats, session=secrets.token_hex(16) if strategy == "push_pull" else None)
         stats.events_pulled = out.num_rows
         return out
 
     def _dual_filter(self, table: str, columns: list[str], ip: IntervalPlan, exact: bool, round_trips: str,
-                     stats: PullStats) -> pa.Table:
-        request, blobs = self.filter_rounds(table, columns, ip, exact, round_trips, stats)
-        t2 = time.perf_counter()
-        sent0, received0 = stats.bytes_sent, stats.bytes_received
-        parts = self.call_all(request, blobs, stats)
-        stats.phases["final pull"] = time.perf_counter() - t2
-        stats.phase_bytes["final pull"] = (stats.bytes_sent - sent0, stats.bytes_received - received0)
-        return self._concat(table, parts, columns)
+                     stats: PullStats, session: str | None = None) -> pa.Table:
+        try:
+            request, blobs = self.filter_rounds(table, columns, ip, exact, round_trips, stats, session)
+            t2 = time.perf_counter()
+            sent0, received0 = stats.bytes_sent, stats.bytes_received
+            parts = self.call_all(request, blobs, stats)
+            stats.phases["final pull"] = time.perf_counter() - t2
+            stats.phase_bytes["final pull"] = (stats.bytes_sent - sent0, stats.bytes_received - received0)
+            return self._concat(table, parts, columns)
+        except BaseException:
+            if session is not None:  # free the nodes' state now rather than at its expiry
+                for n in self.nodes:
+                    self.pool.submit(_quietly, n.exchange, {"op": "end_session", "session": session}, [])
+            raise
 
     def filter_rounds(self, table: str, columns: list[str] | None, ip: IntervalPlan, exact: bool, round_trips: str,
-                      stats: PullStats) -> tuple[dict, list[bytes]]:
+                      stats: PullStats, session: str | None = None) -> tuple[dict, list[bytes]]:
         """Make the candidate rounds; returns the final pull's request and payloads (rows inside
-        the time interval set)."""
+        the time interval set). With ``session`` (push_pull) the nodes keep each round's candidates."""
         base = {"table": table, "key_sql": ip.key_sql, "partition_sql": ip.partition_sql}
+        kept: list[int] = []  # variables whose candidates the nodes keep (push_pull)
         t0 = time.perf_counter()
         if round_trips == "auto":
             self.probe()
@@ -337,6 +369,9 @@ class RemoteStore:
                 kind, blob = self._tis_payload(tis, ip.window, exact)
                 request["filter"] = {"kind": kind, "blob": 0}
                 blobs.append(blob)
+                if table in self.indexed:
+                    request["cover"] = len(blobs)
+                    blobs.append(_cover(tis))
             joins = []
             for j in usable:
                 pk, val, lo, hi = sources[(next(iter(j.sources)), j.other_sql, j.common_type)]
@@ -360,7 +395,11 @@ class RemoteStore:
             # candidates travel as distinct (slot, values): the key to a slot of w/20 is enough
             quantum = max(1, ip.window // 20)
             request["quantum"] = quantum
+            if session is not None:
+                request.update(session=session, var=i, expect=sorted(kept))
             parts = self.call_all(request, blobs, stats)
+            if session is not None and i not in kept:
+                kept.append(i)
             n_rows = sum(p.num_rows for p in parts)
             pk = (np.concatenate([p.column("pk").to_numpy() for p in parts]) if ip.partition_sql and parts
                   else np.zeros(n_rows, np.int64))
@@ -389,6 +428,18 @@ class RemoteStore:
                 request["range"] = [int(tis.lo.min()), int(tis.hi.max())]
             else:
                 request["range"] = [1, 0]
+            if table in self.indexed:
+                request["cover"] = len(blobs)
+                blobs.append(_cover(tis))
+        if session is not None and kept:
+            request.update(session=session, expect=sorted(kept))
+            labels = {ip.variables[i].label for i in kept}
+            if ip.row_filter is not None and ip.filter_labels is not None and set(ip.filter_labels) <= labels:
+                request["union"] = sorted(kept)
+                stats.notes.append("final pull: the rows the nodes kept for " +
+                                   ", ".join(ip.variables[i].name for i in sorted(kept)))
+            else:
+                stats.notes.append("final pull: by the push-down filter (a variable it names had no round)")
         if tis is not None:
             stats.notes.append(f"time interval set: {len(tis)} intervals covering {tis.total_length()} of {span} "
                                f"key units (window {ip.window})")
@@ -453,6 +504,29 @@ def _round_order(ip: IntervalPlan, counts: list[int]) -> list[int]:
     """Variables by ascending candidate count: the rarest shrinks the set first and every later
     round only ships candidates inside it."""
     return sorted(range(len(ip.variables)), key=lambda i: counts[i])
+
+
+def _cover(tis: IntervalSet, most: int = 1024) -> bytes:
+    """The set's intervals over all partitions, merged, as at most ``most`` sorted disjoint
+    ranges (the smallest gaps closed): what an ACER index skips clusters with."""
+    order = np.argsort(tis.lo, kind="stable")
+    lo, hi = tis.lo[order].astype(np.int64), tis.hi[order].astype(np.int64)
+    if len(lo):
+        reach = np.maximum.accumulate(hi)
+        starts = np.r_[0, np.flatnonzero(lo[1:] > reach[:-1] + 1) + 1]
+        lo, hi = lo[starts], np.r_[reach[starts[1:] - 1], reach[-1]]
+        if len(lo) > most:
+            gaps = lo[1:] - hi[:-1]
+            cut = np.sort(np.argsort(gaps, kind="stable")[-(most - 1):])
+            lo, hi = np.r_[lo[0], lo[cut + 1]], np.r_[hi[cut], hi[-1]]
+    return np.concatenate([lo, hi]).astype(np.int64).tobytes()
+
+
+def _quietly(fn, *args) -> None:
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - cleanup after a failed query; the node expires the state anyway
+        pass
 
 
 def _short(err: Exception) -> str:

@@ -8,14 +8,21 @@ Requests (a dict plus binary payloads):
 * ``probe``: N bytes of filler, to measure the link's bandwidth;
 * ``candidates``: (partition hash, key, value hashes) of rows meeting a condition, checked
   first against a time filter and then against join filters (two-phase verification);
-* ``pull``: rows (some columns) meeting a condition whose key passes a time filter.
+* ``pull``: rows (some columns) meeting a condition whose key passes a time filter;
+* ``end_session``: forget a query session.
 
-Every request is stateless, so a caller may retry one. SQL fragments in a request must each
-parse as one expression that reads no relation.
+These requests are stateless, so a caller may retry one, unless they name a ``session`` (the
+``push_pull`` strategy, ``connectors.session``): then ``candidates`` keeps the row ids of the
+rows that survive for the round's variable (``var``) and later rounds of the session filter
+only the rows kept, and a ``pull`` naming the variables to ``union`` returns the kept rows that
+pass its time filter and ends the session. ``expect`` lists the variables the caller knows the
+node keeps; when they are not there (restart, expiry) the request fails with ``SessionLost``.
+SQL fragments in a request must each parse as one expression that reads no relation.
 """
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 
 import duckdb
 import numpy as np
@@ -24,6 +31,8 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
+from matchrec.connectors import acer
+from matchrec.connectors.session import SessionLost, SessionStore, VariableState
 from matchrec.operators.intervals import (FilterPayloadError, IntervalSet, ShrinkingWindowFilter, WindowJoinFilter,
                                           distinct, mix)
 
@@ -71,6 +80,8 @@ class ShardService:
     def __init__(self, con: duckdb.DuckDBPyConnection, max_payload: int):
         self.con = con
         self.max_payload = max_payload
+        self.sessions = SessionStore()
+        self.indexes = acer.IndexCache()
 
     def _cursor(self):
         return self.con.cursor()
@@ -99,6 +110,11 @@ class ShardService:
             return self._candidates(req, blobs)
         if op == "pull":
             return self._pull(req, blobs)
+        if op == "build_index":
+            return self._build_index(req)
+        if op == "end_session":
+            self.sessions.drop(req.get("session"))
+            return pa.table({"ended": pa.array([True])})
         raise RequestError(f"unknown op {op}")
 
     def _tables(self) -> pa.Table:
@@ -109,7 +125,9 @@ class ShardService:
         for n in names:
             schema = cur.sql(f"SELECT * FROM {quote(n)} LIMIT 0").to_arrow_table().schema
             schemas.append(schema.serialize().to_pybytes())
-        return pa.table({"name": pa.array(names, pa.string()), "schema": pa.array(schemas, pa.large_binary())})
+        indexed = acer.indexed_tables(self.con)
+        return pa.table({"name": pa.array(names, pa.string()), "schema": pa.array(schemas, pa.large_binary()),
+                         "indexed": pa.array([n in indexed for n in names], pa.bool_())})
 
     def _stats(self, req: dict) -> pa.Table:
         table = self._table(req.get("table"))
@@ -152,7 +170,8 @@ class ShardService:
         return pk, key
 
     def _candidates(self, req: dict, blobs) -> pa.Table:
-        table = self._table(req.get("table"))
+        name = req.get("table")
+        table = self._table(name)
         cond = check_fragment(req["condition"])
         pk, key = self._select_keys(req)
         values = []
@@ -163,15 +182,24 @@ class ShardService:
         for j in joins:
             sql, typ = check_fragment(j["value_sql"]), check_type(j["type"])
             j["_col"] = value_hash(sql, typ)
-            cond = f"({cond}) AND ({sql}) IS NOT NULL"  # NULL never equals: such rows cannot match
+        tf = self._time_filter(req.get("filter"), blobs)
+        if req.get("session") is not None:
+            return self._session_candidates(req, blobs, name, table, cond, pk, key, values, joins, tf)
         select = [f"{pk} AS pk", f"{key} AS t"] + [f"{v} AS v{i}" for i, v in enumerate(values)]
         select += [f"{j['_col']} AS j{i}" for i, j in enumerate(joins)]
-        rows = self._cursor().sql(
-            f"SELECT {', '.join(select)} FROM {table} WHERE ({cond}) AND {key} IS NOT NULL").to_arrow_table()
+        with self._scope(name, cond, req, blobs, False) as (cur, scope, cond):
+            for j in joins:
+                cond = f"({cond}) AND ({j['_col']}) IS NOT NULL"  # NULL never equals: such rows cannot match
+            rows = cur.sql(f"SELECT {', '.join(select)} FROM {table} "
+                           f"WHERE {scope} AND ({cond}) AND {key} IS NOT NULL").to_arrow_table()
+        rows = rows.filter(pa.array(self._candidate_mask(rows, joins, blobs, tf)))
+        return self._candidate_reply(req, rows, len(values))
+
+    def _candidate_mask(self, rows: pa.Table, joins: list, blobs, tf) -> np.ndarray:
+        """Which rows (columns pk, t, j0, ...) pass the time filter, then the join filters."""
         keep = np.ones(rows.num_rows, bool)
         pks = rows.column("pk").to_numpy()
         ts = rows.column("t").to_numpy()
-        tf = self._time_filter(req.get("filter"), blobs)
         if tf is not None:  # phase one: the key lies in the current time interval set
             keep &= tf(pks, ts)
         for i, j in enumerate(joins):  # phase two: an equal value in this window or the one before
@@ -180,8 +208,11 @@ class ShardService:
                 break
             vals = rows.column(f"j{i}").to_numpy()[idx]
             keep[idx] &= self._join_filter(j, blobs)(pks[idx], vals, ts[idx])
-        rows = rows.filter(pa.array(keep))
-        names = (["pk"] if req.get("partition_sql") else []) + [f"v{i}" for i in range(len(values))]
+        return keep
+
+    @staticmethod
+    def _candidate_reply(req: dict, rows: pa.Table, n_values: int) -> pa.Table:
+        names = (["pk"] if req.get("partition_sql") else []) + [f"v{i}" for i in range(n_values)]
         quantum = req.get("quantum")
         if isinstance(quantum, int) and quantum >= 1:
             # one row per slot of the key (each slot quantum long) and distinct values
@@ -189,6 +220,135 @@ class ShardService:
             out = rows.select(names).append_column("s", slot)
             return out.group_by(out.column_names, use_threads=False).aggregate([])
         return rows.select(names + ["t"])
+
+    # -- the ACER index
+
+    def _build_index(self, req: dict) -> pa.Table:
+        name = req.get("table")
+        self._table(name)
+        attributes = req.get("attributes")
+        if not isinstance(attributes, list) or not attributes:
+            raise RequestError("build_index needs a list of attributes")
+        try:
+            summary = acer.build(self.con, name, attributes, req.get("type_column", "type"),
+                                 req.get("time_column", "ts"), req.get("block_size", acer.DEFAULT_BLOCK))
+        except acer.IndexError_ as err:
+            raise RequestError(str(err)) from None
+        self.indexes.forget(name)
+        return pa.table({k: [v] for k, v in summary.items()})
+
+    def _cover(self, req: dict, blobs):
+        """The request's time cover: sorted disjoint [lo, hi] key ranges over all partitions."""
+        idx = req.get("cover")
+        if idx is None:
+            return None
+        if not isinstance(idx, int) or not 0 <= idx < len(blobs) or len(blobs[idx]) % 16:
+            raise RequestError("cover names a missing or malformed payload")
+        lo, hi = np.frombuffer(blobs[idx], np.int64).reshape(2, -1)
+        if len(lo) and ((np.diff(lo) <= 0).any() or (hi < lo).any()):
+            raise RequestError("cover intervals must be sorted and disjoint")
+        return lo, hi
+
+    @contextmanager
+    def _scope(self, name: str, cond: str, req: dict, blobs, keep_keyless: bool):
+        """A cursor, a rowid condition restricting a scan to the rows the table's index lets
+        through (TRUE without an index) and what is left of ``cond`` to evaluate on them."""
+        cur = self._cursor()
+        idx = self.indexes.get(self.con, name, self._version(name))
+        sel = None
+        if idx is not None:
+            sel = idx.select(self.con, cond, req.get("key_sql", ""), self._cover(req, blobs), keep_keyless)
+        if sel is None:
+            yield cur, "TRUE", cond
+            return
+        ids, exact = sel
+        scope = acer.ranges_sql(ids)
+        if len(ids) and (exact or 2 * len(ids) < ids[-1] - ids[0] + 1):
+            view = f"__mr_rows_{id(ids)}"
+            cur.register(view, pa.table({"r": ids}))
+            try:
+                yield cur, f"{scope} AND rowid IN (SELECT r FROM {view})", ("TRUE" if exact else cond)
+            finally:
+                cur.unregister(view)
+        else:
+            yield cur, scope, cond
+
+    # -- push_pull: rounds over the rows a session kept
+
+    def _version(self, name: str) -> tuple:
+        row = self.con.cursor().execute(
+            "SELECT table_oid, estimated_size FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'",
+            [name]).fetchone()
+        return tuple(row)
+
+    def _open_session(self, req: dict, name: str):
+        expect = req.get("expect", [])
+        if not isinstance(expect, list) or not all(isinstance(i, int) for i in expect):
+            raise RequestError("expect must be a list of variable numbers")
+        try:
+            return self.sessions.open(req["session"], name, self._version(name), expect)
+        except ValueError as err:
+            raise RequestError(str(err)) from None
+
+    def _computed(self, table: str, state: VariableState, sqls: list[str]) -> list[str]:
+        """Columns of ``state.rows`` holding ``sqls`` for its rows, computed on those rows only."""
+        todo = [s for s in dict.fromkeys(sqls) if s not in state.columns]
+        if todo and state.rows.num_rows:
+            cur = self._cursor()
+            ids = state.rows.select(["r"])
+            view = f"__mr_ids_{id(ids)}"
+            cur.register(view, ids)
+            try:
+                lo, hi = pc.min_max(ids.column("r")).values()
+                got = cur.sql(f"SELECT rowid AS r, {', '.join(f'{s} AS c{k}' for k, s in enumerate(todo))} "
+                              f"FROM {table} WHERE rowid BETWEEN {lo.as_py()} AND {hi.as_py()} "
+                              f"AND rowid IN (SELECT r FROM {view}) ORDER BY rowid").to_arrow_table()
+            finally:
+                cur.unregister(view)
+            if got.num_rows != state.rows.num_rows:
+                raise SessionLost("rows of this query session are gone from the table. Run the query again")
+            for k, s in enumerate(todo):
+                col = f"x{len(state.columns)}"
+                state.rows = state.rows.append_column(col, got.column(f"c{k}"))
+                state.columns[s] = col
+        elif todo:
+            for s in todo:
+                col = f"x{len(state.columns)}"
+                state.rows = state.rows.append_column(col, pa.nulls(0, pa.int32()))
+                state.columns[s] = col
+        return [state.columns[s] for s in sqls]
+
+    def _session_candidates(self, req, blobs, name, table, cond, pk, key, values, joins, tf) -> pa.Table:
+        var = req.get("var")
+        if not isinstance(var, int):
+            raise RequestError("a session round needs var")
+        session = self._open_session(req, name)
+        with session.lock:
+            state = session.variables.get(var)
+            if state is None:  # the variable's first round: its condition, once
+                with self._scope(name, cond, req, blobs, False) as (cur, scope, left):
+                    rows = cur.sql(f"SELECT rowid AS r, {pk} AS pk, {key} AS t FROM {table} "
+                                   f"WHERE {scope} AND ({left}) AND {key} IS NOT NULL ORDER BY rowid").to_arrow_table()
+                state = VariableState(rows)
+            if tf is not None:  # the set only shrinks: every variable kept here shrinks with it
+                for s in session.variables.values():
+                    s.keep(tf(s.rows.column("pk").to_numpy(), s.rows.column("t").to_numpy()))
+                state.keep(tf(state.rows.column("pk").to_numpy(), state.rows.column("t").to_numpy()))
+            cols = self._computed(table, state, values + [j["_col"] for j in joins])
+            view = state.rows.select(["pk", "t"])
+            for i, c in enumerate(cols[:len(values)]):
+                view = view.append_column(f"v{i}", state.rows.column(c))
+            for i, c in enumerate(cols[len(values):]):
+                view = view.append_column(f"j{i}", state.rows.column(c))
+            keep = np.ones(view.num_rows, bool)
+            for i in range(len(joins)):  # NULL never equals: such rows cannot match
+                keep &= np.asarray(view.column(f"j{i}").is_valid())
+            view = view.filter(pa.array(keep))
+            state.keep(keep)
+            mask = self._candidate_mask(view, joins, blobs, None)
+            state.keep(mask)
+            session.variables[var] = state
+            return self._candidate_reply(req, view.filter(pa.array(mask)), len(values))
 
     def _join_filter(self, spec, blobs):
         idx = spec.get("blob")
@@ -206,20 +366,29 @@ class ShardService:
         raise RequestError("unknown join filter kind")
 
     def _pull(self, req: dict, blobs) -> pa.Table:
-        table = self._table(req.get("table"))
+        name = req.get("table")
+        table = self._table(name)
         columns = req.get("columns")
         where = check_fragment(req["where"]) if req.get("where") else "TRUE"
         tf = self._time_filter(req.get("filter"), blobs)
         cur = self._cursor()
         cols = ", ".join(quote(c) for c in columns) if columns else "*"
+        if req.get("session") is not None:
+            session = self._open_session(req, name)
+            self.sessions.drop(req["session"])  # the final pull ends the session, whatever happens next
+            union = req.get("union")
+            if union is not None:
+                return self._session_pull(table, session, union, cols, where, tf, req)
         if tf is None:
-            return _compact(cur.sql(f"SELECT {cols} FROM {table} WHERE {where}").to_arrow_table())
+            with self._scope(name, where, req, blobs, True) as (cur, scope, left):
+                return _compact(cur.sql(f"SELECT {cols} FROM {table} WHERE {scope} AND ({left})").to_arrow_table())
         pk, key = self._select_keys(req)
         bounds = req.get("range")
-        if bounds:  # the TIS's hull as a range DuckDB's scan can use (zone maps)
-            lo, hi = int(bounds[0]), int(bounds[1])
-            where = f"({where}) AND ({key} IS NULL OR {key} BETWEEN {lo} AND {hi})"
-        rows = cur.sql(f"SELECT {cols}, {pk} AS __mr_pk, {key} AS __mr_t FROM {table} WHERE {where}"
+        with self._scope(name, where, req, blobs, True) as (cur, scope, where):
+            if bounds:  # the TIS's hull as a range DuckDB's scan can use (zone maps)
+                lo, hi = int(bounds[0]), int(bounds[1])
+                where = f"({where}) AND ({key} IS NULL OR {key} BETWEEN {lo} AND {hi})"
+            rows = cur.sql(f"SELECT {cols}, {pk} AS __mr_pk, {key} AS __mr_t FROM {table} WHERE {scope} AND {where}"
                            ).to_arrow_table()
         t = rows.column("__mr_t")
         keep = np.ones(rows.num_rows, bool)  # rows without a key are kept: the engine decides on them
@@ -228,6 +397,42 @@ class ShardService:
             keep[valid] = tf(rows.column("__mr_pk").to_numpy()[valid],
                              t.filter(pa.array(valid)).to_numpy())
         return _compact(rows.filter(pa.array(keep)).drop_columns(["__mr_pk", "__mr_t"]))
+
+    def _session_pull(self, table, session, union, cols, where, tf, req) -> pa.Table:
+        """The rows kept for ``union`` that lie in the final set (the union covers every
+        variable the push-down filter names, so no other row can be needed), and the rows
+        without a key that the push-down filter keeps (candidates never hold those)."""
+        with session.lock:
+            ids = _session_rows(session, union, tf)
+        _, key = self._select_keys(req)
+        cur = self._cursor()
+        keyless = cur.sql(f"SELECT {cols} FROM {table} WHERE {key} IS NULL AND ({where})").to_arrow_table()
+        if not len(ids):
+            return _compact(keyless)
+        view = f"__mr_ids_{id(ids)}"
+        cur.register(view, pa.table({"r": ids}))
+        try:
+            rows = cur.sql(f"SELECT {cols} FROM {table} WHERE rowid BETWEEN {int(ids[0])} AND {int(ids[-1])} "
+                           f"AND rowid IN (SELECT r FROM {view})").to_arrow_table()
+        finally:
+            cur.unregister(view)
+        if rows.num_rows != len(ids):
+            raise SessionLost("rows of this query session are gone from the table. Run the query again")
+        return _compact(pa.concat_tables([rows, keyless]) if keyless.num_rows else rows)
+
+
+def _session_rows(session, union, tf) -> np.ndarray:
+    """Sorted distinct row ids kept for the variables ``union``, inside the time filter."""
+    if not isinstance(union, list) or any(i not in session.variables for i in union):
+        raise RequestError("union names a variable this session has no candidates of")
+    ids = []
+    for i in union:
+        rows = session.variables[i].rows
+        r = rows.column("r").to_numpy()
+        if tf is not None and len(r):
+            r = r[tf(rows.column("pk").to_numpy(), rows.column("t").to_numpy())]
+        ids.append(r)
+    return np.unique(np.concatenate(ids)) if ids else np.zeros(0, np.int64)
 
 
 def _compact(table: pa.Table) -> pa.Table:

@@ -101,6 +101,7 @@ class SparkShards(RemoteStore):
         self.bandwidth = None
         self.rtt = 0.0
         self.schemas = {TABLE: schema}
+        self.indexed: set[str] = set()  # partitions have no ACER index
 
     def call_all(self, request: dict, blobs: list[bytes] | None = None, stats: PullStats | None = None,
                  nodes=None) -> list[pa.Table]:

@@ -3,7 +3,8 @@
 Row data stays in DuckDB. A compute node asks through ``do_exchange`` calls whose descriptor
 is a JSON request and whose uploaded batch carries binary filter payloads (window filters,
 join filters, exact interval arrays) and is answered by ``connectors.shard.ShardService``;
-``do_put`` loads rows (``matchrec load``).
+``do_put`` loads rows (``matchrec load``, which drops the table's ACER index); the
+``build_index`` request (``matchrec index``) builds one.
 
 The shard is opened with external access off, so a request's SQL fragments can read only the
 shard. A token, when set, is required on every call.
@@ -20,6 +21,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.flight as fl
 
+from matchrec.connectors import acer
+from matchrec.connectors.session import SessionLost
 from matchrec.connectors.shard import DEFAULT_MAX_PAYLOAD_MB, RequestError, ShardService, quote
 from matchrec.operators.intervals import FilterPayloadError
 
@@ -95,7 +98,13 @@ class StorageNode(fl.FlightServerBase):
         try:
             req = self._request(descriptor)
             blobs = self._blobs(reader)
-            table = self.service.answer(req, blobs)
+            if req["op"] == "build_index":
+                with self.lock:
+                    table = self.service.answer(req, blobs)
+            else:
+                table = self.service.answer(req, blobs)
+        except SessionLost as err:
+            raise fl.FlightServerError(f"query state lost: {err}") from None
         except (RequestError, FilterPayloadError) as err:
             raise fl.FlightServerError(f"bad request: {err}") from None
         except duckdb.Error as err:
@@ -124,6 +133,8 @@ class StorageNode(fl.FlightServerBase):
             else:
                 cur.execute(f"INSERT INTO {name} SELECT * FROM __mr_load")
             cur.unregister("__mr_load")
+            acer.drop(self.con, req["table"])  # its clusters and bitmaps describe rows that are gone
+            self.service.indexes.forget(req["table"])
             self.con.execute("CHECKPOINT")
 
 

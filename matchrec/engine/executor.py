@@ -66,7 +66,7 @@ class Settings:
     max_partition_mb: int = 16_384  # input of one partition held in memory while it is matched
     threads: int = 2  # partitions matched in parallel by the compiled matcher
     # storage nodes (compute-node connections only)
-    pull_strategy: str = "auto"  # auto | pull_all | push_down | naive_dfs | dfs
+    pull_strategy: str = "auto"  # auto | pull_all | push_down | naive_dfs | dfs | push_pull
     round_trips: str = "auto"  # dual filtering rounds: auto (cost model) | always | never
     node_retries: int = 0  # further attempts at a request a node failed or timed out on
 

@@ -386,12 +386,12 @@ class StatementRunner:
         ifp = fast_plan(plan)  # conditions as the planner derived them, whatever matcher runs
         strategy = settings.pull_strategy
         ip, why = None, ""
-        if strategy in ("auto", "dfs", "naive_dfs"):
+        if strategy in ("auto", "dfs", "naive_dfs", "push_pull"):
             ip, why = interval_plan(plan, ifp, oracle)
         if strategy == "auto":
             strategy = "dfs" if ip is not None else "push_down"
             plan.notes.append(f"pull strategy auto -> {strategy}" + (f" ({why})" if ip is None else ""))
-        elif strategy in ("dfs", "naive_dfs") and ip is None:
+        elif strategy in ("dfs", "naive_dfs", "push_pull") and ip is None:
             plan.notes.append(f"pull strategy {strategy} cannot filter by time here ({why}): push_down used")
             strategy = "push_down"
         if ip is not None:

@@ -63,6 +63,7 @@ class IntervalPlan:
     partition_sql: list[str]  # partition columns (quoted)
     variables: list[VariableIntervals]  # mandatory variables with a row-level condition
     row_filter: str | None  # rows only gap variables can take are dropped too (planner.prefilter)
+    filter_labels: list[int] | None = None  # the variables whose conditions row_filter ORs
 
     def describe(self) -> list[str]:
         lines = [f"time interval filter on {self.key_name} (window {self.window})"]
@@ -206,7 +207,8 @@ def interval_plan(plan: Plan, fp: FastPlan | None, oracle) -> tuple[IntervalPlan
                                      " OR ".join(f"({sc})" for sc in src_conds)))
     pkeys = ['"' + plan.input_columns[i][0].replace('"', '""') + '"' for i in plan.partition_by]
     where, _ = row_filter(plan, fp)
-    ip = IntervalPlan(key_sql, plan.input_columns[plan.order_by[0][0]][0], window, pkeys, variables, where)
+    others = [plan.labels.index(v) for v in plan.labels if not always_true(defined.get(v))] if where else None
+    ip = IntervalPlan(key_sql, plan.input_columns[plan.order_by[0][0]][0], window, pkeys, variables, where, others)
     return ip, f"{len(variables)} variable(s) bound the time intervals"
 
 
