@@ -75,13 +75,17 @@ class Analysis:
 
 
 # ------------------------------------------------------------------ running the engine locally
-def run_local(table: pa.Table, text: str, dialect: str) -> pa.Table:
-    """The rows of ``SELECT * FROM table MATCH_RECOGNIZE (text)`` computed by matchrec on DuckDB."""
+def run_local(table: pa.Table, text: str, dialect: str, threads: int | None = None) -> pa.Table:
+    """The rows of ``SELECT * FROM table MATCH_RECOGNIZE (text)`` computed by matchrec on DuckDB
+    (``threads``: DuckDB's and the matcher's threads; a Spark task runs on one core)."""
     from matchrec.dbapi import connect
     con = connect(dialect=dialect)
     try:
         con.register(_INPUT, table)
         cur = con.cursor()
+        if threads is not None:
+            con.duckdb_connection.execute(f"SET threads = {int(threads)}")
+            cur.execute(f"SET matchrec_threads = {int(threads)}")
         cur.execute(_PREFIX + text + "\n)")
         return cur.fetch_arrow_table()
     finally:
@@ -284,7 +288,7 @@ def match_task(text: str, dialect: str, input_schema: pa.Schema, output_schema: 
             return
         table = pa.Table.from_batches(batches)
         table = conform(table, input_schema)
-        out = run_local(table, text, dialect)
+        out = run_local(table, text, dialect, threads=1)
         yield from conform(out, output_schema).to_batches()
     return run
 
@@ -400,7 +404,7 @@ def split_match_task(text: str, dialect: str, input_schema: pa.Schema, output_sc
         ranges = pc.unique(table.column(f"{HIDDEN}range")).to_pylist()
         for r in ranges:  # a task may hold several ranges
             part = table.filter(pc.equal(table.column(f"{HIDDEN}range"), r)).drop_columns([f"{HIDDEN}range"])
-            out = run_local(conform(part, input_schema), text, dialect)
+            out = run_local(conform(part, input_schema), text, dialect, threads=1)
             sk = np.asarray(out.column(f"{HIDDEN}sk").to_numpy(zero_copy_only=False), np.int64)
             lo = cut[r - 1] if r > 0 else np.iinfo(np.int64).min
             hi = cut[r] if r < len(cut) else np.iinfo(np.int64).max
