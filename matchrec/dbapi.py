@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import secrets
 import time
 import warnings
 from dataclasses import fields
@@ -22,7 +23,9 @@ from matchrec.engine.errors import map_duckdb_error
 from matchrec.engine.executor import Settings
 from matchrec.engine.statement import Prepared, StatementRunner, to_duckdb
 from matchrec.parser.query import dialect_of, has_match_recognize, split_statements
+from matchrec.parser.sase import has_strategy_clause, is_cer_statement
 from matchrec.parser.source import Origin
+from matchrec.planner.cer import CER_CHOICES, CerSettings
 
 apilevel = "2.0"
 threadsafety = 1
@@ -75,6 +78,7 @@ class Connection:
         self._closed = False
         self._active: Cursor | None = None
         self.settings = Settings()
+        self.cer_settings = CerSettings()  # SET matchrec_cer_...: CER statements (PATTERN ... FROM ...)
         self.remote = None  # connectors.remote.RemoteStore when this is a compute node
         self._materialized: set[str] = set()
 
@@ -186,6 +190,7 @@ class Cursor:
         self._explain_rows: list[tuple] | None = None
         self.stats: list = []  # per MATCH_RECOGNIZE of the last statement: (plan, Stats)
         self.pull_stats: list = []  # per MATCH_RECOGNIZE read from storage nodes: connectors.remote.PullStats
+        self.cer_run = None  # engine.cer.CerRun of the last CER statement (plan and counters)
         self.elapsed = 0.0
 
     # -- PEP 249 attributes
@@ -256,6 +261,9 @@ class Cursor:
         if setting:
             self._set(setting)
             return
+        if is_cer_statement(sql) or has_strategy_clause(sql):
+            self._run_cer(sql)
+            return
         if con.remote is not None:
             con.remote.retries = con.settings.node_retries
             if con._materialized:
@@ -290,6 +298,25 @@ class Cursor:
             self._explain(prepared)
             return
         self._duck_execute(prepared.sql, None, source=sql)
+
+    def _run_cer(self, sql: str) -> None:
+        """A CER statement: matched in Python over events read from DuckDB, the result served by DuckDB."""
+        from matchrec.engine import cer
+        from matchrec.parser.sase import parse
+        con = self.connection
+        if con.remote is not None:
+            raise E.NotSupportedError("CER statements read local DuckDB tables; storage-node tables are not supported")
+        run = cer.execute(con._duck, parse(sql), con.cer_settings)
+        self.cer_run = run
+        if run.explain is not None:
+            self._description = [("explain_key", "VARCHAR", None, None, None, None, None),
+                                 ("explain_value", "VARCHAR", None, None, None, None, None)]
+            self._buffer_rows = [("matchrec", run.explain)]
+            return
+        name = f"__matchrec_cer_result_{secrets.token_hex(6)}"
+        con._duck.register(name, run.table)
+        self._registered = [name]
+        self._duck_execute(f"SELECT * FROM {name}", None)
 
     def _materialize(self, sql: str) -> None:
         con = self.connection
@@ -351,6 +378,9 @@ class Cursor:
     def _set(self, m: re.Match) -> None:
         settings = self.connection.settings
         name = m.group(2).lower()
+        if name.startswith("matchrec_cer_"):
+            self._set_cer(name, m)
+            return
         if name not in SETTINGS:
             raise E.ProgrammingError(f"Unknown setting {name}; known: {', '.join(sorted(SETTINGS))}")
         attr = SETTINGS[name]
@@ -371,6 +401,34 @@ class Cursor:
         except ValueError:
             raise E.ProgrammingError(f"SET {name} needs an integer >= {minimum}, got {raw!r}") from None
         setattr(settings, attr, value)
+
+    def _set_cer(self, name: str, m: re.Match) -> None:
+        settings = self.connection.cer_settings
+        attr = name[len("matchrec_cer_"):]
+        known = [f.name for f in fields(CerSettings)]
+        if attr not in known:
+            raise E.ProgrammingError(f"Unknown setting {name}; known: "
+                                     f"{', '.join('matchrec_cer_' + k for k in known)}")
+        if m.group(1).upper() == "RESET":
+            setattr(settings, attr, getattr(CerSettings(), attr))
+            return
+        raw = (m.group(3) or "").strip().strip("'\"")
+        if attr in CER_CHOICES:
+            if raw.lower() not in CER_CHOICES[attr]:
+                raise E.ProgrammingError(f"SET {name} takes one of {', '.join(CER_CHOICES[attr])}, got {raw!r}")
+            setattr(settings, attr, raw.lower())
+        elif attr == "max_matches":
+            try:
+                value = int(raw.replace("_", ""))
+                if value < 1:
+                    raise ValueError
+            except ValueError:
+                raise E.ProgrammingError(f"SET {name} needs an integer >= 1, got {raw!r}") from None
+            settings.max_matches = value
+        else:
+            if not raw:
+                raise E.ProgrammingError(f"SET {name} needs a column name")
+            setattr(settings, attr, raw)
 
     # -- fetching
     def fetchone(self):

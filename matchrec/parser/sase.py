@@ -1,0 +1,656 @@
+"""Parse SASE-style CER statements (``PATTERN ... FROM ... RETURN ...``) into a CerQuery.
+
+This module owns the syntax of the CER language (grammar in ``sase.lark``) and what the text
+alone decides: the pattern tree in the ``operators.cer_reference`` model, the selection
+strategy, the window as written, the RETURN form, and the split of WHERE into predicates over
+one variable (filters, evaluated by DuckDB) and predicates over several variables or over
+aggregates of a Kleene variable (conditions, evaluated on bindings). Columns are resolved
+later against the source's schema by ``planner.cer``.
+
+It also parses the simple form of MATCH_RECOGNIZE that carries ``STRATEGY ...`` after PATTERN
+into the same query object, so both run through one engine.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import re
+from dataclasses import dataclass, field
+
+import lark
+from lark import Token, Tree
+
+from matchrec.errors import NotSupportedError, ProgrammingError, positioned
+from matchrec.operators.cer_reference import And, Element, Or, Seq
+
+STRATEGY_WORDS = {"strictcontiguity": "strict", "skiptillnextmatch": "next", "skiptillanymatch": "any"}
+STRATEGY_NAMES = {"strict": "strict-contiguity", "next": "skip-till-next-match", "any": "skip-till-any-match"}
+AGGREGATES = ("avg", "sum", "min", "max", "count", "first", "last")
+MAX_BOUND = 100_000
+_NAVIGATION = ("prev", "next", "classifier", "match_number", "running", "final")
+
+_CER_START = re.compile(r"^\s*(?:(?:--[^\n]*\n|/\*.*?\*/)\s*)*(?:EXPLAIN\s+(?:ANALYZE\s+)?)?PATTERN\b(?!\s*\()",
+                        re.I | re.S)
+_MR_STRATEGY = re.compile(r"\bSTRATEGY\s+(strict[-_]contiguity|skip[-_]till[-_](?:next|any)[-_]match)\b", re.I)
+_MR_FORM = ("MATCH_RECOGNIZE with STRATEGY supports the form SELECT * FROM <table> MATCH_RECOGNIZE ("
+            "[PARTITION BY <column>] ORDER BY <column> [MEASURES <expr> AS <name>, ...] [ONE ROW PER MATCH] "
+            "PATTERN (<variables, each optionally with + or {n,m}>) [WITHIN <n> [unit]] "
+            "STRATEGY <strict-contiguity | skip-till-next-match | skip-till-any-match> "
+            "[DEFINE <variable> AS <condition>, ...])")
+
+
+def is_cer_statement(sql: str) -> bool:
+    """A SASE-style statement: ``[EXPLAIN [ANALYZE]] PATTERN ...`` (not MATCH_RECOGNIZE's PATTERN ( ... ))."""
+    return _CER_START.match(sql) is not None
+
+
+def has_strategy_clause(sql: str) -> bool:
+    """A MATCH_RECOGNIZE statement that asks for a CER selection strategy."""
+    return "match_recognize" in sql.lower() and _MR_STRATEGY.search(sql) is not None
+
+
+# ---------------------------------------------------------------- expressions
+@dataclass(frozen=True, eq=False)
+class Expr:
+    span: tuple[int, int]
+
+
+@dataclass(frozen=True, eq=False)
+class Lit(Expr):
+    value: object
+
+
+@dataclass(frozen=True, eq=False)
+class Col(Expr):
+    var: str
+    name: str
+
+
+@dataclass(frozen=True, eq=False)
+class Var(Expr):
+    var: str
+
+
+@dataclass(frozen=True, eq=False)
+class Call(Expr):
+    name: str  # lower case
+    args: tuple
+
+
+@dataclass(frozen=True, eq=False)
+class Cast(Expr):
+    arg: Expr
+    type: str  # as written, e.g. VARCHAR or DECIMAL(10, 2)
+
+
+@dataclass(frozen=True, eq=False)
+class Unary(Expr):
+    op: str  # '-' or 'not'
+    arg: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class Binary(Expr):
+    op: str  # + - * / % || = <> < <= > >=
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class Logic(Expr):
+    op: str  # 'and' | 'or'
+    items: tuple
+
+
+@dataclass(frozen=True, eq=False)
+class Between(Expr):
+    arg: Expr
+    lo: Expr
+    hi: Expr
+    negated: bool
+
+
+@dataclass(frozen=True, eq=False)
+class IsNull(Expr):
+    arg: Expr
+    negated: bool
+
+
+@dataclass(frozen=True, eq=False)
+class InList(Expr):
+    arg: Expr
+    items: tuple
+    negated: bool
+
+
+def children(e: Expr) -> tuple:
+    if isinstance(e, (Lit, Col, Var)):
+        return ()
+    if isinstance(e, Call):
+        return e.args
+    if isinstance(e, (Unary, Cast)):
+        return (e.arg,)
+    if isinstance(e, Binary):
+        return (e.left, e.right)
+    if isinstance(e, Logic):
+        return e.items
+    if isinstance(e, Between):
+        return (e.arg, e.lo, e.hi)
+    if isinstance(e, IsNull):
+        return (e.arg,)
+    if isinstance(e, InList):
+        return (e.arg,) + e.items
+    raise TypeError(e)
+
+
+def walk(e: Expr):
+    yield e
+    for c in children(e):
+        yield from walk(c)
+
+
+def variables(e: Expr) -> set[str]:
+    return {n.var for n in walk(e) if isinstance(n, (Col, Var))}
+
+
+def has_aggregate(e: Expr) -> bool:
+    return any(isinstance(n, Call) and n.name in AGGREGATES for n in walk(e))
+
+
+# ---------------------------------------------------------------- the query
+@dataclass
+class Within:
+    amount: float
+    unit: str | None  # None: in the ORDER BY key's own units
+    span: tuple[int, int]
+
+
+@dataclass
+class Projection:
+    expr: Expr
+    name: str
+
+
+@dataclass
+class CerQuery:
+    text: str
+    root: object  # cer_reference node
+    elements: dict[str, Element]  # every variable, in pattern order
+    source: str
+    source_span: tuple[int, int]
+    strategy: str = "any"
+    type_column: tuple[str, tuple[int, int]] | None = None
+    key_column: tuple[str, tuple[int, int]] | None = None
+    partition_column: tuple[str, tuple[int, int]] | None = None
+    filters: dict[str, list[Expr]] = field(default_factory=dict)  # var -> predicates over that var alone
+    conditions: list[Expr] = field(default_factory=list)  # predicates over bindings
+    constants: list[Expr] = field(default_factory=list)  # predicates naming no variable
+    within: Within | None = None
+    returns: str = "events"  # count | events | project
+    projections: list[Projection] = field(default_factory=list)
+    explain: str | None = None  # None | 'explain' | 'analyze'
+    form: str = "sase"  # sase | match_recognize
+    typed: bool = True  # elements test the type column (MATCH_RECOGNIZE's variables do not)
+
+    @property
+    def positive(self) -> list[str]:
+        return [v for v, e in self.elements.items() if not e.negated]
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> lark.Lark:
+    grammar = importlib.resources.files("matchrec.parser").joinpath("sase.lark").read_text()
+    return lark.Lark(grammar, start="statement", parser="lalr", lexer="contextual", propagate_positions=True,
+                     maybe_placeholders=False)
+
+
+_NAMES = {"NAME": "a name", "QNAME": "a quoted name", "STRING": "a string", "INT": "an integer",
+          "NUMBER": "a number", "COMP_OP": "a comparison", "ADD_OP": "'+'", "MUL_OP": "'*'",
+          "STRATEGY_NAME": "a strategy", "OP_NAME": "SEQ/AND/OR", "UNIT": "a time unit", "LPAR": "'('",
+          "RPAR": "')'", "COMMA": "','", "$END": "end of statement", "NEG": "'~'", "PLUS": "'+'",
+          "LBRACE": "'{'", "RBRACE": "'}'", "DOT": "'.'", "STAR": "'*'", "SEMICOLON": "';'",
+          "COUNT_STAR": "COUNT(*)", "MINUS": "'-'"}
+
+
+def _expected(expected) -> str:
+    names = set()
+    for term in expected:
+        if term.startswith("__ANON"):
+            continue
+        names.add(_NAMES.get(term, term.lstrip("_").upper()))
+    names = sorted(names)
+    if not names:
+        return ""
+    if len(names) > 10:
+        names = names[:10] + ["..."]
+    return "; expected " + ", ".join(names)
+
+
+def parse(text: str) -> CerQuery:
+    """Parse a SASE-style statement or a MATCH_RECOGNIZE with STRATEGY into a CerQuery."""
+    mr = has_strategy_clause(text) and not is_cer_statement(text)
+    try:
+        tree = _parser().parse(text)
+    except lark.exceptions.UnexpectedToken as err:
+        tok = err.token
+        if tok.type == "$END":
+            at, end, what = len(text.rstrip()), None, "Unexpected end of statement"
+        else:
+            at, end, what = tok.start_pos or 0, (tok.start_pos or 0) + max(1, len(str(tok))), f"Unexpected {str(tok)!r}"
+        if mr:
+            raise positioned(NotSupportedError, f"{_MR_FORM}; {what[0].lower() + what[1:]}", text, at, end) from None
+        raise positioned(ProgrammingError, what + _expected(err.expected), text, at, end) from None
+    except lark.exceptions.UnexpectedCharacters as err:
+        cls = NotSupportedError if mr else ProgrammingError
+        prefix = _MR_FORM + "; u" if mr else "U"
+        raise positioned(cls, f"{prefix}nexpected character {text[err.pos_in_stream]!r}", text,
+                         err.pos_in_stream) from None
+    except lark.exceptions.UnexpectedEOF:
+        raise positioned(ProgrammingError, "Unexpected end of statement", text, len(text)) from None
+    return _Builder(text).build(tree)
+
+
+def _span(node) -> tuple[int, int]:
+    if isinstance(node, Token):
+        return (node.start_pos, node.end_pos)
+    return (node.meta.start_pos, node.meta.end_pos)
+
+
+def _name(tok: Token) -> str:
+    text = str(tok)
+    if text.startswith('"'):
+        return text[1:-1].replace('""', '"')
+    if text.startswith("'"):
+        return text[1:-1].replace("''", "'")
+    return text
+
+
+class _Builder:
+    def __init__(self, text: str):
+        self.text = text
+        self.kleene: set[str] = set()
+        self.negated: set[str] = set()
+        self.declared: dict[str, Element] = {}
+        self.mr_define_var: str | None = None  # inside DEFINE v: bare names are columns of v
+        self.mr = False
+
+    def error(self, message: str, node, cls=ProgrammingError):
+        start, end = node if isinstance(node, tuple) else _span(node)
+        return positioned(cls, message, self.text, start, end)
+
+    def build(self, tree: Tree) -> CerQuery:
+        explain = None
+        kids = tree.children
+        if isinstance(kids[0], Tree) and kids[0].data == "explain":
+            explain = "analyze" if len(kids[0].children) > 1 else "explain"
+            kids = kids[1:]
+        body = kids[0]
+        q = self.sase(body) if body.data == "sase_query" else self.match_recognize(body)
+        q.explain = explain
+        return q
+
+    # ------------------------------------------------------------ SASE
+    def sase(self, tree: Tree) -> CerQuery:
+        root = self.node(tree.children[1])
+        if not any(not e.negated for e in self.declared.values()):
+            raise self.error("A pattern needs at least one element that is not negated", tree.children[1])
+        seen: dict[str, Tree] = {}
+        for clause in tree.children[2:]:
+            if clause.data in seen:
+                word = clause.data.replace("_clause", "").upper().replace("_", " ")
+                raise self.error(f"{word} is given twice", clause)
+            seen[clause.data] = clause
+        if "from_clause" not in seen:
+            raise positioned(ProgrammingError, "A PATTERN statement needs FROM <table>", self.text,
+                             len(self.text.rstrip().rstrip(";").rstrip()))
+        src = seen["from_clause"].children[0]
+        q = CerQuery(self.text, root, dict(self.declared), self.source(src), _span(src))
+        if "type_clause" in seen:
+            q.type_column = self.column(seen["type_clause"].children[0])
+        if "partition_clause" in seen:
+            q.partition_column = self.column(seen["partition_clause"].children[0])
+        if "order_clause" in seen:
+            q.key_column = self.column(seen["order_clause"].children[0])
+        if "use_clause" in seen:
+            q.strategy = self.strategy(seen["use_clause"].children[0])
+        if "where_clause" in seen:
+            self.classify(q, self.expr(seen["where_clause"].children[0]))
+        if "within_clause" in seen:
+            q.within = self.within(seen["within_clause"].children[0])
+        if "return_clause" in seen:
+            self.returns(q, seen["return_clause"].children[0])
+        return q
+
+    def source(self, tree: Tree) -> str:
+        return ".".join(str(t) for t in tree.children)
+
+    def column(self, tree: Tree) -> tuple[str, tuple[int, int]]:
+        return _name(tree.children[0]), _span(tree)
+
+    def strategy(self, tok: Token) -> str:
+        return STRATEGY_WORDS[re.sub(r"[-_]", "", str(tok)).lower()]
+
+    def node(self, tree: Tree):
+        if tree.data == "operator":
+            op, *items = tree.children
+            nodes = tuple(self.node(i) for i in items)
+            return {"SEQ": Seq, "AND": And, "OR": Or}[str(op).upper()](nodes)
+        return self.element(tree)
+
+    def element(self, tree: Tree) -> Element:
+        kids = list(tree.children)
+        negated = isinstance(kids[0], Token) and kids[0].type == "NEG"
+        if negated:
+            kids = kids[1:]
+        type_tok = kids[0].children[0]
+        var_tok = kids[-1]
+        kleene = None
+        if len(kids) == 3:
+            kleene = self.bounds(kids[1].children[0] if kids[1].children else None, kids[1])
+            if negated:
+                raise self.error("A negated element cannot be a Kleene closure", kids[1])
+        type_name = _name(type_tok)
+        return self.declare(Element(type_name, str(var_tok), kleene, negated), var_tok)
+
+    def bounds(self, tree: Tree | None, where) -> tuple[int, int | None]:
+        if tree is None:
+            return (1, None)
+        ints = [t for t in tree.children if isinstance(t, Token) and t.type == "INT"]
+        lo = int(ints[0])
+        hi = lo if tree.data == "bounds_exact" else (int(ints[1]) if len(ints) > 1 else None)
+        if lo < 1:
+            raise self.error("A Kleene closure takes at least one event: the lower bound must be 1 or more", tree)
+        if hi is not None and hi < lo:
+            raise self.error(f"Kleene bounds {{{lo},{hi}}}: the upper bound is below the lower bound", tree)
+        if lo > MAX_BOUND or (hi is not None and hi > MAX_BOUND):
+            raise self.error(f"Kleene bounds above {MAX_BOUND} are not supported", tree)
+        return (lo, hi)
+
+    def declare(self, e: Element, tok: Token) -> Element:
+        if e.var in self.declared:
+            raise self.error(f"Variable {e.var} is bound twice in the pattern", tok)
+        self.declared[e.var] = e
+        if e.kleene is not None:
+            self.kleene.add(e.var)
+        if e.negated:
+            self.negated.add(e.var)
+        return e
+
+    def within(self, tree: Tree) -> Within:
+        if tree.data == "within_number":
+            amount = float(tree.children[0])
+        else:
+            raw = _name(tree.children[0]).strip()
+            parts = raw.split()
+            try:
+                amount = float(parts[0])
+            except (ValueError, IndexError):
+                raise self.error(f"Cannot read {raw!r} as a window length", tree) from None
+            if len(parts) == 2 and len(tree.children) == 1:
+                return self.within_unit(amount, parts[1], tree)
+        unit = str(tree.children[1]) if len(tree.children) > 1 else None
+        return self.within_unit(amount, unit, tree)
+
+    def within_unit(self, amount: float, unit: str | None, tree) -> Within:
+        if amount < 0:
+            raise self.error("A window cannot be negative", tree)
+        return Within(amount, unit.lower() if unit else None, _span(tree))
+
+    def returns(self, q: CerQuery, tree: Tree) -> None:
+        if tree.data == "return_count":
+            q.returns = "count"
+        elif tree.data == "return_events":
+            q.returns = "events"
+        else:
+            q.returns = "project"
+            q.projections = [self.projection(p) for p in tree.children]
+
+    def projection(self, tree: Tree) -> Projection:
+        e = self.expr(tree.children[0])
+        if len(tree.children) > 1:
+            name = str(tree.children[1])
+        else:
+            s, t = _span(tree.children[0])
+            name = self.text[s:t]
+        self.check_output(e)
+        return Projection(e, name)
+
+    # ------------------------------------------------------------ checks on expressions
+    def check_vars(self, e: Expr) -> None:
+        for n in walk(e):
+            if isinstance(n, (Col, Var)) and n.var not in self.declared:
+                known = ", ".join(self.declared)
+                raise self.error(f"Unknown pattern variable {n.var} (the pattern binds {known})", n.span)
+
+    def check_aggregates(self, e: Expr, inside: bool = False) -> None:
+        if isinstance(e, Call) and e.name in AGGREGATES:
+            if inside:
+                raise self.error("Aggregates cannot be nested", e.span)
+            if len(e.args) != 1:
+                raise self.error(f"{e.name}() takes one argument: a variable's column (or the variable, for count)",
+                                 e.span)
+            vs = variables(e.args[0])
+            if len(vs) != 1:
+                raise self.error(f"The argument of {e.name}() must name exactly one pattern variable", e.span)
+            (v,) = vs
+            if v in self.negated:
+                raise self.error(f"{v} is negated: it binds no events to aggregate", e.span)
+            if e.name != "count" and isinstance(e.args[0], Var):
+                raise self.error(f"{e.name}() needs a column, e.g. {e.name}({v}.price)", e.span)
+            for c in children(e):
+                self.check_aggregates(c, True)
+            return
+        if isinstance(e, Var) and not inside:
+            raise self.error(f"{e.var} is a pattern variable: name one of its columns ({e.var}.col), "
+                             f"or count its events with count({e.var})", e.span)
+        for c in children(e):
+            self.check_aggregates(c, inside)
+
+    def kleene_outside_aggregate(self, e: Expr, inside: bool = False):
+        """The first column of a Kleene variable used outside an aggregate, if any."""
+        if isinstance(e, Call) and e.name in AGGREGATES:
+            inside = True
+        if isinstance(e, Col) and not inside and e.var in self.kleene:
+            return e
+        for c in children(e):
+            found = self.kleene_outside_aggregate(c, inside)
+            if found is not None:
+                return found
+        return None
+
+    def check_output(self, e: Expr) -> None:
+        self.check_vars(e)
+        self.check_aggregates(e)
+        for n in walk(e):
+            if isinstance(n, (Col, Var)) and n.var in self.negated:
+                raise self.error(f"{n.var} is negated: a match binds no event to it", n.span)
+        bad = self.kleene_outside_aggregate(e)
+        if bad is not None and bad is not e:
+            raise self.error(f"{bad.var} is a Kleene variable: use an aggregate (avg, sum, min, max, count, "
+                             f"first, last) over it, or return {bad.var}.{bad.name} alone as a list", bad.span)
+
+    def classify(self, q: CerQuery, where: Expr) -> None:
+        conjuncts = list(where.items) if isinstance(where, Logic) and where.op == "and" else [where]
+        for c in conjuncts:
+            self.check_vars(c)
+            self.check_aggregates(c)
+            vs = variables(c)
+            if not vs:
+                q.constants.append(c)
+            elif len(vs) == 1 and not has_aggregate(c):
+                q.filters.setdefault(next(iter(vs)), []).append(c)
+            else:
+                bad = self.kleene_outside_aggregate(c)
+                if bad is not None:
+                    raise self.error(f"{bad.var} is a Kleene variable: a predicate naming other variables (or an "
+                                     f"aggregate) must use an aggregate over it (avg, sum, min, max, count, first, "
+                                     f"last), e.g. last({bad.var}.{bad.name})", bad.span)
+                q.conditions.append(c)
+
+    # ------------------------------------------------------------ expressions
+    def expr(self, t) -> Expr:
+        sp = _span(t)
+        if isinstance(t, Token):
+            raise self.error(f"Unexpected {str(t)!r}", t)
+        d = t.data
+        k = t.children
+        if d == "number":
+            text = str(k[0])
+            return Lit(sp, float(text) if any(ch in text for ch in ".eE") else int(text))
+        if d == "string":
+            return Lit(sp, _name(k[0]))
+        if d in ("true", "false", "null"):
+            return Lit(sp, {"true": True, "false": False, "null": None}[d])
+        if d == "column":
+            return Col(sp, str(k[0]), str(k[1]))
+        if d == "var_star":
+            return Var(sp, str(k[0]))
+        if d == "var_ref":
+            name = str(k[0])
+            if self.mr:
+                if self.mr_define_var is None:
+                    raise self.error(f"Qualify {name} with a pattern variable (A.{name}) in MEASURES", t)
+                if name.upper() not in self.declared:
+                    return Col(sp, self.mr_define_var, name)
+            return Var(sp, name)
+        if d == "call":
+            name = str(k[0]).lower()
+            if name in _NAVIGATION:
+                raise self.error(f"{name.upper()}() is not available in CER predicates: they compare the events a "
+                                 "match binds, by variable (e.g. B.price > A.price)", t, NotSupportedError)
+            return Call(sp, name, tuple(self.expr(a) for a in k[1:]))
+        if d == "cast":
+            type_text = self.text[_span(k[1])[0]:_span(k[1])[1]]
+            return Cast(sp, self.expr(k[0]), type_text)
+        if d == "neg":
+            return Unary(sp, "-", self.expr(k[0]))
+        if d == "not_":
+            return Unary(sp, "not", self.expr(k[1]))
+        if d in ("and_expr", "or_expr"):
+            op = "and" if d == "and_expr" else "or"
+            items = []
+            for c in k:
+                e = self.expr(c)
+                items += list(e.items) if isinstance(e, Logic) and e.op == op else [e]
+            return Logic(sp, op, tuple(items))
+        if d in ("sum", "product"):
+            left = self.expr(k[0])
+            for i in range(1, len(k), 2):
+                right = self.expr(k[i + 1])
+                left = Binary((sp[0], _span(k[i + 1])[1]), str(k[i]), left, right)
+            return left
+        if d == "comparison":
+            operands = [self.expr(c) for c in k[0::2]]
+            ops = [{"==": "=", "!=": "<>"}.get(str(o), str(o)) for o in k[1::2]]
+            parts = [Binary((operands[i].span[0], operands[i + 1].span[1]), op, operands[i], operands[i + 1])
+                     for i, op in enumerate(ops)]
+            return parts[0] if len(parts) == 1 else Logic(sp, "and", tuple(parts))
+        if d == "between":
+            negated = isinstance(k[1], Token) and k[1].type == "NOT"
+            rest = [c for c in k if not (isinstance(c, Token) and c.type == "NOT")]
+            return Between(sp, self.expr(rest[0]), self.expr(rest[1]), self.expr(rest[2]), negated)
+        if d == "is_null":
+            return IsNull(sp, self.expr(k[0]), len(k) > 1)
+        if d == "in_list":
+            negated = isinstance(k[1], Token) and k[1].type == "NOT"
+            rest = [c for c in k if not (isinstance(c, Token) and c.type == "NOT")]
+            return InList(sp, self.expr(rest[0]), tuple(self.expr(c) for c in rest[1:]), negated)
+        if len(k) == 1:
+            return self.expr(k[0])
+        raise self.error(f"Unsupported expression ({d})", t)
+
+    # ------------------------------------------------------------ MATCH_RECOGNIZE ... STRATEGY
+    def match_recognize(self, tree: Tree) -> CerQuery:
+        self.mr = True
+        src = tree.children[0]
+        clauses = [c for c in tree.children[1:] if isinstance(c, Tree)]
+        seen: dict[str, Tree] = {}
+        for c in clauses:
+            if c.data in seen:
+                raise self.error(f"{c.data.replace('mr_', '').replace('_clause', '').upper()} is given twice", c,
+                                 NotSupportedError)
+            seen[c.data] = c
+        for need, what in (("mr_pattern", "PATTERN"), ("mr_strategy", "STRATEGY"), ("mr_order", "ORDER BY")):
+            if need not in seen:
+                raise positioned(NotSupportedError, f"{_MR_FORM}; {what} is missing", self.text, _span(tree)[0])
+        items = []
+        for item in seen["mr_pattern"].children[1:]:
+            var_tok = item.children[0]
+            kleene = None
+            if len(item.children) > 1:
+                q = item.children[1]
+                kleene = (1, None) if q.data == "mr_plus" else self.bounds(q.children[0], q)
+            var = str(var_tok).upper()
+            if var in self.declared:
+                raise self.error(f"Variable {var} appears twice in PATTERN: the CER form binds each variable once",
+                                 var_tok, NotSupportedError)
+            items.append(self.declare(Element(None, var, kleene), var_tok))
+        root = items[0] if len(items) == 1 else Seq(tuple(items))
+        q = CerQuery(self.text, root, dict(self.declared), self.source(src), _span(src), form="match_recognize",
+                     typed=False)
+        q.key_column = self.column(seen["mr_order"].children[0])
+        if "mr_partition" in seen:
+            q.partition_column = self.column(seen["mr_partition"].children[0])
+        q.strategy = self.strategy(seen["mr_strategy"].children[0])
+        if "within_clause" in seen:
+            q.within = self.within(seen["within_clause"].children[0])
+        if "mr_define" in seen:
+            defined = set()
+            for d in seen["mr_define"].children:
+                var = str(d.children[0]).upper()
+                if var not in self.declared:
+                    raise self.error(f"DEFINE names {var}, which is not in PATTERN", d.children[0])
+                if var in defined:
+                    raise self.error(f"{var} is defined twice", d.children[0])
+                defined.add(var)
+                self.mr_define_var = var
+                self.classify(q, self._upper_vars(self.expr(d.children[1])))
+            self.mr_define_var = None
+        if "mr_measures" in seen:
+            q.returns = "project"
+            q.projections = []
+            for p in seen["mr_measures"].children:
+                e = self._upper_vars(self.expr(p.children[0]))
+                self.check_output(e)
+                s, t = _span(p.children[0])
+                q.projections.append(Projection(e, str(p.children[1]) if len(p.children) > 1 else self.text[s:t]))
+        return q
+
+    def _upper_vars(self, e: Expr) -> Expr:
+        """MATCH_RECOGNIZE variable names are case-insensitive: bring them to the declared upper case."""
+        if isinstance(e, Col):
+            return Col(e.span, e.var.upper(), e.name)
+        if isinstance(e, Var):
+            return Var(e.span, e.var.upper())
+        if isinstance(e, Call):
+            return Call(e.span, e.name, tuple(self._upper_vars(a) for a in e.args))
+        if isinstance(e, Unary):
+            return Unary(e.span, e.op, self._upper_vars(e.arg))
+        if isinstance(e, Cast):
+            return Cast(e.span, self._upper_vars(e.arg), e.type)
+        if isinstance(e, Binary):
+            return Binary(e.span, e.op, self._upper_vars(e.left), self._upper_vars(e.right))
+        if isinstance(e, Logic):
+            return Logic(e.span, e.op, tuple(self._upper_vars(i) for i in e.items))
+        if isinstance(e, Between):
+            return Between(e.span, self._upper_vars(e.arg), self._upper_vars(e.lo), self._upper_vars(e.hi), e.negated)
+        if isinstance(e, IsNull):
+            return IsNull(e.span, self._upper_vars(e.arg), e.negated)
+        if isinstance(e, InList):
+            return InList(e.span, self._upper_vars(e.arg), tuple(self._upper_vars(i) for i in e.items), e.negated)
+        return e
+
+
+def describe(node) -> str:
+    """The pattern in the language's syntax (for EXPLAIN)."""
+    if isinstance(node, Element):
+        k = ""
+        if node.kleene is not None:
+            lo, hi = node.kleene
+            k = "+" if (lo, hi) == (1, None) else f"+{{{lo},{'' if hi is None else hi}}}"
+        neg = "~" if node.negated else ""
+        if node.type is None:  # a MATCH_RECOGNIZE variable: its DEFINE decides
+            return f"{neg}{node.var}{k}"
+        return f"{neg}{node.type}{k} {node.var}"
+    name = {Seq: "SEQ", And: "AND", Or: "OR"}[type(node)]
+    return f"{name}({', '.join(describe(i) for i in node.items)})"

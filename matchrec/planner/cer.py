@@ -1,0 +1,681 @@
+"""Plan a CER query: resolve it against the source, compile its predicates, choose how to evaluate it.
+
+This module owns
+  * name resolution of a ``parser.sase.CerQuery`` against the source's schema (type, key and
+    partition columns, the columns predicates and RETURN name) and the window in key units;
+  * compilation of predicates over one variable to DuckDB SQL (evaluated in bulk as boolean
+    masks) and of predicates over several variables, aggregates over Kleene variables and
+    RETURN projections to Python callables over numpy columns;
+  * the statistics the choice rests on: per-type counts (and their change between the two
+    halves of the key range) from DuckDB, predicate selectivity from a sample of events;
+  * the choice of evaluation mechanism and order, and of the anchors used to read only the
+    events that can be in a match (filtering before matching). ``engine.cer`` executes the plan.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from matchrec.errors import DataError, NotSupportedError, ProgrammingError, positioned
+from matchrec.operators.cer_reference import Condition, alternatives
+from matchrec.parser import sase as S
+
+SAMPLE_ROWS = 5000
+SAMPLE_TRIALS = 400  # random bindings tried per condition to estimate its selectivity
+RATE_CHANGE = 2.0  # a type whose count differs this much between the halves makes rates "vary"
+MECHANISMS = ("eager", "chain", "tree", "rcep")
+UNIT_SECONDS = {"microsecond": 1e-6, "microseconds": 1e-6, "us": 1e-6, "millisecond": 1e-3, "milliseconds": 1e-3,
+                "ms": 1e-3, "second": 1, "seconds": 1, "sec": 1, "secs": 1, "s": 1, "minute": 60, "minutes": 60,
+                "min": 60, "mins": 60, "m": 60, "hour": 3600, "hours": 3600, "h": 3600, "day": 86400,
+                "days": 86400, "d": 86400, "week": 604800, "weeks": 604800}
+NO_WINDOW = 1 << 62
+
+
+@dataclass
+class CerSettings:
+    """Session settings of CER statements (``SET matchrec_cer_...``)."""
+    type_column: str = "type"
+    key_column: str = "ts"
+    mechanism: str = "auto"  # auto | eager | chain | tree | rcep
+    max_matches: int = 10_000_000
+    filtering: str = "auto"  # auto | always | never: read only events near the rarest element's candidates
+
+
+CER_CHOICES = {"mechanism": ("auto",) + MECHANISMS, "filtering": ("auto", "always", "never")}
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def sql_literal(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+@dataclass
+class Stats:
+    total: int = 0  # events with a key
+    types: dict = field(default_factory=dict)  # type -> (count, first half, second half)
+    key_span: int = 0  # largest minus smallest key
+    sample_rows: int = 0
+    filter_selectivity: dict = field(default_factory=dict)  # var -> fraction of its type passing its filter
+    condition_selectivity: list = field(default_factory=list)  # per condition, None when not estimable
+    estimates: dict = field(default_factory=dict)  # var -> expected candidate events
+
+
+@dataclass
+class CerPlan:
+    query: S.CerQuery
+    columns: dict  # lower-case name -> (name, DuckDB type)
+    type_column: str | None
+    key_column: str
+    partition_column: str | None
+    key_sql: str
+    key_kind: str  # integer | time
+    window: int  # in key units (microseconds for times); NO_WINDOW without WITHIN
+    filter_sql: dict  # var -> SQL of its predicates (without the type test)
+    type_sql: str | None  # the type column as VARCHAR
+    stats: Stats
+    mechanism: str
+    order: list | None
+    reason: str
+    anchors: list  # variables whose candidates bound the events read (filtering before matching)
+    filtering: bool
+    filtering_reason: str
+    rowid: bool  # the source has DuckDB's rowid (a stable tie order for equal keys)
+    mechanism_source: str = ""
+
+    def element_test(self, var: str) -> str:
+        """SQL: the row is a candidate of ``var`` (type and its own predicates)."""
+        e = self.query.elements[var]
+        parts = []
+        if e.type is not None:
+            parts.append(f"{self.type_sql} = {sql_literal(e.type)}")
+        if var in self.filter_sql:
+            parts.append(self.filter_sql[var])
+        return " AND ".join(parts) if parts else "TRUE"
+
+    def row_test(self) -> str | None:
+        """SQL keeping the rows any element could take or be blocked by; None: every row counts
+        (strict contiguity looks at all rows, and an element without type or filter takes any)."""
+        if self.query.strategy == "strict":
+            return None
+        tests = [self.element_test(v) for v in self.query.elements]
+        if "TRUE" in tests:
+            return None
+        return " OR ".join(f"({t})" for t in dict.fromkeys(tests))
+
+
+# ---------------------------------------------------------------- resolution
+class _Resolver:
+    def __init__(self, q: S.CerQuery, columns: dict):
+        self.q, self.columns = q, columns
+
+    def column(self, name: str, span, what: str) -> str:
+        hit = self.columns.get(name.lower())
+        if hit is None:
+            known = ", ".join(c for c, _ in self.columns.values())
+            if span is None:
+                raise ProgrammingError(f"{what} {name} is not a column of {self.q.source} (columns: {known})")
+            raise positioned(ProgrammingError, f"{what} {name} is not a column of {self.q.source} (columns: {known})",
+                             self.q.text, span[0], span[1])
+        return hit[0]
+
+    def col(self, e: S.Col) -> str:
+        return self.column(e.name, e.span, "Column")
+
+
+def describe_source(duck: duckdb.DuckDBPyConnection, q: S.CerQuery) -> dict:
+    try:
+        rows = duck.execute(f"DESCRIBE SELECT * FROM {q.source}").fetchall()
+    except duckdb.Error as err:
+        first = str(err).split("\n")[0]
+        raise positioned(ProgrammingError, f"Cannot read {q.source}: {first}", q.text, *q.source_span) from None
+    return {r[0].lower(): (r[0], r[1]) for r in rows}
+
+
+def to_sql(e: S.Expr, res: _Resolver) -> str:
+    if isinstance(e, S.Lit):
+        return sql_literal(e.value)
+    if isinstance(e, S.Col):
+        return quote(res.col(e))
+    if isinstance(e, S.Var):
+        raise positioned(ProgrammingError, f"{e.var} is a pattern variable, not a value", res.q.text, *e.span)
+    if isinstance(e, S.Call):
+        return f"{e.name}({', '.join(to_sql(a, res) for a in e.args)})"
+    if isinstance(e, S.Unary):
+        return f"(-{to_sql(e.arg, res)})" if e.op == "-" else f"(NOT {to_sql(e.arg, res)})"
+    if isinstance(e, S.Cast):
+        return f"CAST({to_sql(e.arg, res)} AS {e.type})"
+    if isinstance(e, S.Binary):
+        return f"({to_sql(e.left, res)} {e.op} {to_sql(e.right, res)})"
+    if isinstance(e, S.Logic):
+        return "(" + f" {e.op.upper()} ".join(to_sql(i, res) for i in e.items) + ")"
+    if isinstance(e, S.Between):
+        neg = "NOT " if e.negated else ""
+        return f"({to_sql(e.arg, res)} {neg}BETWEEN {to_sql(e.lo, res)} AND {to_sql(e.hi, res)})"
+    if isinstance(e, S.IsNull):
+        return f"({to_sql(e.arg, res)} IS {'NOT ' if e.negated else ''}NULL)"
+    if isinstance(e, S.InList):
+        items = ", ".join(to_sql(i, res) for i in e.items)
+        return f"({to_sql(e.arg, res)} {'NOT ' if e.negated else ''}IN ({items}))"
+    raise TypeError(e)
+
+
+# ---------------------------------------------------------------- Python compilation (conditions, RETURN)
+def _rows(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _nn(values):
+    return [v for v in values if v is not None]
+
+
+def _avg(values):
+    v = _nn(values)
+    return sum(v) / len(v) if v else None
+
+
+def _sum(values):
+    v = _nn(values)
+    return sum(v) if v else None
+
+
+def _min(values):
+    v = _nn(values)
+    return min(v) if v else None
+
+
+def _max(values):
+    v = _nn(values)
+    return max(v) if v else None
+
+
+def _count(values):
+    return len(_nn(values))
+
+
+def _div(a, b):
+    if a is None or b is None or b == 0:
+        return None  # DuckDB: division by zero is NULL
+    return a / b
+
+
+def _mod(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    r = math.fmod(a, b)  # the sign of the dividend, as in SQL
+    return int(r) if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)) else r
+
+
+def _cat(a, b):
+    return None if a is None or b is None else f"{a}{b}"
+
+
+def _null2(fn):
+    return lambda a, b: None if a is None or b is None else fn(a, b)
+
+
+def _and(*xs):
+    if any(x is not None and not x for x in xs):
+        return False
+    return None if any(x is None for x in xs) else True
+
+
+def _or(*xs):
+    if any(x is not None and x for x in xs):
+        return True
+    return None if any(x is None for x in xs) else False
+
+
+def _not(x):
+    return None if x is None else not x
+
+
+def _in(x, items):
+    if x is None:
+        return None
+    if any(i is not None and x == i for i in items):
+        return True
+    return None if any(i is None for i in items) else False
+
+
+def _between(x, lo, hi):
+    return _and(_null2(lambda a, b: a >= b)(x, lo), _null2(lambda a, b: a <= b)(x, hi))
+
+
+def _scalar(fn):
+    return lambda *a: None if any(v is None for v in a) else fn(*a)
+
+
+_HELPERS = {
+    "_rows": _rows, "_avg": _avg, "_sum": _sum, "_min": _min, "_max": _max, "_count": _count, "_div": _div,
+    "_mod": _mod, "_cat": _cat, "_and": _and, "_or": _or, "_not": _not, "_in": _in, "_between": _between,
+    "_add": _null2(lambda a, b: a + b), "_sub": _null2(lambda a, b: a - b), "_mul": _null2(lambda a, b: a * b),
+    "_eq": _null2(lambda a, b: a == b), "_ne": _null2(lambda a, b: a != b), "_lt": _null2(lambda a, b: a < b),
+    "_le": _null2(lambda a, b: a <= b), "_gt": _null2(lambda a, b: a > b), "_ge": _null2(lambda a, b: a >= b),
+    "_neg": lambda a: None if a is None else -a,
+}
+def _cast_kind(type_text: str) -> str | None:
+    t = type_text.upper().split("(")[0].strip()
+    if t in ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "INT2", "INT4", "INT8", "LONG"):
+        return "int"
+    if t in ("DOUBLE", "FLOAT", "REAL", "FLOAT4", "FLOAT8", "DECIMAL", "NUMERIC"):
+        return "float"
+    if t in ("VARCHAR", "TEXT", "STRING", "CHAR"):
+        return "str"
+    if t in ("BOOLEAN", "BOOL"):
+        return "bool"
+    return None
+
+
+def _to_int(x):
+    if isinstance(x, str):
+        x = float(x)
+    return int(round(x))  # DuckDB rounds when casting a fraction to an integer
+
+
+def _to_str(x):
+    if isinstance(x, (bool, np.bool_)):
+        return "true" if x else "false"
+    return str(x.item() if isinstance(x, np.generic) else x)
+
+
+_HELPERS.update({"_cast_int": _scalar(_to_int), "_cast_float": _scalar(float), "_cast_str": _scalar(_to_str),
+                 "_cast_bool": _scalar(lambda x: x.lower() in ("true", "t", "1") if isinstance(x, str) else bool(x))})
+_FUNCTIONS = {
+    "abs": abs, "round": lambda x, n=0: round(float(x), int(n)), "floor": math.floor, "ceil": math.ceil,
+    "ceiling": math.ceil, "sqrt": math.sqrt, "ln": math.log, "log10": math.log10, "log2": math.log2,
+    "exp": math.exp, "power": math.pow, "pow": math.pow, "sign": lambda x: (x > 0) - (x < 0),
+    "lower": lambda s: str(s).lower(), "upper": lambda s: str(s).upper(), "length": lambda s: len(str(s)),
+    "least": lambda *a: min(a), "greatest": lambda *a: max(a),
+}
+_PY_OPS = {"+": ("+", "_add"), "-": ("-", "_sub"), "*": ("*", "_mul"), "=": ("==", "_eq"), "<>": ("!=", "_ne"),
+           "<": ("<", "_lt"), "<=": ("<=", "_le"), ">": (">", "_gt"), ">=": (">=", "_ge")}
+
+
+class PyCompiler:
+    """Compiles expressions over a binding (var -> row, Kleene var -> tuple of rows) into Python
+    functions reading numpy columns of ``table``. Columns without NULLs compile to plain operators;
+    a nullable operand switches that operation to SQL's three-valued helpers."""
+
+    def __init__(self, table: pa.Table, res: _Resolver, kleene: set):
+        self.table, self.res, self.kleene = table, res, kleene
+        self.ns: dict = dict(_HELPERS)
+        self.cols: dict[str, tuple[str, bool]] = {}
+
+    def column(self, name: str) -> tuple[str, bool]:
+        if name not in self.cols:
+            arr = self.table.column(name)
+            if pa.types.is_decimal(arr.type):
+                arr = arr.cast(pa.float64())
+            nullable = arr.null_count > 0
+            t = arr.type
+            if not nullable and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+                values = arr.to_numpy()
+            else:
+                values = np.empty(len(arr), dtype=object)
+                values[:] = arr.to_pylist()
+            ident = f"c{len(self.cols)}"
+            self.ns[ident] = values
+            self.cols[name] = (ident, nullable)
+        return self.cols[name]
+
+    def gen(self, e: S.Expr, rows: dict) -> tuple[str, bool]:
+        """(Python source, may be NULL). ``rows`` maps a variable to the source of its current row
+        inside an aggregate's comprehension."""
+        if isinstance(e, S.Lit):
+            return repr(e.value), e.value is None
+        if isinstance(e, S.Col):
+            ident, nullable = self.column(self.res.col(e))
+            if e.var in rows:
+                return f"{ident}[{rows[e.var]}]", nullable
+            if e.var in self.kleene:  # RETURN b.price alone: the list of values
+                return f"[{ident}[_r] for _r in b[{e.var!r}]]", False
+            return f"{ident}[b[{e.var!r}]]", nullable
+        if isinstance(e, S.Call) and e.name in S.AGGREGATES:
+            arg = e.args[0]
+            (var,) = S.variables(arg)
+            rows_src = f"_rows(b[{var!r}])"
+            if e.name == "count" and isinstance(arg, S.Var):
+                return f"len({rows_src})", False
+            if e.name in ("first", "last"):
+                inner = self.gen(arg, {**rows, var: f"{rows_src}[{0 if e.name == 'first' else -1}]"})
+                return inner
+            inner, _ = self.gen(arg, {**rows, var: "_r"})
+            return f"_{e.name}([{inner} for _r in {rows_src}])", e.name != "count"
+        if isinstance(e, S.Call):
+            fn = _FUNCTIONS.get(e.name)
+            if fn is None:
+                raise positioned(ProgrammingError, f"Function {e.name}() is available only in predicates over one "
+                                 f"variable (evaluated by DuckDB); here use one of {', '.join(sorted(_FUNCTIONS))}",
+                                 self.res.q.text, *e.span)
+            ident = f"f_{e.name}"
+            self.ns[ident] = _scalar(fn)
+            args = [self.gen(a, rows)[0] for a in e.args]
+            return f"{ident}({', '.join(args)})", True
+        if isinstance(e, S.Var):
+            raise positioned(ProgrammingError, f"{e.var} is a pattern variable, not a value", self.res.q.text, *e.span)
+        if isinstance(e, S.Cast):
+            kind = _cast_kind(e.type)
+            if kind is None:
+                raise positioned(ProgrammingError, f"CAST to {e.type} is available only in predicates over one "
+                                 "variable (evaluated by DuckDB); here cast to an integer, floating point, "
+                                 "VARCHAR or BOOLEAN type", self.res.q.text, *e.span)
+            x, _ = self.gen(e.arg, rows)
+            return f"_cast_{kind}({x})", True
+        if isinstance(e, S.Unary):
+            x, n = self.gen(e.arg, rows)
+            if e.op == "-":
+                return (f"_neg({x})", True) if n else (f"(-{x})", False)
+            return (f"_not({x})", True) if n else (f"(not {x})", False)
+        if isinstance(e, S.Binary):
+            a, na = self.gen(e.left, rows)
+            b, nb = self.gen(e.right, rows)
+            if e.op == "/":
+                return f"_div({a}, {b})", True
+            if e.op == "%":
+                return f"_mod({a}, {b})", True
+            if e.op == "||":
+                return f"_cat({a}, {b})", True
+            plain, helper = _PY_OPS[e.op]
+            if na or nb:
+                return f"{helper}({a}, {b})", True
+            return f"({a} {plain} {b})", False
+        if isinstance(e, S.Logic):
+            parts = [self.gen(i, rows) for i in e.items]
+            if any(n for _, n in parts):
+                return f"_{e.op}({', '.join(p for p, _ in parts)})", True
+            return "(" + f" {e.op} ".join(f"bool({p})" for p, _ in parts) + ")", False
+        if isinstance(e, S.Between):
+            x, lo, hi = (self.gen(i, rows)[0] for i in (e.arg, e.lo, e.hi))
+            out = f"_between({x}, {lo}, {hi})"
+            return (f"_not({out})" if e.negated else out), True
+        if isinstance(e, S.IsNull):
+            x, _ = self.gen(e.arg, rows)
+            return f"({x} is {'not ' if e.negated else ''}None)", False
+        if isinstance(e, S.InList):
+            x, _ = self.gen(e.arg, rows)
+            items = ", ".join(self.gen(i, rows)[0] for i in e.items)
+            out = f"_in({x}, ({items},))"
+            return (f"_not({out})" if e.negated else out), True
+        raise TypeError(e)
+
+    def function(self, e: S.Expr) -> Callable[[dict], object]:
+        code, _ = self.gen(e, {})
+        fn = eval(f"lambda b: {code}", self.ns)  # noqa: S307 - source generated from the parsed query
+        text = self.res.q.text[e.span[0]:e.span[1]]
+
+        def guarded(b, fn=fn, text=text):
+            try:
+                return fn(b)
+            except (TypeError, ValueError, OverflowError, ZeroDivisionError) as err:
+                raise DataError(f"Cannot evaluate {text}: {err}") from None
+        guarded.text = text
+        return guarded
+
+
+def compile_conditions(plan: CerPlan, table: pa.Table) -> list[Condition]:
+    q = plan.query
+    comp = PyCompiler(table, _Resolver(q, plan.columns), {v for v, e in q.elements.items() if e.kleene})
+    out = []
+    for c in q.conditions:
+        fn = comp.function(c)
+        out.append(Condition(frozenset(S.variables(c)), fn, fn.text))
+    return out
+
+
+def compile_projections(plan: CerPlan, table: pa.Table) -> list:
+    q = plan.query
+    comp = PyCompiler(table, _Resolver(q, plan.columns), {v for v, e in q.elements.items() if e.kleene})
+    out = []
+    for p in q.projections:
+        needs = frozenset(S.variables(p.expr))
+        fn = comp.function(p.expr)
+        out.append((p, needs, fn))
+    return out
+
+
+# ---------------------------------------------------------------- planning
+def window_of(q: S.CerQuery, key_kind: str) -> int:
+    w = q.within
+    if w is None:
+        return NO_WINDOW
+    if key_kind == "time":
+        if w.unit is None:
+            raise positioned(ProgrammingError, "The ORDER BY key is a time: give WITHIN a unit (e.g. WITHIN 10 "
+                             "minutes)", q.text, *w.span)
+        return int(round(w.amount * UNIT_SECONDS[w.unit] * 1_000_000))
+    if w.unit is not None:
+        raise positioned(ProgrammingError, "The ORDER BY key is a number: WITHIN takes a plain number of key units",
+                         q.text, *w.span)
+    if w.amount != int(w.amount):
+        raise positioned(ProgrammingError, "The ORDER BY key is an integer: WITHIN takes an integer", q.text, *w.span)
+    return int(w.amount)
+
+
+def _key_sql(name: str, duck_type: str, q: S.CerQuery, span) -> tuple[str, str]:
+    t = duck_type.upper()
+    col = quote(name)
+    if t.startswith("TIMESTAMP"):
+        return f"epoch_us({col})", "time"
+    if t == "DATE":
+        return f"epoch_us(CAST({col} AS TIMESTAMP))", "time"
+    if t in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "HUGEINT"):
+        return f"CAST({col} AS BIGINT)", "integer"
+    message = f"The ORDER BY key {name} is {duck_type}: CER needs an integer, DATE or TIMESTAMP key"
+    if span is None:
+        raise ProgrammingError(message + " (set the key column with ORDER BY <column> or SET matchrec_cer_key_column)")
+    raise positioned(ProgrammingError, message, q.text, *span)
+
+
+def plan_query(duck: duckdb.DuckDBPyConnection, q: S.CerQuery, settings: CerSettings, mechanisms) -> CerPlan:
+    columns = describe_source(duck, q)
+    res = _Resolver(q, columns)
+    type_col = None
+    if q.typed:
+        if q.type_column is not None:
+            type_col = res.column(q.type_column[0], q.type_column[1], "TYPE")
+        else:
+            type_col = res.column(settings.type_column, None, "The type column (SET matchrec_cer_type_column)")
+    if q.key_column is not None:
+        key_col = res.column(q.key_column[0], q.key_column[1], "ORDER BY")
+        key_span = q.key_column[1]
+    else:
+        key_col = res.column(settings.key_column, None, "The key column (SET matchrec_cer_key_column)")
+        key_span = None
+    part_col = None
+    if q.partition_column is not None:
+        part_col = res.column(q.partition_column[0], q.partition_column[1], "PARTITION BY")
+    key_sql, key_kind = _key_sql(key_col, columns[key_col.lower()][1], q, key_span)
+    window = window_of(q, key_kind)
+    filter_sql = {}
+    constants = [to_sql(c, res) for c in q.constants]
+    for var in q.elements:
+        preds = [to_sql(p, res) for p in q.filters.get(var, [])] + constants
+        if preds:
+            filter_sql[var] = "coalesce(" + " AND ".join(preds) + ", FALSE)"
+    # the Python side resolves the same names: fail here, at planning, on an unknown column
+    for e in list(q.conditions) + [p.expr for p in q.projections]:
+        for n in S.walk(e):
+            if isinstance(n, S.Col):
+                res.col(n)
+    try:
+        duck.execute(f"SELECT rowid FROM {q.source} LIMIT 0")
+        rowid = True
+    except duckdb.Error:
+        rowid = False
+    plan = CerPlan(q, columns, type_col, key_col, part_col, key_sql, key_kind, window, filter_sql,
+                   f"CAST({quote(type_col)} AS VARCHAR)" if type_col else None, Stats(), "", None, "", [], False, "",
+                   rowid)
+    gather_stats(duck, plan)
+    choose_mechanism(plan, settings, mechanisms)
+    choose_filtering(plan, settings)
+    return plan
+
+
+def gather_stats(duck: duckdb.DuckDBPyConnection, plan: CerPlan) -> None:
+    q, st = plan.query, plan.stats
+    src = q.source
+    type_expr = plan.type_sql or "NULL"
+    rows = duck.execute(
+        f"WITH s AS (SELECT {type_expr} AS t, {plan.key_sql} AS k FROM {src} WHERE {plan.key_sql} IS NOT NULL), "
+        f"m AS (SELECT min(k) AS lo, max(k) AS hi FROM s) "
+        f"SELECT t, count(*), count(*) FILTER (WHERE k <= (SELECT lo + (hi - lo) // 2 FROM m)), "
+        f"any_value((SELECT hi - lo FROM m)) FROM s GROUP BY t").fetchall()
+    for t, n, first, span in rows:
+        st.types[t] = (n, first, n - first)
+        st.key_span = int(span or 0)
+    st.total = sum(n for n, _, _ in st.types.values())
+    # a sample of events for the predicates' selectivity
+    res = _Resolver(q, plan.columns)
+    needed = {res.col(n) for e in q.conditions for n in S.walk(e) if isinstance(n, S.Col)}
+    cols = [quote(c) for c in sorted(needed)]
+    for var, e in q.elements.items():
+        cols.append(f"{plan.element_test(var)} AS {quote('__t_' + var)}")
+        type_test = "TRUE" if e.type is None else f"{plan.type_sql} = {sql_literal(e.type)}"
+        cols.append(f"{type_test} AS {quote('__y_' + var)}")
+    sample = duck.sql(
+        f"SELECT {', '.join(cols)} FROM (SELECT * FROM {src} WHERE {plan.key_sql} IS NOT NULL) "
+        f"USING SAMPLE reservoir({SAMPLE_ROWS} ROWS) REPEATABLE (7)").to_arrow_table()
+    st.sample_rows = len(sample)
+    for var, e in q.elements.items():
+        hits = np.asarray(sample.column("__t_" + var).to_numpy(zero_copy_only=False), bool)
+        of_type = np.asarray(sample.column("__y_" + var).to_numpy(zero_copy_only=False), bool)
+        base = st.total if e.type is None else st.types.get(e.type, (0, 0, 0))[0]
+        sel = float(hits[of_type].mean()) if of_type.any() else 1.0
+        st.filter_selectivity[var] = sel
+        st.estimates[var] = base * sel
+    st.condition_selectivity = estimate_conditions(plan, sample)
+
+
+def estimate_conditions(plan: CerPlan, sample: pa.Table) -> list:
+    q = plan.query
+    if not q.conditions or len(sample) == 0:
+        return [None] * len(q.conditions)
+    cands = {v: np.flatnonzero(np.asarray(sample.column("__t_" + v).to_numpy(zero_copy_only=False), bool))
+             for v in q.elements}
+    comp = PyCompiler(sample, _Resolver(q, plan.columns), {v for v, e in q.elements.items() if e.kleene})
+    rng = random.Random(11)
+    out = []
+    for c in q.conditions:
+        vs = sorted(S.variables(c))
+        if any(len(cands[v]) == 0 for v in vs):
+            out.append(None)
+            continue
+        fn = comp.function(c)
+        hits = 0
+        for _ in range(SAMPLE_TRIALS):
+            b = {}
+            for v in vs:
+                e = q.elements[v]
+                if e.kleene:
+                    size = min(len(cands[v]), max(e.kleene[0], rng.randint(1, 3)))
+                    b[v] = tuple(sorted(rng.sample(list(cands[v]), size)))
+                else:
+                    b[v] = int(rng.choice(cands[v]))
+            try:
+                value = fn(b)
+            except DataError:
+                value = None
+            hits += value is not None and bool(value)
+        out.append(hits / SAMPLE_TRIALS)
+    return out
+
+
+def choose_mechanism(plan: CerPlan, settings: CerSettings, mechanisms) -> None:
+    q, st = plan.query, plan.stats
+    pattern = pattern_shape(plan)
+    by_estimate = sorted(q.positive, key=lambda v: (st.estimates.get(v, 0), q.positive.index(v)))
+    forced = settings.mechanism
+    if forced != "auto":
+        why = mechanisms.supports(forced, pattern)
+        if why:
+            raise NotSupportedError(f"SET matchrec_cer_mechanism = {forced}: {why}")
+        plan.mechanism, plan.reason = forced, "forced by SET matchrec_cer_mechanism"
+    else:
+        kleene = any(q.elements[v].kleene for v in q.positive)
+        if q.strategy == "any" and kleene:
+            plan.mechanism = "rcep"
+            plan.reason = ("skip-till-any-match with Kleene closure: recomputation shares the closure's "
+                           "partial matches instead of enumerating them per run")
+        elif q.strategy == "any":
+            varying = rate_changes(plan)
+            if varying:
+                plan.mechanism = "tree"
+                plan.reason = "event rates vary over time (" + "; ".join(varying) + "): tree NFA"
+            else:
+                plan.mechanism = "chain"
+                plan.reason = "stable event rates: lazy chain NFA, rarest element first"
+        else:
+            plan.mechanism = "eager"
+            plan.reason = f"{S.STRATEGY_NAMES[q.strategy]} decides each event as it arrives: eager NFA"
+        why = mechanisms.supports(plan.mechanism, pattern)
+        if why:
+            plan.reason = f"{plan.mechanism} would fit, but it does not support this pattern ({why}); eager NFA"
+            plan.mechanism = "eager"
+            why = mechanisms.supports("eager", pattern)
+            if why:
+                raise NotSupportedError(f"No evaluation mechanism supports this pattern: {why}")
+    plan.order = by_estimate if plan.mechanism in ("chain", "tree") else None
+
+
+def rate_changes(plan: CerPlan) -> list[str]:
+    out = []
+    types = {plan.query.elements[v].type for v in plan.query.positive}
+    for t in sorted(x for x in types if x is not None):
+        n, first, second = plan.stats.types.get(t, (0, 0, 0))
+        if n < 20:
+            continue  # too few events to speak of a rate
+        lo, hi = sorted((first, second))
+        if hi > RATE_CHANGE * max(lo, 1):
+            out.append(f"{t}: {first} then {second}")
+    return out
+
+
+def choose_filtering(plan: CerPlan, settings: CerSettings) -> None:
+    q, st = plan.query, plan.stats
+    if plan.window == NO_WINDOW:
+        plan.filtering, plan.filtering_reason = False, "no WITHIN: every event may be in a match"
+        return
+    if settings.filtering == "never":
+        plan.filtering, plan.filtering_reason = False, "off (SET matchrec_cer_filtering = never)"
+        return
+    anchors = []
+    for chain in alternatives(q.root):
+        pos = [e.var for e in chain if not e.negated]
+        if pos:
+            anchors.append(min(pos, key=lambda v: (st.estimates.get(v, 0), pos.index(v))))
+    plan.anchors = list(dict.fromkeys(anchors))
+    candidates = sum(st.estimates.get(v, 0) for v in plan.anchors)
+    if settings.filtering == "always":
+        plan.filtering, plan.filtering_reason = True, "forced (SET matchrec_cer_filtering = always)"
+        return
+    # the share of the key range the intervals around the candidates could cover
+    span = st.key_span
+    cover = 1.0 if span <= 0 else min(1.0, candidates * (2 * plan.window + 1) / span)
+    if cover > 0.5:
+        plan.filtering = False
+        plan.filtering_reason = f"the anchors' intervals would cover about {cover:.0%} of the key range"
+    else:
+        plan.filtering = True
+        plan.filtering_reason = f"the anchors' intervals cover at most about {cover:.1%} of the key range"
+
+
+def pattern_shape(plan: CerPlan):
+    """The pattern model without data (for ``supports``)."""
+    from matchrec.operators.cer_reference import Pattern
+    return Pattern(plan.query.root, plan.window, plan.query.strategy, {}, [
+        Condition(frozenset(S.variables(c)), lambda b: True, "") for c in plan.query.conditions])
