@@ -262,6 +262,9 @@ class Cursor:
             self._set(setting)
             return
         if is_cer_statement(sql) or has_strategy_clause(sql):
+            if params:
+                raise E.NotSupportedError("CER statements (PATTERN ... FROM, MATCH_RECOGNIZE with STRATEGY) take no "
+                                          "parameters: write the values into the statement")
             self._run_cer(sql)
             return
         if con.remote is not None:
