@@ -325,9 +325,13 @@ class _Case:
         kleene = [v for v, e in self.vars.items() if e.kleene is not None and not e.negated]
         if len(plain) >= 2 and rng.random() < 0.6:
             a, b = rng.sample(plain, 2)
-            if rng.random() < 0.5:
+            form = rng.random()
+            if form < 0.35:
                 where.append(f"{a}.x < {b}.x")
                 fn = (lambda bd, a=a, b=b: None if x[bd[a]] is None or x[bd[b]] is None else x[bd[a]] < x[bd[b]])
+            elif form < 0.6:
+                where.append(f"{a}.x = {b}.x")
+                fn = (lambda bd, a=a, b=b: None if x[bd[a]] is None or x[bd[b]] is None else x[bd[a]] == x[bd[b]])
             else:
                 c = rng.randint(4, 14)
                 where.append(f"{a}.x + {b}.x >= {c}")

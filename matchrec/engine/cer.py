@@ -10,6 +10,7 @@ as lists) or the RETURN projections.
 """
 from __future__ import annotations
 
+import importlib.util
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -51,15 +52,43 @@ class _ReferenceMechanisms:
         return len(reference_matches(pattern, events))
 
 
+class _Partial:
+    """The evaluation mechanisms whose modules are installed, the reference semantics for the others."""
+
+    def __init__(self, m, missing: set):
+        self.m, self.missing = m, missing
+        self.MECHANISMS = m.MECHANISMS
+        self.label = (f"{getattr(m, 'label', 'evaluation mechanisms')}; "
+                      f"{', '.join(sorted(missing))} by the reference semantics (not installed)")
+
+    def _impl(self, name):
+        return _ReferenceMechanisms if name in self.missing else self.m
+
+    def supports(self, name, pattern) -> str:
+        return self._impl(name).supports(name, pattern)
+
+    def run(self, name, pattern, events, **kw):
+        return self._impl(name).run(name, pattern, events, **kw)
+
+    def count(self, name, pattern, events, **kw):
+        return self._impl(name).count(name, pattern, events, **kw)
+
+
 def mechanisms():
-    """The evaluation mechanisms (``operators.cer_mechanisms``), or the reference behind their interface."""
+    """The evaluation mechanisms (``operators.cer_mechanisms``); a mechanism whose module is not
+    installed is evaluated by the reference semantics behind the same interface."""
     try:
         from matchrec.operators import cer_mechanisms as m
     except ImportError:
         return _ReferenceMechanisms
     if not all(hasattr(m, a) for a in ("run", "count", "supports", "MECHANISMS")):
         return _ReferenceMechanisms
-    return m
+    missing = set()
+    for name, mech in m.MECHANISMS.items():
+        module = getattr(mech, "module", None)
+        if module is not None and importlib.util.find_spec(f"matchrec.operators.{module}") is None:
+            missing.add(name)
+    return _Partial(m, missing) if missing else m
 
 
 @dataclass

@@ -432,9 +432,31 @@ def compile_conditions(plan: CerPlan, table: pa.Table) -> list[Condition]:
     comp = PyCompiler(table, _Resolver(q, plan.columns), {v for v, e in q.elements.items() if e.kleene})
     out = []
     for c in q.conditions:
+        same = _same_column_equality(c, q, comp)
+        if same is not None:
+            out.append(same)
+            continue
         fn = comp.function(c)
         out.append(Condition(frozenset(S.variables(c)), fn, fn.text))
     return out
+
+
+def _same_column_equality(c: S.Expr, q: S.CerQuery, comp: "PyCompiler"):
+    """``a.x = b.x`` as the mechanisms' AttributeEquality, so they can group candidates by value."""
+    if not (isinstance(c, S.Binary) and c.op == "=" and isinstance(c.left, S.Col) and isinstance(c.right, S.Col)):
+        return None
+    a, b = c.left, c.right
+    if a.var == b.var or q.elements[a.var].kleene or q.elements[b.var].kleene:
+        return None
+    column = comp.res.col(a)
+    if comp.res.col(b) != column:
+        return None
+    try:
+        from matchrec.operators.cer_mechanisms import AttributeEquality
+    except ImportError:
+        return None
+    ident, _ = comp.column(column)
+    return AttributeEquality({a.var, b.var}, comp.ns[ident], q.text[c.span[0]:c.span[1]])
 
 
 def compile_projections(plan: CerPlan, table: pa.Table) -> list:
