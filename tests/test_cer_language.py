@@ -417,7 +417,10 @@ def _differential(con, seed: int, cases: int) -> int:
     for i in range(cases):
         case = _Case(rng)
         _load(con, case)
-        con.cursor().execute(f"SET matchrec_cer_filtering = {rng.choice(['auto', 'always', 'never'])}")
+        cur = con.cursor()
+        cur.execute(f"SET matchrec_cer_filtering = {rng.choice(['auto', 'always', 'never'])}")
+        forced = ["auto", "eager", "chain", "tree"] + (["rcep"] if case.strategy == "any" else [])
+        cur.execute(f"SET matchrec_cer_mechanism = {rng.choice(forced)}")
         expected = case.expected()
         got = _got(con, case)
         assert got == expected, (i, case.text("..."))
@@ -520,6 +523,13 @@ def test_mechanism_choice(con):
     forced = rows(con, "PATTERN SEQ(a x, b y) FROM drift WITHIN 3 RETURN COUNT(*)")
     cur.execute("RESET matchrec_cer_mechanism")
     assert rows(con, "PATTERN SEQ(a x, b y) FROM drift WITHIN 3 RETURN COUNT(*)") == forced
+
+
+def test_forcing_a_mechanism_that_does_not_support_the_pattern(con):
+    _sparse(con)
+    con.cursor().execute("SET matchrec_cer_mechanism = rcep")
+    with pytest.raises(matchrec.NotSupportedError, match="matchrec_cer_mechanism = rcep: .*skip-till-any-match"):
+        con.cursor().execute("PATTERN SEQ(a x, b+ y) FROM sparse USE skip-till-next-match WITHIN 9")
 
 
 def test_explain_analyze_reports_reading_and_matches(con):

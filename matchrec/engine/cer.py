@@ -65,7 +65,7 @@ class _Partial:
         return _ReferenceMechanisms if name in self.missing else self.m
 
     def supports(self, name, pattern) -> str:
-        return self._impl(name).supports(name, pattern)
+        return self.m.supports(name, pattern)  # what the mechanism will accept, installed or not
 
     def run(self, name, pattern, events, **kw):
         return self._impl(name).run(name, pattern, events, **kw)
