@@ -1,0 +1,291 @@
+"""CER lazy NFAs: the lazy chain NFA and the tree NFA (lazy instantiation with run-time order).
+
+This module owns both lazy mechanisms. Events are buffered per element (the candidate rows of
+each element, in key order, per partition); nothing happens on an event of a frequent type. A
+match is built only from the events of the element first in the evaluation order - by default
+the rarest - by binding the other elements one at a time in that order, each by binary search
+in its buffer: the keys allowed for an element are bounded by its nearest bound neighbours in
+the sequence (strict order) and by the window around everything bound so far, so the search
+never looks at events that cannot be in a match with what is bound.
+
+* chain: one order per alternative, from ``order`` (variable names) or from the elements'
+  candidate counts, Kleene elements last (their subsets are enumerated only once the rest is
+  bound and their range is narrow).
+* tree: the stream is cut into chunks; each chunk re-plans the order from the counts of the
+  buffered candidates around it, and is responsible for the matches whose last event lies in
+  it, so a drift in the rates changes the order where it happens.
+
+Conditions are checked as soon as their variables are bound. Negation is checked at first
+chance (as soon as both neighbours and the variables its conditions read are bound) or, with
+``negation="post"``, on complete matches. Skip-till-next-match and strict contiguity prune the
+search where the decision does not depend on unbound variables and are checked exactly on
+complete matches.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+from matchrec.operators.cer_mechanisms import (ChainPlan, Partition, Prepared, Sink, conditions_hold,
+                                               negation_holds, next_holds, strict_holds)
+
+TREE_CHUNK = 2048  # events per re-planning chunk of the tree NFA
+
+
+def evaluate_chain(prep: Prepared, sink: Sink, order=None, negation: str = "first") -> None:
+    for chain in prep.chains:
+        if chain.empty():
+            continue
+        counts = {i: int(prep.mask(chain.elements[i]).sum()) for i in chain.positive}
+        plan = chain_order(chain, counts, order)
+        for part in prep.parts:
+            Search(prep, sink, chain, part, plan, negation).run()
+
+
+def evaluate_tree(prep: Prepared, sink: Sink, order=None, negation: str = "first", chunk: int = TREE_CHUNK) -> None:
+    """``order`` is ignored: the order comes from the buffered counts of each chunk."""
+    w = prep.window
+    for chain in prep.chains:
+        if chain.empty():
+            continue
+        for part in prep.parts:
+            keyl = part.keyl
+            n = len(keyl)
+            cands = {i: part.cands(chain.elements[i]) for i in chain.positive}
+            searches: dict = {}
+            q = 0
+            while q < n:
+                q1 = min(n, q + chunk)
+                while q1 < n and keyl[q1] == keyl[q1 - 1]:
+                    q1 += 1  # a chunk ends between two keys
+                lo = keyl[q]
+                hi = keyl[q1] if q1 < n else keyl[-1] + 1
+                counts = {i: bisect_left(c.keyl, hi) - bisect_left(c.keyl, lo - w) for i, c in cands.items()}
+                plan = tuple(chain_order(chain, counts, None))
+                s = searches.get(plan)
+                if s is None:
+                    s = searches[plan] = Search(prep, sink, chain, part, list(plan), negation)
+                s.run(lo, hi)
+                q = q1
+
+
+def chain_order(chain: ChainPlan, counts: dict, order) -> list[int]:
+    """Positive elements in evaluation order: single events by ascending count (or as ``order``
+    names their variables), then Kleene elements the same way."""
+    rank = {v: n for n, v in enumerate(order)} if order else {}
+    big = len(rank) + 1
+
+    def sort_key(i):
+        return (i in chain.bounds, rank.get(chain.vars[i], big), counts.get(i, 0), i)
+    return sorted(chain.positive, key=sort_key)
+
+
+class Search:
+    """The lazy search of one alternative in one partition for one evaluation order."""
+
+    def __init__(self, prep: Prepared, sink: Sink, chain: ChainPlan, part: Partition, order: list[int],
+                 negation: str = "first"):
+        self.prep, self.sink, self.chain, self.part = prep, sink, chain, part
+        self.order = order
+        self.w = prep.window
+        self.strategy = prep.strategy
+        self.cands = [part.cands(chain.elements[i]) for i in order]
+        conds, negs, rest = chain.schedule(order)
+        if negation == "post":
+            negs, rest = [[] for _ in order], list(chain.negations)
+        self.conds, self.negs, self.rest = conds, negs, rest
+        self.vars = [chain.vars[i] for i in order]
+        self.kle = [chain.bounds.get(i) for i in order]
+        self.last_elem = chain.positive[-1]
+        # the bound neighbours of each step's element are known from the order alone
+        self.pred, self.succ = [], []
+        for s, i in enumerate(order):
+            before = [j for j in order[:s] if j < i]
+            after = [j for j in order[:s] if j > i]
+            self.pred.append(order.index(max(before)) if before else None)
+            self.succ.append(order.index(min(after)) if after else None)
+        # whether a bound neighbour is adjacent in the sequence (no positive element between)
+        self.pred_adj = [p is not None and chain.prev_positive.get(i) == order[p] for i, p in zip(order, self.pred)]
+        self.succ_adj = [p is not None and chain.next_positive.get(i) == order[p] for i, p in zip(order, self.succ)]
+        # skip-till-next-match: an event could begin the element without looking at bindings
+        self.static_start = [i in chain.bounds or not chain.start_conditions[i] for i in order]
+        m = len(order)
+        self.first = [0] * m  # per step: first / last key and first / last position of its events
+        self.last = [0] * m
+        self.fpos = [0] * m
+        self.lpos = [0] * m
+        self.binding: dict = {}
+
+    def run(self, last_lo: int | None = None, last_hi: int | None = None) -> None:
+        """Every match; with limits, those whose last event has last_lo <= key < last_hi."""
+        self.last_lo, self.last_hi = last_lo, last_hi
+        if not all(c.n for c in self.cands):
+            return
+        self.step(0, None, None)
+
+    # ---------------------------------------------------------------- binding one element
+    def bounds(self, s: int, lo_all, hi_all) -> tuple[int, int, int | None, int | None]:
+        """Index range [a, b) in step s's buffer, and the key limits of its first / last event."""
+        c = self.cands[s]
+        keyl = c.keyl
+        a, b = 0, c.n
+        p, q = self.pred[s], self.succ[s]
+        if p is not None:
+            a = bisect_right(keyl, self.last[p])
+        if q is not None:
+            b = bisect_left(keyl, self.first[q])
+        if lo_all is not None:
+            a = max(a, bisect_left(keyl, hi_all - self.w))
+            b = min(b, bisect_right(keyl, lo_all + self.w))
+        first_max = last_min = None
+        if self.order[s] == self.last_elem and self.last_lo is not None:
+            b = min(b, bisect_left(keyl, self.last_hi))
+            last_min = self.last_lo
+        if self.strategy == "next":
+            if self.pred_adj[s]:
+                # the first event comes no later than the first event relevant after the predecessor
+                lim = None
+                if self.static_start[s]:
+                    a0 = bisect_right(keyl, self.last[p])
+                    if a0 < c.n:
+                        lim = keyl[a0]
+                pb = self.kle[p]
+                if pb is not None and (pb[1] is None or self.count(p) < pb[1]):
+                    pc = self.cands[p]
+                    j = bisect_right(pc.keyl, self.last[p])
+                    if j < pc.n:
+                        lim = pc.keyl[j] if lim is None else min(lim, pc.keyl[j])
+                first_max = lim
+            if self.succ_adj[s] and self.static_start[q]:
+                # no event that could begin the successor lies between this element and it
+                qc = self.cands[q]
+                j = bisect_left(qc.keyl, self.first[q])
+                if j > 0:
+                    last_min = qc.keyl[j - 1] if last_min is None else max(last_min, qc.keyl[j - 1])
+        return a, b, first_max, last_min
+
+    def count(self, s: int) -> int:
+        v = self.binding[self.vars[s]]
+        return len(v) if isinstance(v, tuple) else 1
+
+    def step(self, s: int, lo_all, hi_all) -> None:
+        if s == len(self.order):
+            self.finish(lo_all, hi_all)
+            return
+        a, b, first_max, last_min = self.bounds(s, lo_all, hi_all)
+        if a >= b:
+            return
+        c = self.cands[s]
+        if first_max is not None:
+            b_first = bisect_right(c.keyl, first_max)
+        else:
+            b_first = b
+        if self.kle[s] is None:
+            if last_min is not None:
+                a = max(a, bisect_left(c.keyl, last_min))
+            b = min(b, b_first)
+            if self.strategy == "strict":
+                a, b = self.strict_single(s, c, a, b)
+            for j in range(a, b):
+                self.bind(s, c.rowl[j], c.keyl[j], c.keyl[j], c.posl[j], c.posl[j], lo_all, hi_all)
+            return
+        for rows, k0, k1, p0, p1 in self.subsets(s, c, a, b, b_first, last_min, lo_all, hi_all):
+            self.bind(s, rows, k0, k1, p0, p1, lo_all, hi_all)
+
+    def strict_single(self, s: int, c, a: int, b: int) -> tuple[int, int]:
+        """Strict contiguity: the one candidate next to an adjacent bound neighbour."""
+        want = None
+        if self.pred_adj[s]:
+            want = self.lpos[self.pred[s]] + 1
+        if self.succ_adj[s]:
+            w2 = self.fpos[self.succ[s]] - 1
+            if want is not None and want != w2:
+                return a, a
+            want = w2
+        if want is None:
+            return a, b
+        j = bisect_left(c.posl, want)
+        if j < c.n and c.posl[j] == want and a <= j < b:
+            return j, j + 1
+        return a, a
+
+    def subsets(self, s, c, a, b, b_first, last_min, lo_all, hi_all):
+        """Event sets of a Kleene element in buffer range [a, b): strictly increasing keys, size
+        within the bounds, inside the window; under skip-till-next-match each event is the next
+        candidate by key, under strict contiguity the next row."""
+        lo, hi = self.kle[s]
+        w = self.w
+        keyl, posl, rowl = c.keyl, c.posl, c.rowl
+        strategy = self.strategy
+        want_first = want_last = None
+        if strategy == "strict":
+            if self.pred_adj[s]:
+                want_first = self.lpos[self.pred[s]] + 1
+            if self.succ_adj[s]:
+                want_last = self.fpos[self.succ[s]] - 1
+        out = []
+        picked: list = []
+
+        def grow(j):
+            k = keyl[j]
+            t = len(picked)
+            if t >= lo and (last_min is None or k >= last_min) and (want_last is None or posl[j] == want_last):
+                out.append((tuple(rowl[x] for x in picked), keyl[picked[0]], k, posl[picked[0]], posl[j]))
+            if hi is not None and t >= hi:
+                return
+            kmin = keyl[picked[0]] if lo_all is None else min(lo_all, keyl[picked[0]])
+            if strategy == "strict":
+                nj = j + 1
+                if nj < b and posl[nj] == posl[j] + 1 and keyl[nj] > k and keyl[nj] - kmin <= w:
+                    picked.append(nj)
+                    grow(nj)
+                    picked.pop()
+                return
+            nj = bisect_right(keyl, k, j + 1, b)
+            if strategy == "next":
+                end = bisect_right(keyl, keyl[nj], nj, b) if nj < b else nj
+            else:
+                end = b
+            for x in range(nj, end):
+                if keyl[x] - kmin > w:
+                    break
+                picked.append(x)
+                grow(x)
+                picked.pop()
+
+        for j in range(a, b_first):
+            if want_first is not None and posl[j] != want_first:
+                continue
+            picked.append(j)
+            grow(j)
+            picked.pop()
+        return out
+
+    def bind(self, s: int, value, k0: int, k1: int, p0: int, p1: int, lo_all, hi_all) -> None:
+        binding = self.binding
+        binding[self.vars[s]] = value
+        self.first[s], self.last[s], self.fpos[s], self.lpos[s] = k0, k1, p0, p1
+        try:
+            lo2 = k0 if lo_all is None else min(lo_all, k0)
+            hi2 = k1 if hi_all is None else max(hi_all, k1)
+            if hi2 - lo2 > self.w:
+                return
+            conds = self.conds[s]
+            if conds and not conditions_hold(conds, binding):
+                return
+            for g in self.negs[s]:
+                if not negation_holds(self.prep, self.part, self.chain, g, binding):
+                    return
+            self.step(s + 1, lo2, hi2)
+        finally:
+            del binding[self.vars[s]]
+
+    def finish(self, lo_all: int, hi_all: int) -> None:
+        binding = self.binding
+        for g in self.rest:
+            if not negation_holds(self.prep, self.part, self.chain, g, binding, lo_all, hi_all):
+                return
+        if self.strategy == "strict" and not strict_holds(self.prep, self.chain, binding):
+            return
+        if self.strategy == "next" and not next_holds(self.prep, self.part, self.chain, binding):
+            return
+        self.sink.add(self.chain, binding)
