@@ -178,8 +178,12 @@ def kleene_case(seed: int):
     if kvars and rng.random() < 0.3:
         v = rng.choice(kvars)
         conditions.append(Condition(frozenset({v}), lambda b, v=v: sum(val[r] for r in b[v]) <= 4))
-    if rng.random() < 0.2:
-        conditions.append(M.AttributeEquality([e.var for e in items if not e.negated], grp))
+    if rng.random() < 0.3:  # one equality over all variables, or a chain of pairwise ones
+        vs = [e.var for e in items if not e.negated]
+        if rng.random() < 0.5:
+            conditions.append(M.AttributeEquality(vs, grp))
+        else:
+            conditions += [M.AttributeEquality([x, y], grp) for x, y in zip(vs, vs[1:])]
     return Pattern(Seq(tuple(items)), rng.choice([3, 6, 10, 100]), "any", {}, conditions), ev
 
 

@@ -34,16 +34,38 @@ def evaluate(prep: Prepared, sink: Sink, order=None) -> None:
     for chain in prep.chains:
         if chain.empty():
             continue
-        cover = next((c for c in chain.conditions if isinstance(c, AttributeEquality) and c.vars == chain.varset
-                      and len(c.column) == prep.n), None)
-        conds = [c for c in chain.conditions if c is not cover]
+        column, used = _cover(chain, prep.n)
+        conds = [c for c in chain.conditions if id(c) not in used]
         for part in prep.parts:
             full = {i: part.cands(chain.elements[i]) for i in chain.positive}
-            if cover is None:
+            if column is None:
                 _Recompute(prep, sink, chain, part, full, conds).run()
                 continue
-            for group in _groups(full, cover.column):
+            for group in _groups(full, column):
                 _Recompute(prep, sink, chain, part, group, conds).run()
+
+
+def _cover(chain: ChainPlan, n: int):
+    """A column whose equalities (on that one column, chained by shared variables) tie every
+    positive variable together, and the ids of those conditions; else (None, set())."""
+    by_column: dict = {}
+    for c in chain.conditions:
+        if isinstance(c, AttributeEquality) and len(c.column) == n:
+            by_column.setdefault(id(c.column), []).append(c)
+    for eqs in by_column.values():
+        parent = {v: v for v in chain.varset}
+
+        def find(v):
+            while parent[v] != v:
+                v = parent[v]
+            return v
+        for c in eqs:
+            vs = sorted(c.vars)
+            for v in vs[1:]:
+                parent[find(v)] = find(vs[0])
+        if len({find(v) for v in chain.varset}) == 1:
+            return eqs[0].column, {id(c) for c in eqs}
+    return None, set()
 
 
 def _groups(full: dict, column: np.ndarray):
