@@ -21,9 +21,10 @@ from matchrec.operators.cer_reference import (And, Condition, Element, Events, O
 
 NAMES = tuple(M.MECHANISMS)
 # variants beyond the defaults: post-processed negation, a tree NFA re-planning every 3 events, and a
-# chain in a given order (variables in reverse order of appearance)
+# chain in a given order (variables in reverse order of appearance), a chain filtering every buffer
+# range by attribute equalities in numpy
 VARIANTS = [(name, None) for name in NAMES] + [("chain", {"negation": "post"}), ("tree", {"chunk": 3}),
-                                               ("chain", "reversed")]
+                                               ("chain", "reversed"), ("chain", {"vector_min": 0})]
 
 
 # ---------------------------------------------------------------- random cases

@@ -25,20 +25,25 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
-from matchrec.operators.cer_mechanisms import (ChainPlan, Partition, Prepared, Sink, conditions_hold,
-                                               negation_holds, next_holds, strict_holds)
+import numpy as np
+
+from matchrec.operators.cer_mechanisms import (AttributeEquality, ChainPlan, Partition, Prepared, Sink,
+                                               conditions_hold, is_null, negation_holds, next_holds, strict_holds)
+
+VECTOR_MIN = 8  # buffer ranges at least this long are filtered by attribute equalities in one numpy pass
 
 TREE_CHUNK = 2048  # events per re-planning chunk of the tree NFA
 
 
-def evaluate_chain(prep: Prepared, sink: Sink, order=None, negation: str = "first") -> None:
+def evaluate_chain(prep: Prepared, sink: Sink, order=None, negation: str = "first",
+                   vector_min: int = VECTOR_MIN) -> None:
     for chain in prep.chains:
         if chain.empty():
             continue
         counts = {i: int(prep.mask(chain.elements[i]).sum()) for i in chain.positive}
         plan = chain_order(chain, counts, order)
         for part in prep.parts:
-            Search(prep, sink, chain, part, plan, negation).run()
+            Search(prep, sink, chain, part, plan, negation, vector_min).run()
 
 
 def evaluate_tree(prep: Prepared, sink: Sink, order=None, negation: str = "first", chunk: int = TREE_CHUNK) -> None:
@@ -83,7 +88,7 @@ class Search:
     """The lazy search of one alternative in one partition for one evaluation order."""
 
     def __init__(self, prep: Prepared, sink: Sink, chain: ChainPlan, part: Partition, order: list[int],
-                 negation: str = "first"):
+                 negation: str = "first", vector_min: int = VECTOR_MIN):
         self.prep, self.sink, self.chain, self.part = prep, sink, chain, part
         self.order = order
         self.w = prep.window
@@ -114,6 +119,19 @@ class Search:
         self.fpos = [0] * m
         self.lpos = [0] * m
         self.binding: dict = {}
+        # an equality between a single-event element and a bound variable selects its candidates
+        # by value in one pass over the buffer range, instead of one condition call per candidate
+        self.vector_min = vector_min
+        self.equal_to = []
+        for st, i in enumerate(order):
+            eqs = []
+            if i not in chain.bounds:
+                for c in self.conds[st]:
+                    if isinstance(c, AttributeEquality) and len(c.column) == prep.n:
+                        other = sorted(v for v in c.vars if v != self.vars[st])
+                        if other:
+                            eqs.append((c.column, c.column[self.cands[st].rows], other[0]))
+            self.equal_to.append(eqs)
 
     def run(self, last_lo: int | None = None, last_hi: int | None = None) -> None:
         """Every match; with limits, those whose last event has last_lo <= key < last_hi."""
@@ -185,7 +203,18 @@ class Search:
             b = min(b, b_first)
             if self.strategy == "strict":
                 a, b = self.strict_single(s, c, a, b)
-            for j in range(a, b):
+            if self.equal_to[s] and b - a >= self.vector_min:
+                sel = np.ones(b - a, bool)
+                for column, values, var in self.equal_to[s]:
+                    v = self.binding[var]
+                    x = column[v[0] if isinstance(v, tuple) else v]
+                    if is_null(x):
+                        return
+                    sel &= values[a:b] == x
+                js = (np.flatnonzero(sel) + a).tolist()
+            else:
+                js = range(a, b)
+            for j in js:
                 self.bind(s, c.rowl[j], c.keyl[j], c.keyl[j], c.posl[j], c.posl[j], lo_all, hi_all)
             return
         for rows, k0, k1, p0, p1 in self.subsets(s, c, a, b, b_first, last_min, lo_all, hi_all):

@@ -138,7 +138,7 @@ class AttributeEquality(Condition):
                 value = binding[v]
                 for r in (value if isinstance(value, tuple) else (value,)):
                     x = column[r]
-                    if _is_null(x):
+                    if is_null(x):
                         return False
                     if first is None:
                         first = x
@@ -150,7 +150,7 @@ class AttributeEquality(Condition):
         self.column = column
 
 
-def _is_null(x) -> bool:
+def is_null(x) -> bool:
     return x is None or (isinstance(x, (float, np.floating)) and x != x)
 
 
