@@ -74,14 +74,32 @@ def evaluate_tree(prep: Prepared, sink: Sink, order=None, negation: str = "first
 
 
 def chain_order(chain: ChainPlan, counts: dict, order) -> list[int]:
-    """Positive elements in evaluation order: single events by ascending count (or as ``order``
-    names their variables), then Kleene elements the same way."""
-    rank = {v: n for n, v in enumerate(order)} if order else {}
-    big = len(rank) + 1
-
-    def sort_key(i):
-        return (i in chain.bounds, rank.get(chain.vars[i], big), counts.get(i, 0), i)
-    return sorted(chain.positive, key=sort_key)
+    """Positive elements in evaluation order, single events before Kleene elements. With ``order``
+    (variable names) as it says; else greedily the element with the fewest expected candidates:
+    its count, scaled down by each condition linking it to what is bound (0.1 for an attribute
+    equality, 0.5 for any other), so a selective join is searched before an unrelated element."""
+    if order:
+        rank = {v: n for n, v in enumerate(order)}
+        big = len(rank) + 1
+        return sorted(chain.positive, key=lambda i: (i in chain.bounds, rank.get(chain.vars[i], big),
+                                                     counts.get(i, 0), i))
+    out: list[int] = []
+    bound: set = set()
+    left = list(chain.positive)
+    while left:
+        def cost(i):
+            v = chain.vars[i]
+            c = float(counts.get(i, 0))
+            for cd in chain.conditions:
+                rest = cd.vars - {v}
+                if v in cd.vars and rest and rest <= bound:
+                    c *= 0.1 if isinstance(cd, AttributeEquality) else 0.5
+            return (i in chain.bounds, c, i)
+        i = min(left, key=cost)
+        out.append(i)
+        left.remove(i)
+        bound.add(chain.vars[i])
+    return out
 
 
 class Search:
@@ -122,7 +140,9 @@ class Search:
         # an equality between a single-event element and a bound variable selects its candidates
         # by value in one pass over the buffer range, instead of one condition call per candidate
         self.vector_min = vector_min
+        kleene_vars = {chain.vars[i] for i in chain.bounds}
         self.equal_to = []
+        self.conds_filtered = []  # a step's conditions left to call after the numpy pass
         for st, i in enumerate(order):
             eqs = []
             if i not in chain.bounds:
@@ -130,8 +150,12 @@ class Search:
                     if isinstance(c, AttributeEquality) and len(c.column) == prep.n:
                         other = sorted(v for v in c.vars if v != self.vars[st])
                         if other:
-                            eqs.append((c.column, c.column[self.cands[st].rows], other[0]))
+                            # exact when it names one other single-event variable: no need to call it
+                            exact = len(other) == 1 and other[0] not in kleene_vars
+                            eqs.append((c.column, c.column[self.cands[st].rows], other[0], c if exact else None))
             self.equal_to.append(eqs)
+            done = {id(e[3]) for e in eqs if e[3] is not None}
+            self.conds_filtered.append([c for c in self.conds[st] if id(c) not in done])
 
     def run(self, last_lo: int | None = None, last_hi: int | None = None) -> None:
         """Every match; with limits, those whose last event has last_lo <= key < last_hi."""
@@ -155,9 +179,12 @@ class Search:
             a = max(a, bisect_left(keyl, hi_all - self.w))
             b = min(b, bisect_right(keyl, lo_all + self.w))
         first_max = last_min = None
-        if self.order[s] == self.last_elem and self.last_lo is not None:
+        if self.last_lo is not None:
+            # every event of a match lies within the window before its last one, which is in the chunk
+            a = max(a, bisect_left(keyl, self.last_lo - self.w))
             b = min(b, bisect_left(keyl, self.last_hi))
-            last_min = self.last_lo
+            if self.order[s] == self.last_elem:
+                last_min = self.last_lo
         if self.strategy == "next":
             if self.pred_adj[s]:
                 # the first event comes no later than the first event relevant after the predecessor
@@ -205,17 +232,19 @@ class Search:
                 a, b = self.strict_single(s, c, a, b)
             if self.equal_to[s] and b - a >= self.vector_min:
                 sel = np.ones(b - a, bool)
-                for column, values, var in self.equal_to[s]:
+                for column, values, var, _ in self.equal_to[s]:
                     v = self.binding[var]
                     x = column[v[0] if isinstance(v, tuple) else v]
                     if is_null(x):
                         return
                     sel &= values[a:b] == x
                 js = (np.flatnonzero(sel) + a).tolist()
+                conds = self.conds_filtered[s]
             else:
                 js = range(a, b)
+                conds = self.conds[s]
             for j in js:
-                self.bind(s, c.rowl[j], c.keyl[j], c.keyl[j], c.posl[j], c.posl[j], lo_all, hi_all)
+                self.bind(s, c.rowl[j], c.keyl[j], c.keyl[j], c.posl[j], c.posl[j], lo_all, hi_all, conds)
             return
         for rows, k0, k1, p0, p1 in self.subsets(s, c, a, b, b_first, last_min, lo_all, hi_all):
             self.bind(s, rows, k0, k1, p0, p1, lo_all, hi_all)
@@ -289,7 +318,7 @@ class Search:
             picked.pop()
         return out
 
-    def bind(self, s: int, value, k0: int, k1: int, p0: int, p1: int, lo_all, hi_all) -> None:
+    def bind(self, s: int, value, k0: int, k1: int, p0: int, p1: int, lo_all, hi_all, conds=None) -> None:
         binding = self.binding
         binding[self.vars[s]] = value
         self.first[s], self.last[s], self.fpos[s], self.lpos[s] = k0, k1, p0, p1
@@ -298,7 +327,8 @@ class Search:
             hi2 = k1 if hi_all is None else max(hi_all, k1)
             if hi2 - lo2 > self.w:
                 return
-            conds = self.conds[s]
+            if conds is None:
+                conds = self.conds[s]
             if conds and not conditions_hold(conds, binding):
                 return
             for g in self.negs[s]:

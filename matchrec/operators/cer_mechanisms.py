@@ -131,13 +131,14 @@ class AttributeEquality(Condition):
     def __init__(self, vars, column, text: str = ""):
         column = np.asarray(column)
         names = frozenset(vars)
+        values = column.tolist()  # Python scalars: indexing a list is far cheaper than an array
 
         def fn(binding: dict) -> bool:
             first = None
             for v in names:
                 value = binding[v]
                 for r in (value if isinstance(value, tuple) else (value,)):
-                    x = column[r]
+                    x = values[r]
                     if is_null(x):
                         return False
                     if first is None:
