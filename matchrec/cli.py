@@ -21,6 +21,8 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("storage-node", "matchrec.connectors.storage_node", "serve one DuckDB shard to compute nodes over Arrow Flight"),
     ("load", "matchrec.connectors.loader", "spread a table over storage nodes"),
     ("index", "matchrec.connectors.index_cli", "build the ACER range-bitmap index of a table on storage nodes"),
+    ("run", "matchrec.run_cli", "build a folder of SQL models (dbt-style) into a DuckDB database"),
+    ("compile", "matchrec.compile_cli", "print the SQL each model of a project would run, in dependency order"),
 ]
 
 

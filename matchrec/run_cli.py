@@ -1,0 +1,122 @@
+"""``matchrec run PROJECT_DIR``: build a folder of SQL models into a DuckDB database, dbt-style.
+
+This module owns the command line of a run: its options, the progress bar on stderr (when
+stderr is a terminal) and the summary table on stdout. Loading, scheduling and
+materialisation live in ``matchrec.engine.project``.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from typing import TextIO
+
+from matchrec.cli import error_text
+from matchrec.engine.project import (SUMMARY_COLUMNS, ModelResult, Progress, RunResult, format_errors, load_project,
+                                     run_project, select, summary_rows)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("project", metavar="PROJECT_DIR", help="folder of .sql models (searched recursively)")
+    parser.add_argument("--db", default=":memory:", metavar="PATH",
+                        help="DuckDB database file to build into (default: in memory, gone at exit)")
+    add_selection_arguments(parser)
+    parser.add_argument("--threads", type=_positive, default=1, metavar="N",
+                        help="models built at the same time (default 1)")
+    parser.add_argument("--fail-fast", "-x", action="store_true", help="start no new model after the first error")
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--select", "-s", nargs="+", metavar="SELECTOR",
+                        help="models to build: name, +name (with ancestors), name+ (with descendants), tag:x, "
+                             "path:dir; several are a union, a,b an intersection")
+    parser.add_argument("--exclude", nargs="+", metavar="SELECTOR", help="models to leave out (same syntax)")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def run(args) -> int:
+    import matchrec
+    project = load_project(args.project)
+    keys = select(project, args.select, args.exclude)
+    con = matchrec.connect(args.db)
+    try:
+        progress = ProgressBar(sys.stderr, len(keys)) if sys.stderr.isatty() else Progress()
+        result = run_project(project, con, keys, threads=args.threads, fail_fast=args.fail_fast, progress=progress)
+    finally:
+        con.close()
+    print(summary(result, args.db))
+    errors = format_errors(result)
+    if errors:
+        sys.stdout.flush()
+        print("\n".join(error_text(e) for e in errors), file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+def summary(result: RunResult, database: str) -> str:
+    """The summary table, the shared passes and the totals."""
+    lines = [_table(SUMMARY_COLUMNS, summary_rows(result), right={"rows", "matches", "seconds"})]
+    for p in result.passes:
+        lines.append(f"pass #{p.number} over {p.source}: {', '.join(p.models)} evaluated together "
+                     f"({p.seconds:.3f} s)")
+        lines += [f"  {line}" for line in p.report]
+    rows = sum(r.rows or 0 for r in result.results)
+    matches = sum(r.matches or 0 for r in result.results)
+    threads = f"{result.threads} thread{'s' if result.threads != 1 else ''}"
+    lines.append(f"Done in {result.seconds:.2f} s ({threads}): {result.count('OK')} OK, {result.count('ERROR')} "
+                 f"ERROR, {result.count('SKIPPED')} SKIPPED; {rows:,} rows stored, {matches:,} matches")
+    if database == ":memory:":
+        lines.append("The database is in memory: the tables are gone now. Pass --db FILE to keep them.")
+    return "\n".join(lines)
+
+
+def _table(names: list[str], rows: list[tuple], right: set[str]) -> str:
+    """A plain text table: a header, a rule, one line per row; the ``right`` columns right-aligned."""
+    widths = [max([len(n)] + [len(str(r[i])) for r in rows]) for i, n in enumerate(names)]
+
+    def line(cells) -> str:
+        return "  ".join(str(c).rjust(w) if n in right else str(c).ljust(w)
+                         for c, w, n in zip(cells, widths, names)).rstrip()
+
+    return "\n".join([line(names), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
+
+
+class ProgressBar(Progress):
+    """One line on a terminal: a bar of models done out of the total and the models running now."""
+
+    def __init__(self, stream: TextIO, total: int):
+        self.stream, self.total, self.done_count = stream, total, 0
+        self.running: list[str] = []
+
+    def started(self, names: list[str]) -> None:
+        self.running += names
+        self._draw()
+
+    def finished(self, result: ModelResult) -> None:
+        self.done_count += 1
+        if result.name in self.running:
+            self.running.remove(result.name)
+        self._draw()
+
+    def done(self) -> None:
+        self.stream.write("\r\x1b[K")
+        self.stream.flush()
+
+    def _draw(self) -> None:
+        width = shutil.get_terminal_size((80, 24)).columns
+        filled = 20 * self.done_count // max(1, self.total)
+        text = f"[{'#' * filled}{'.' * (20 - filled)}] {self.done_count}/{self.total} models"
+        if self.running:
+            text += "  running: " + ", ".join(self.running)
+        if len(text) > width - 1:
+            text = text[:max(0, width - 2)] + "…"
+        self.stream.write("\r\x1b[K" + text)
+        self.stream.flush()
