@@ -190,7 +190,7 @@ def _read_project_file(root: Path) -> dict:
         raise E.ProgrammingError(f"{PROJECT_FILE}: {err}") from None
 
     def where(key: str) -> str:
-        m = re.search(r"^\s*\"?" + re.escape(key) + r"\"?\s*=", text, re.M)
+        m = re.search(r"^[ \t]*\"?" + re.escape(key) + r"\"?\s*=", text, re.M)
         return f" (line {text.count(chr(10), 0, m.start()) + 1})" if m else ""
 
     for key, value in data.items():
@@ -417,27 +417,48 @@ def _only_comments(sql: str) -> bool:
 
 
 def _classify(model: Model) -> None:
-    """Is the model a pattern model, and does it read one relation only (then it may share a pass)?"""
+    """Is the model a pattern model, and does it read one relation only (then it may share a pass)?
+
+    Decided on tokens, without parsing the pattern (the run parses it and reports its errors).
+    """
     from matchrec.parser import sase
-    from matchrec.parser.query import has_match_recognize, split
     sql = model.sql
-    if sase.is_cer_statement(sql) or sase.has_strategy_clause(sql):
+    if sase.is_cer_statement(sql):
         model.pattern = True
-        try:
-            model.pattern_source = _normalise(sase.parse(sql).source)
-        except E.Error:
-            pass  # the run reports it
+        m = _SASE_FROM.search(_strip_comments(sql))
+        model.pattern_source = _normalise(m.group(1)) if m else None
         return
-    if not has_match_recognize(sql):
+    if "match_recognize" not in sql.lower():
         return
+    from sqlglot.dialects.dialect import Dialect
+    from sqlglot.tokens import TokenType
     try:
-        clauses = split(sql).clauses
-    except E.Error:
-        model.pattern = True  # the run reports it
+        tokens = Dialect.get_or_raise("duckdb").tokenize(sql)
+    except Exception:  # noqa: BLE001 - the run reports what is wrong with the statement
+        model.pattern = True
         return
+    clauses = [i for i, t in enumerate(tokens) if t.text.upper() == "MATCH_RECOGNIZE"
+               and t.token_type not in (TokenType.STRING, TokenType.IDENTIFIER)
+               and i + 1 < len(tokens) and tokens[i + 1].token_type == TokenType.L_PAREN]
     model.pattern = bool(clauses)
-    if len(clauses) == 1 and _RELATION.fullmatch(clauses[0].input_text.strip()):
-        model.pattern_source = _normalise(clauses[0].input_text)
+    if len(clauses) != 1:
+        return
+    i = clauses[0]
+    j = i - 1  # the table reference before MATCH_RECOGNIZE reaches back to FROM, JOIN or a comma
+    while j >= 0 and tokens[j].token_type not in (TokenType.FROM, TokenType.JOIN, TokenType.COMMA,
+                                                   TokenType.L_PAREN, TokenType.R_PAREN):
+        j -= 1
+    if j >= 0 and tokens[j].token_type == TokenType.FROM and j + 1 < i:
+        text = sql[tokens[j + 1].start:tokens[i - 1].end + 1].strip()
+        if _RELATION.fullmatch(text):
+            model.pattern_source = _normalise(text)
+
+
+_SASE_FROM = re.compile(r"\bFROM\s+([A-Za-z_][\w$]*(?:\s*\.\s*[A-Za-z_][\w$]*)*)", re.I)
+
+
+def _strip_comments(sql: str) -> str:
+    return re.sub(r"--[^\n]*|/\*.*?\*/|'(?:[^']|'')*'", " ", sql, flags=re.S)
 
 
 # ---------------------------------------------------------------- the dependency graph
@@ -472,8 +493,8 @@ def _check_cycles(project: Project) -> None:
                 names = " -> ".join(project.models[k].name for k in cycle)
                 if len(cycle) == 2:
                     raise first.error(f"Model {first.name!r} refers to itself", first.refs[first.key])
-                raise second.error(f"Dependency cycle: {names} (each model refers to the one before it)",
-                                   second.refs[first.key])
+                raise first.error(f"Dependency cycle: {names} (each model refers to the next)",
+                                  first.refs[second.key])
             if parent not in state:
                 visit(parent)
         path.pop()
