@@ -65,8 +65,9 @@ def summary(result: RunResult, database: str) -> str:
     """The summary table, the shared passes and the totals."""
     lines = [_table(SUMMARY_COLUMNS, summary_rows(result), right={"rows", "matches", "seconds"})]
     for p in result.passes:
-        lines.append(f"pass #{p.number} over {p.source}: {', '.join(p.models)} evaluated together "
-                     f"({p.seconds:.3f} s)")
+        numbered = ", ".join(f"{i} {name}" for i, name in enumerate(p.models))
+        lines.append(f"pass #{p.number} over {p.source}, one run_many call ({p.seconds:.3f} s), statements: "
+                     f"{numbered}")
         lines += [f"  {line}" for line in p.report]
     rows = sum(r.rows or 0 for r in result.results)
     matches = sum(r.matches or 0 for r in result.results)

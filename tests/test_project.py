@@ -417,7 +417,7 @@ def test_example_project_runs_end_to_end(tmp_path):
                           capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""  # no progress bar when stderr is not a terminal
-    assert "7 OK, 0 ERROR, 0 SKIPPED" in proc.stdout and "pass #1 over transactions" in proc.stdout
+    assert "7 OK, 0 ERROR, 0 SKIPPED" in proc.stdout and "pass #1 over transactions, one run_many call" in proc.stdout
     con = matchrec.connect(str(db))
     expected = _by_hand(example)
     assert set(expected) == {"raw_transactions", "transactions", "card_testing", "atm_after_foreign", "spend_spikes",
@@ -426,3 +426,19 @@ def test_example_project_runs_end_to_end(tmp_path):
         assert table.num_rows > 0, name
         assert table_of(con, name).equals(table), name
     assert pq.read_table(example / "target" / "card_risk.parquet").num_rows == expected["card_risk"].num_rows
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("{{ config(materialized='table') }}SELECT {{ ref('events') }}.v, nope FROM {{ ref('events') }}", "nope"),
+    ("{{ config(materialized='view') }}SELECT {{ ref('events') }}.v, nope FROM {{ ref('events') }}", "nope"),
+    ("{{ config(materialized='parquet') }}SELECT {{ ref('events') }}.v,\n nope FROM {{ ref('events') }}", "nope"),
+    ("SELECT * FROM {{ ref('events') }} MATCH_RECOGNIZE (ORDER BY ts PATTERN (A) DEFINE B AS v > 1)", "B AS"),
+    ("{# a comment #}PATTERN SEQ(A a, B b) FROM {{ ref('events') }} ORDER BY ts WHERE b.nope > 1 WITHIN 3 RETURN *",
+     "b.nope"),
+])
+def test_run_errors_point_into_the_model_file(tmp_path, text, needle):
+    result = run(make(tmp_path, {"events.sql": EVENTS, "bad.sql": text}))
+    error = next(r.error for r in result.results if r.name == "bad")
+    line, col = position(text, needle)
+    assert error.startswith("model bad (bad.sql): ") and f"Line {line}, Col {col}." in error, error
+    assert error.rstrip().splitlines()[-2].strip() == text.splitlines()[line - 1].strip()

@@ -717,7 +717,14 @@ def run_project(project: Project, con, keys: list[str] | None = None, threads: i
                     ready.clear()
                 if not running:
                     continue
-                done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+                try:
+                    done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+                except KeyboardInterrupt:  # stop the statements running now; their build tables are dropped
+                    for fut in running:
+                        fut.cancel()
+                    for worker in workers:
+                        worker.duckdb_connection.interrupt()
+                    raise
                 for fut in done:
                     free.append(running.pop(fut))
                     unit_results, shared = fut.result()

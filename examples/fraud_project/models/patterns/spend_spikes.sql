@@ -1,5 +1,5 @@
 {{ config(materialized='table', tags=['fraud']) }}
--- Escalating spend: four purchases or more on one card within a day, each over 1.5 times the one before.
+-- Escalating spend: five purchases or more on one card within a day, each over 1.5 times the one before.
 SELECT *
 FROM {{ ref('transactions') }} MATCH_RECOGNIZE (
     PARTITION BY card_id
@@ -8,6 +8,6 @@ FROM {{ ref('transactions') }} MATCH_RECOGNIZE (
              FIRST(amount) AS start_amount, LAST(amount) AS end_amount, COUNT(UP.*) AS steps
     ONE ROW PER MATCH
     AFTER MATCH SKIP PAST LAST ROW
-    PATTERN (START UP{3,}) WITHIN INTERVAL '1' DAY
+    PATTERN (START UP{4,}) WITHIN INTERVAL '1' DAY
     DEFINE UP AS UP.amount > 1.5 * PREV(UP.amount)
 )
