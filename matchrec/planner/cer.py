@@ -504,7 +504,19 @@ def _key_sql(name: str, duck_type: str, q: S.CerQuery, span) -> tuple[str, str]:
 
 
 def plan_query(duck: duckdb.DuckDBPyConnection, q: S.CerQuery, settings: CerSettings, mechanisms) -> CerPlan:
-    columns = describe_source(duck, q)
+    plan = resolve_query(duck, q, settings)
+    gather_stats(duck, plan)
+    choose_mechanism(plan, settings, mechanisms)
+    choose_filtering(plan, settings)
+    return plan
+
+
+def resolve_query(duck: duckdb.DuckDBPyConnection, q: S.CerQuery, settings: CerSettings,
+                  columns: dict | None = None, rowid: bool | None = None) -> CerPlan:
+    """The plan's resolution only: columns, key, window and the SQL of the filters, without statistics
+    or a mechanism (``columns`` and ``rowid``: the source's schema and rowid, when already known)."""
+    if columns is None:
+        columns = describe_source(duck, q)
     res = _Resolver(q, columns)
     type_col = None
     if q.typed:
@@ -534,18 +546,20 @@ def plan_query(duck: duckdb.DuckDBPyConnection, q: S.CerQuery, settings: CerSett
         for n in S.walk(e):
             if isinstance(n, S.Col):
                 res.col(n)
-    try:
-        duck.execute(f"SELECT rowid FROM {q.source} LIMIT 0")
-        rowid = True
-    except duckdb.Error:
-        rowid = False
-    plan = CerPlan(q, columns, type_col, key_col, part_col, key_sql, key_kind, window, filter_sql,
+    if rowid is None:
+        rowid = has_rowid(duck, q.source)
+    return CerPlan(q, columns, type_col, key_col, part_col, key_sql, key_kind, window, filter_sql,
                    f"CAST({quote(type_col)} AS VARCHAR)" if type_col else None, Stats(), "", None, "", [], False, "",
                    rowid)
-    gather_stats(duck, plan)
-    choose_mechanism(plan, settings, mechanisms)
-    choose_filtering(plan, settings)
-    return plan
+
+
+def has_rowid(duck: duckdb.DuckDBPyConnection, source: str) -> bool:
+    """Whether ``source`` has DuckDB's rowid (a stable tie order for equal keys)."""
+    try:
+        duck.execute(f"SELECT rowid FROM {source} LIMIT 0")
+        return True
+    except duckdb.Error:
+        return False
 
 
 def gather_stats(duck: duckdb.DuckDBPyConnection, plan: CerPlan) -> None:
