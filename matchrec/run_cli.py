@@ -73,10 +73,14 @@ def summary(result: RunResult, database: str) -> str:
     matches = sum(r.matches or 0 for r in result.results)
     threads = f"{result.threads} thread{'s' if result.threads != 1 else ''}"
     lines.append(f"Done in {result.seconds:.2f} s ({threads}): {result.count('OK')} OK, {result.count('ERROR')} "
-                 f"ERROR, {result.count('SKIPPED')} SKIPPED; {rows:,} rows stored, {matches:,} matches")
+                 f"ERROR, {result.count('SKIPPED')} SKIPPED; {_plural(rows, 'row')} stored, {_plural(matches, 'match')}")
     if database == ":memory:":
         lines.append("The database is in memory: the tables are gone now. Pass --db FILE to keep them.")
     return "\n".join(lines)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "es" if word.endswith("ch") else "s")
 
 
 def _table(names: list[str], rows: list[tuple], right: set[str]) -> str:
