@@ -143,6 +143,12 @@ def test_project_level_errors(tmp_path):
     assert "TOML" in load_error(tmp_path / "y", {"matchrec_project.yml": "name: x\n", "a.sql": "SELECT 1"})
     with pytest.raises(matchrec.ProgrammingError, match="does not exist"):
         P.load_project(tmp_path / "no_such_folder")
+    with pytest.raises(matchrec.ProgrammingError, match="No models"):
+        P.load_project(make(tmp_path, {"notes.txt": "SELECT 1"}, "empty"))
+    latin = make(tmp_path, {"models/a.sql": "SELECT 1"}, "latin")
+    (latin / "models" / "a.sql").write_bytes(b"SELECT 'caf\xe9'")
+    with pytest.raises(matchrec.ProgrammingError, match="models/a.sql: not UTF-8"):
+        P.load_project(latin)
 
 
 # ---------------------------------------------------------------- graph and selection

@@ -157,7 +157,10 @@ def load_project(root: str | os.PathLike) -> Project:
     for path in _model_files(root, target):
         name = path.stem
         rel = path.relative_to(root).as_posix()
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise E.ProgrammingError(f"{rel}: not UTF-8 text ({err.reason} at byte {err.start})") from None
         model = Model(name=name, path=path, rel=rel, text=text)
         if not _IDENT.fullmatch(name):
             raise E.ProgrammingError(f"{rel}: a model's file name must be a plain identifier (letters, digits, "
@@ -167,6 +170,8 @@ def load_project(root: str | os.PathLike) -> Project:
             raise E.ProgrammingError(f"Two models named {name!r}: {other.rel} and {rel} (model names are the file "
                                      "names without .sql, compared without case)")
         project.models[model.key] = model
+    if not project.models:
+        raise E.ProgrammingError(f"No models: no .sql file under {str(root)!r}")
     reserved = _reserved_words()
     for model in project.models.values():
         model.relation = _relation_name(model.name, project.schema, reserved)
