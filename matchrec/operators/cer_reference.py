@@ -20,7 +20,8 @@ The rules
       event of y; events with equal keys are never in sequence with each other. Kleene events
       have strictly increasing keys too.
     * AND(x, y, ...) matches the items in any order: it is OR over the permutations of its items
-      as SEQ (so two items with equal keys are not matched together either).
+      as SEQ (so two items with equal keys are not matched together either). The mechanisms may
+      evaluate it without the permutations; see "Conjunction without permutations" below.
     * OR(x, y) is the union of the alternatives' matches. A pattern is first rewritten into its
       alternatives: linear chains of elements (``alternatives``).
     * Window (inclusive): last.key - first.key <= W over the positive events of the match.
@@ -39,6 +40,30 @@ The rules
         taken by the Kleene element xj belongs to while that element can still grow;
       - ``strict`` (strict contiguity): consecutive positive events are adjacent rows of the
         partition (no row between them at all).
+
+Conjunction without permutations (``orders``)
+    The same matches can be stated without expanding AND: an alternative is then a partial order
+    (``Order``) - its elements, the pairs ``before`` (every event of one element has a key below
+    every event of the other: SEQ relates every element of an item to every element of a later
+    item, transitively so) and, per AND, ``apart``: its items' element sets, whose key spans
+    [first key, last key] must be pairwise disjoint. That is exactly the OR of the permutations
+    under skip-till-any-match: a permutation chain asks that consecutive items' events be in
+    order, and spans that are pairwise disjoint can be put in order in exactly one way (the
+    permutation is decided by the binding, so the union of the permutations holds no binding
+    twice). For items of one single event each, "disjoint spans" is "distinct keys"; for an item
+    of several events it is stronger: AND(SEQ(a, b), c) has no match with c between a and b, and
+    AND(a+, c) none with c between two events of a. Nested ANDs keep their own spans:
+    AND(AND(a, b), c) never puts c between a and b, AND(a, b, c) may.
+    A negated element outside every such AND has a range that does not depend on the
+    permutation: its neighbours in a chain are the latest positive element before it (the
+    largest last key among the elements ``before`` it) and the earliest after it (the smallest
+    first key among those after it); with none before (after) it is leading (trailing), as in a
+    chain. A negated element inside an AND has neighbours from the other items that change with
+    the permutation, and skip-till-next-match / strict contiguity relate each event to the next
+    one in the permutation chain. So an AND is kept as one partial order (``linear``) when the
+    strategy is skip-till-any-match and no element inside it is negated; every other AND is
+    expanded into its permutations as before (an AND inside a kept one may be expanded, an AND
+    inside an expanded one may be kept).
 """
 from __future__ import annotations
 
@@ -122,6 +147,84 @@ def alternatives(node: Node) -> list[tuple[Element, ...]]:
             out += alternatives(Seq(tuple(perm)))
         return out
     raise TypeError(f"not a pattern node: {node!r}")
+
+
+@dataclass(frozen=True)
+class Order:
+    """One alternative as a partial order (see "Conjunction without permutations" above).
+
+    ``elements`` are in pattern order, which is consistent with ``before``; ``before`` holds the
+    pairs (i, j) of element indices, transitively closed, negated elements included; ``apart``
+    holds, per AND kept linear, its items as frozensets of element indices (positive elements
+    only: such an AND holds no negated element). Without ``apart`` the order is a chain: every
+    pair of elements is ordered and ``elements`` is that chain."""
+    elements: tuple
+    before: frozenset
+    apart: tuple = ()
+
+    @property
+    def is_chain(self) -> bool:
+        return not self.apart
+
+
+def linear(node: And, strategy: str) -> bool:
+    """Whether ``orders`` keeps the AND ``node`` as one partial order instead of permutations."""
+    return strategy == "any" and not any(e.negated for e in leaves(node))
+
+
+def leaves(node: Node) -> list[Element]:
+    if isinstance(node, Element):
+        return [node]
+    return [e for item in node.items for e in leaves(item)]
+
+
+def orders(node: Node, strategy: str = "any") -> list[Order]:
+    """The pattern as OR of partial orders: the ANDs that ``linear`` accepts stay one order, the
+    others are expanded into permutations. With no AND kept, these are ``alternatives``' chains."""
+    return [Order(el, frozenset(bf), tuple(ap)) for el, bf, ap in _orders(node, strategy)]
+
+
+def _orders(node: Node, strategy: str) -> list[tuple]:
+    if isinstance(node, Element):
+        return [((node,), (), ())]
+    if isinstance(node, Or):
+        return [o for item in node.items for o in _orders(item, strategy)]
+    if isinstance(node, Seq):
+        out = [((), (), ())]
+        for item in node.items:
+            parts = _orders(item, strategy)
+            nxt = []
+            for el, bf, ap in out:
+                n = len(el)
+                for el2, bf2, ap2 in parts:
+                    m = len(el2)
+                    order = tuple((i, n + j) for i in range(n) for j in range(m))
+                    nxt.append((el + el2, bf + _shift(bf2, n) + order, ap + _shift_groups(ap2, n)))
+            out = nxt
+        return out
+    if isinstance(node, And):
+        if not linear(node, strategy):
+            return [o for perm in itertools.permutations(node.items) for o in _orders(Seq(tuple(perm)), strategy)]
+        out = [((), (), (), ())]  # elements, before, apart, the items' element sets
+        for item in node.items:
+            parts = _orders(item, strategy)
+            nxt = []
+            for el, bf, ap, items in out:
+                n = len(el)
+                for el2, bf2, ap2 in parts:
+                    nxt.append((el + el2, bf + _shift(bf2, n), ap + _shift_groups(ap2, n),
+                                items + (frozenset(range(n, n + len(el2))),)))
+            out = nxt
+        return [(el, bf, ap + (items,)) for el, bf, ap, items in out]
+    raise TypeError(f"not a pattern node: {node!r}")
+
+
+def _shift(pairs: tuple, n: int) -> tuple:
+    return tuple((i + n, j + n) for i, j in pairs)
+
+
+def _shift_groups(groups: tuple, n: int) -> tuple:
+    return tuple(tuple(frozenset(i + n for i in item) for item in g) for g in groups)
 
 
 def _truth(value) -> bool:
