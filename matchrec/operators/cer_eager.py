@@ -8,7 +8,8 @@ closed one (the element is complete) per number of events taken. Selection strat
 instances: skip-till-any-match keeps an instance after it is extended, skip-till-next-match drops
 it after the first group holding an event relevant to it, strict contiguity after the row that
 follows its last event. Negations between two elements are checked when the later one completes,
-leading and trailing ones when the match completes.
+leading and trailing ones when the match completes. An AND is evaluated as the permutations of
+its items (an NFA over a partial order would need a state per subset of them).
 """
 from __future__ import annotations
 

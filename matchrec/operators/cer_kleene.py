@@ -14,6 +14,13 @@ Kleene element between two single events with no negation next to it is not boun
 matches are every subset of the candidates between its neighbours. So ``count`` of
 SEQ(a, b+, c) is a sum of 2^n - 1 over the (a, c) pairs.
 
+An alternative may be a partial order (an AND kept whole, see ``cer_mechanisms``): the elements
+are then bound backwards through an order consistent with it, each bounded by the earliest bound
+element that must follow it, by the window around every key bound so far (the first one bound
+need not hold the match's largest key), and by the AND's other items as in ``cer_lazy``. A
+Kleene element collapses only between two single events that every AND item holding it holds
+too, so its subsets never change an item's span.
+
 When one ``AttributeEquality`` covers every positive variable of an alternative, candidates
 are grouped by that attribute and each group is searched on its own (the condition then holds
 by construction); negations still look at the whole partition.
@@ -95,17 +102,35 @@ class _Recompute:
         P = chain.positive
         read = {v for c in conds for v in c.vars} | {v for g in chain.negations for v in g.needs}
         self.explicit = {i for i in chain.bounds if chain.vars[i] in read}
-        # a Kleene element collapses when only its neighbours' keys decide its subsets
+        # a Kleene element collapses when only its neighbours' keys decide its subsets: the single
+        # events right before and after it in a sequence, which every AND item holding it also holds
         self.collapsed = set()
-        for n, i in enumerate(P):
-            if (i in chain.bounds and i not in self.explicit and 0 < n < len(P) - 1
-                    and P[n - 1] == i - 1 and P[n + 1] == i + 1
-                    and P[n - 1] not in self.collapsed and P[n - 1] not in chain.bounds
-                    and P[n + 1] not in chain.bounds):
-                self.collapsed.add(i)
+        self.hollow: dict = {}  # the element before a collapsed one -> (collapsed element, the one after)
+        for i in P:
+            if i not in chain.bounds or i in self.explicit:
+                continue
+            before, after = chain.preds[i], chain.succs[i]
+            p = [j for j in before if not chain.succs[j] & before]
+            q = [j for j in after if not chain.preds[j] & after]
+            if len(p) != 1 or len(q) != 1 or p[0] != i - 1 or q[0] != i + 1:
+                continue
+            p, q = p[0], q[0]
+            if p in chain.bounds or q in chain.bounds or p in self.collapsed:
+                continue
+            if any(i in item and not (p in item and q in item) for g in chain.groups for item in g):
+                continue
+            self.collapsed.add(i)
+            self.hollow[p] = (i, q)
+        # backwards through an order consistent with the sequence: what follows an element is bound first
         self.steps = [i for i in reversed(P) if i not in self.collapsed]
         self.conds, self.negs, self.rest = _schedule(chain, self.steps, conds)
         self.vars = [chain.vars[i] for i in self.steps]
+        # per step the earliest elements that follow it (bound already), and the AND spans to keep apart
+        self.upper = []
+        for i in self.steps:
+            after = chain.succs[i] - self.collapsed
+            self.upper.append([j for j in after if not chain.preds[j] & after])
+        self.apart = chain.apart_steps(self.steps)
         self.first: dict = {}
         self.last: dict = {}
         self.binding: dict = {}
@@ -114,38 +139,68 @@ class _Recompute:
     def run(self) -> None:
         if not all(c.n for c in self.cands.values()):
             return
-        self.step(0, None, 1)
+        self.step(0, None, None, 1)
 
-    def step(self, s: int, top: int | None, weight: int) -> None:
+    def step(self, s: int, lo_all: int | None, hi_all: int | None, weight: int) -> None:
+        """Bind step s's element; ``lo_all`` / ``hi_all``: the smallest / largest key bound so far
+        (in a chain ``hi_all`` is the trigger's key, the match's largest)."""
         if s == len(self.steps):
-            self.finish(top, weight)
+            self.finish(lo_all, hi_all, weight)
             return
-        chain = self.chain
         i = self.steps[s]
         c = self.cands[i]
         keyl = c.keyl
-        nxt = chain.next_positive.get(i)
-        hollow = nxt in self.collapsed
-        if hollow:
-            nxt = chain.next_positive[nxt]
-        b = c.n if nxt is None else bisect_left(keyl, self.first[nxt])
-        a = 0 if top is None else bisect_left(keyl, top - self.w)
+        w = self.w
+        b = c.n
+        for j in self.upper[s]:
+            b = min(b, bisect_left(keyl, self.first[j]))
+        a = 0
+        if hi_all is not None:
+            a = bisect_left(keyl, hi_all - w)
+            b = min(b, bisect_right(keyl, lo_all + w))
+        holes = None
+        for own, other in self.apart[s]:
+            h0 = min(self.first[self.steps[t]] for t in other)
+            h1 = max(self.last[self.steps[t]] for t in other)
+            if own:  # the item is on one side of the other one already
+                if h1 < min(self.first[self.steps[t]] for t in own):
+                    a = max(a, bisect_right(keyl, h1))
+                else:
+                    b = min(b, bisect_left(keyl, h0))
+            else:
+                holes = (holes or []) + [(h0, h1)]
         if a >= b:
             return
-        kb = chain.bounds.get(i)
+        if holes is None:
+            self.scan(s, i, c, a, b, lo_all, hi_all, weight)
+            return
+        for h0, h1 in sorted(holes):  # the element's events lie in one gap between the other items
+            x = bisect_left(keyl, h0, a, b)
+            if x > a:
+                self.scan(s, i, c, a, x, lo_all, hi_all, weight)
+            a = max(a, bisect_right(keyl, h1, a, b))
+        if a < b:
+            self.scan(s, i, c, a, b, lo_all, hi_all, weight)
+
+    def scan(self, s: int, i: int, c: Cands, a: int, b: int, lo_all, hi_all, weight: int) -> None:
+        keyl = c.keyl
+        kb = self.chain.bounds.get(i)
         if kb is None:
             for j in range(a, b):
-                self.bind(s, i, c.rowl[j], keyl[j], keyl[j], top, weight, hollow)
+                self.bind(s, i, c.rowl[j], keyl[j], keyl[j], lo_all, hi_all, weight)
         elif i in self.explicit:
-            for rows in self.kleene_sets(c, a, b, kb, top is None):
-                self.bind(s, i, rows, self.prep.keyl[rows[0]], self.prep.keyl[rows[-1]], top, weight, hollow)
+            # a trigger, or a range wider than the window: every set within the window of its last event
+            trigger = hi_all is None or keyl[b - 1] - keyl[a] > self.w
+            for rows in self.kleene_sets(c, a, b, kb, trigger):
+                self.bind(s, i, rows, self.prep.keyl[rows[0]], self.prep.keyl[rows[-1]], lo_all, hi_all, weight)
         else:
             lo, hi = kb
+            var = self.chain.vars[i]
             for j1 in range(a, b):
-                t = keyl[j1] if top is None else top
+                t = keyl[j1] if hi_all is None else max(hi_all, keyl[j1])
                 j0_lo = bisect_left(keyl, t - self.w, a, j1 + 1)
                 if lo <= 1:
-                    self.bind(s, i, (c.rowl[j1],), keyl[j1], keyl[j1], top, weight, hollow)
+                    self.bind(s, i, (c.rowl[j1],), keyl[j1], keyl[j1], lo_all, hi_all, weight)
                 if hi is not None and hi < 2:
                     continue
                 for j0 in range(j0_lo, j1):
@@ -155,8 +210,8 @@ class _Recompute:
                     smin, smax = max(0, lo - 2), (None if hi is None else hi - 2)
                     n = subset_count(c, ia, ib, smin, smax)
                     if n:
-                        self.expand.append((chain.vars[i], c, ia, ib, c.rowl[j0], c.rowl[j1], smin, smax))
-                        self.bind(s, i, (c.rowl[j0], c.rowl[j1]), keyl[j0], keyl[j1], top, weight * n, hollow)
+                        self.expand.append((var, c, ia, ib, c.rowl[j0], c.rowl[j1], smin, smax))
+                        self.bind(s, i, (c.rowl[j0], c.rowl[j1]), keyl[j0], keyl[j1], lo_all, hi_all, weight * n)
                         self.expand.pop()
 
     def kleene_sets(self, c: Cands, a: int, b: int, kb, trigger: bool):
@@ -173,18 +228,20 @@ class _Recompute:
             for rows in subsets(c, ia, ib, max(0, lo - 1), None if hi is None else hi - 1):
                 yield rows + (c.rowl[j],)
 
-    def bind(self, s: int, i: int, value, k0: int, k1: int, top, weight: int, hollow: bool) -> None:
+    def bind(self, s: int, i: int, value, k0: int, k1: int, lo_all, hi_all, weight: int) -> None:
         chain = self.chain
-        if top is None:
-            top = k1
+        lo2 = k0 if lo_all is None else min(lo_all, k0)
+        hi2 = k1 if hi_all is None else max(hi_all, k1)
+        if hi2 - lo2 > self.w:
+            return
         var = self.vars[s]
         self.binding[var] = value
         self.first[i], self.last[i] = k0, k1
         pushed = False
         try:
-            if hollow:
-                e = chain.next_positive[i]
-                nn = chain.next_positive[e]
+            hollow = self.hollow.get(i)
+            if hollow is not None:
+                e, nn = hollow
                 c = self.cands[e]
                 ia, ib = bisect_right(c.keyl, k1), bisect_left(c.keyl, self.first[nn])
                 lo, hi = chain.bounds[e]
@@ -200,17 +257,16 @@ class _Recompute:
             for g in self.negs[s]:
                 if not negation_holds(self.prep, self.part, chain, g, self.binding):
                     return
-            self.step(s + 1, top, weight)
+            self.step(s + 1, lo2, hi2, weight)
         finally:
             if pushed:
                 self.expand.pop()
             del self.binding[var]
 
-    def finish(self, top: int, weight: int) -> None:
+    def finish(self, lo_all: int, hi_all: int, weight: int) -> None:
         binding = self.binding
-        lo_key = self.first[self.chain.positive[0]]
         for g in self.rest:
-            if not negation_holds(self.prep, self.part, self.chain, g, binding, lo_key, top):
+            if not negation_holds(self.prep, self.part, self.chain, g, binding, lo_all, hi_all):
                 return
         if not self.keep:
             self.sink.add_count(self.chain, weight)
@@ -248,9 +304,9 @@ def _schedule(chain: ChainPlan, steps: list[int], conds: list):
         out_c.append(now)
         here = []
         for g in chain.negations:
-            if g.index in done_n or g.prev is None or g.next is None:
+            if g.index in done_n or not g.prevs or not g.nexts:
                 continue
-            if chain.vars[g.prev] in bound and chain.vars[g.next] in bound and g.needs <= bound:
+            if all(chain.vars[j] in bound for j in g.prevs + g.nexts) and g.needs <= bound:
                 here.append(g)
                 done_n.add(g.index)
         out_n.append(here)

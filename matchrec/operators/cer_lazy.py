@@ -15,6 +15,14 @@ never looks at events that cannot be in a match with what is bound.
   buffered candidates around it, and is responsible for the matches whose last event lies in
   it, so a drift in the rates changes the order where it happens.
 
+An alternative may be a partial order (an AND kept whole, see ``cer_mechanisms``): then an
+element's range is bounded by the latest bound element that must precede it and the earliest
+bound one that must follow it, and by the AND's other items: once its own item has a bound
+element it stays on that side of each other item's span, else its events avoid those spans
+(the buffer range is cut around them; a Kleene element's events lie in one piece). Items of
+single events thus only need distinct keys. A tree chunk keeps the matches whose largest key
+lies in it, whichever element holds that key.
+
 Conditions are checked as soon as their variables are bound. Negation is checked at first
 chance (as soon as both neighbours and the variables its conditions read are bound) or, with
 ``negation="post"``, on complete matches. Skip-till-next-match and strict contiguity prune the
@@ -118,14 +126,19 @@ class Search:
         self.conds, self.negs, self.rest = conds, negs, rest
         self.vars = [chain.vars[i] for i in order]
         self.kle = [chain.bounds.get(i) for i in order]
-        self.last_elem = chain.positive[-1]
-        # the bound neighbours of each step's element are known from the order alone
-        self.pred, self.succ = [], []
+        self.last_elem = chain.last_positive  # None: a partial order ending in an AND
+        # the bound elements each step's element must follow / precede are known from the order alone:
+        # the latest of those before it and the earliest of those after it (a chain: its bound neighbours)
+        self.lower, self.upper = [], []
         for s, i in enumerate(order):
-            before = [j for j in order[:s] if j < i]
-            after = [j for j in order[:s] if j > i]
-            self.pred.append(order.index(max(before)) if before else None)
-            self.succ.append(order.index(min(after)) if after else None)
+            lo = {j for j in order[:s] if j in chain.preds[i]}
+            hi = {j for j in order[:s] if j in chain.succs[i]}
+            self.lower.append(sorted(order.index(j) for j in lo if not chain.succs[j] & lo))
+            self.upper.append(sorted(order.index(j) for j in hi if not chain.preds[j] & hi))
+        # per step the spans of an AND's items to keep apart (empty for a chain)
+        self.apart = chain.apart_steps(order)
+        self.pred = [lo[0] if chain.total and lo else None for lo in self.lower]
+        self.succ = [hi[0] if chain.total and hi else None for hi in self.upper]
         # whether a bound neighbour is adjacent in the sequence (no positive element between)
         self.pred_adj = [p is not None and chain.prev_positive.get(i) == order[p] for i, p in zip(order, self.pred)]
         self.succ_adj = [p is not None and chain.next_positive.get(i) == order[p] for i, p in zip(order, self.succ)]
@@ -165,16 +178,31 @@ class Search:
         self.step(0, None, None)
 
     # ---------------------------------------------------------------- binding one element
-    def bounds(self, s: int, lo_all, hi_all) -> tuple[int, int, int | None, int | None]:
-        """Index range [a, b) in step s's buffer, and the key limits of its first / last event."""
+    def bounds(self, s: int, lo_all, hi_all) -> tuple[int, int, int | None, int | None, list | None]:
+        """Index range [a, b) in step s's buffer, the key limits of its first / last event, and the
+        key ranges [h0, h1] its events must avoid (the spans of other items of an AND)."""
         c = self.cands[s]
         keyl = c.keyl
         a, b = 0, c.n
         p, q = self.pred[s], self.succ[s]
-        if p is not None:
-            a = bisect_right(keyl, self.last[p])
-        if q is not None:
-            b = bisect_left(keyl, self.first[q])
+        for t in self.lower[s]:
+            a = max(a, bisect_right(keyl, self.last[t]))
+        for t in self.upper[s]:
+            b = min(b, bisect_left(keyl, self.first[t]))
+        holes = None
+        for own, other in self.apart[s]:
+            h0 = min(self.first[t] for t in other)
+            h1 = max(self.last[t] for t in other)
+            if own:
+                # the item is already on one side of the other one: all its events stay there
+                if h1 < min(self.first[t] for t in own):
+                    a = max(a, bisect_right(keyl, h1))
+                else:
+                    b = min(b, bisect_left(keyl, h0))
+            elif holes is None:
+                holes = [(h0, h1)]
+            else:
+                holes.append((h0, h1))
         if lo_all is not None:
             a = max(a, bisect_left(keyl, hi_all - self.w))
             b = min(b, bisect_right(keyl, lo_all + self.w))
@@ -206,7 +234,7 @@ class Search:
                 j = bisect_left(qc.keyl, self.first[q])
                 if j > 0:
                     last_min = qc.keyl[j - 1] if last_min is None else max(last_min, qc.keyl[j - 1])
-        return a, b, first_max, last_min
+        return a, b, first_max, last_min, holes
 
     def count(self, s: int) -> int:
         v = self.binding[self.vars[s]]
@@ -216,12 +244,27 @@ class Search:
         if s == len(self.order):
             self.finish(lo_all, hi_all)
             return
-        a, b, first_max, last_min = self.bounds(s, lo_all, hi_all)
+        a, b, first_max, last_min, holes = self.bounds(s, lo_all, hi_all)
         if a >= b:
             return
+        if holes is None:
+            self.scan(s, a, b, first_max, last_min, lo_all, hi_all)
+            return
+        # an event set inside one gap between the holes (a Kleene element never straddles a hole)
+        keyl = self.cands[s].keyl
+        for h0, h1 in sorted(holes):
+            x = bisect_left(keyl, h0, a, b)
+            if x > a:
+                self.scan(s, a, x, first_max, last_min, lo_all, hi_all)
+            a = max(a, bisect_right(keyl, h1, a, b))
+        if a < b:
+            self.scan(s, a, b, first_max, last_min, lo_all, hi_all)
+
+    def scan(self, s: int, a: int, b: int, first_max, last_min, lo_all, hi_all) -> None:
+        """Bind step s's element to the candidates (Kleene: event sets) in buffer range [a, b)."""
         c = self.cands[s]
         if first_max is not None:
-            b_first = bisect_right(c.keyl, first_max)
+            b_first = min(b, bisect_right(c.keyl, first_max))
         else:
             b_first = b
         if self.kle[s] is None:
@@ -339,6 +382,8 @@ class Search:
             del binding[self.vars[s]]
 
     def finish(self, lo_all: int, hi_all: int) -> None:
+        if self.last_lo is not None and hi_all < self.last_lo:
+            return  # a tree chunk: the match's last event lies in an earlier chunk
         binding = self.binding
         for g in self.rest:
             if not negation_holds(self.prep, self.part, self.chain, g, binding, lo_all, hi_all):

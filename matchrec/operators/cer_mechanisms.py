@@ -11,6 +11,16 @@ imported when first used, so the modules can import this one.
 
 Every mechanism returns exactly ``cer_reference.reference_matches``' result.
 
+Conjunction. The alternatives are the permutation chains of ``cer_reference.alternatives``, or
+- for a mechanism marked ``partial`` (chain, tree, rcep) unless ``conjunction="permutations"``
+is asked - the partial orders of ``cer_reference.orders``: under skip-till-any-match an AND
+without a negated element inside is one alternative whose items are unordered among themselves
+(``ChainPlan.preds`` / ``succs`` hold only the order SEQ imposes, ``ChainPlan.groups`` the AND
+items whose key spans must stay apart), so AND of k items costs one search over k elements
+instead of k! chains. Under skip-till-next-match and strict contiguity, for an AND with a negated
+element inside, and for the eager NFA (whose states would have to be the subsets of the AND's
+items) the permutations remain.
+
 ``AttributeEquality`` is a ``Condition`` that also says *which* column must be equal, so a
 mechanism can group candidates by value instead of calling the condition per binding.
 """
@@ -24,8 +34,8 @@ from typing import Callable
 import numpy as np
 
 from matchrec.errors import OperationalError
-from matchrec.operators.cer_reference import (STRATEGIES, Condition, Element, Events, Pattern,
-                                              alternatives)
+from matchrec.operators.cer_reference import (STRATEGIES, Condition, Element, Events, Order, Pattern,
+                                              alternatives, orders)
 
 __all__ = ["MECHANISMS", "Mechanism", "run", "count", "supports", "AttributeEquality", "label"]
 
@@ -40,6 +50,7 @@ class Mechanism:
     function: str
     description: str
     strategies: tuple = STRATEGIES
+    partial: bool = False  # evaluates an AND as one partial order (cer_reference.orders), not permutations
 
     def evaluate(self, prep: "Prepared", sink: "Sink", order, options: dict | None = None) -> None:
         mod = importlib.import_module(f"matchrec.operators.{self.module}")
@@ -49,12 +60,14 @@ class Mechanism:
 MECHANISMS: dict[str, Mechanism] = {
     "eager": Mechanism("eager", "cer_eager", "evaluate", "eager NFA: partial matches extended on every event"),
     "chain": Mechanism("chain", "cer_lazy", "evaluate_chain",
-                       "lazy chain NFA: matches built from the rarest element's events by searching the buffers"),
+                       "lazy chain NFA: matches built from the rarest element's events by searching the buffers",
+                       partial=True),
     "tree": Mechanism("tree", "cer_lazy", "evaluate_tree",
-                      "tree NFA: the lazy evaluation order re-planned per chunk from the buffered counts"),
+                      "tree NFA: the lazy evaluation order re-planned per chunk from the buffered counts",
+                      partial=True),
     "rcep": Mechanism("rcep", "cer_kleene", "evaluate",
                       "recomputation: matches built when their last event arrives, Kleene subsets in batch",
-                      strategies=("any",)),
+                      strategies=("any",), partial=True),
 }
 
 
@@ -69,11 +82,11 @@ def supports(name: str, pattern: Pattern) -> str:
         return (f"{name} evaluates skip-till-any-match only (the pattern uses "
                 f"{STRATEGY_TEXT[pattern.strategy]})")
     try:
-        chains = alternatives(pattern.root)
+        alts = orders(pattern.root)  # the same elements as the permutation chains, far fewer of them
     except TypeError as e:
         return str(e)
-    for chain in chains:
-        names = [e.var for e in chain]
+    for alt in alts:
+        names = [e.var for e in alt.elements]
         if len(set(names)) != len(names):
             return "a variable is bound twice in one alternative of the pattern"
     return ""
@@ -83,14 +96,16 @@ STRATEGY_TEXT = {"strict": "strict contiguity", "next": "skip-till-next-match", 
 
 
 def run(name: str, pattern: Pattern, events: Events, *, order=None, max_matches: int | None = None,
-        options: dict | None = None) -> list[tuple]:
+        options: dict | None = None, conjunction: str = "linear") -> list[tuple]:
     """Every match of ``pattern`` in ``events`` (``reference_matches``' format), by mechanism ``name``.
 
     ``order``: variable names, the evaluation order of the lazy mechanisms (chain; tree plans its
     own). ``options``: mechanism tuning - chain and tree: ``negation`` "first" (default) or "post";
-    tree: ``chunk`` (events per re-planning)."""
+    tree: ``chunk`` (events per re-planning). ``conjunction``: "linear" (default) evaluates an AND
+    as one partial order where the mechanism and the pattern allow it (``cer_reference.orders``),
+    "permutations" always expands it into the permutations of its items."""
     mech = _mechanism(name, pattern)
-    prep = Prepared(pattern, events)
+    prep = Prepared(pattern, events, partial=_partial(mech, conjunction))
     sink = Sink(prep, counting=False, max_matches=max_matches)
     if len(events):
         mech.evaluate(prep, sink, order, options)
@@ -98,15 +113,21 @@ def run(name: str, pattern: Pattern, events: Events, *, order=None, max_matches:
 
 
 def count(name: str, pattern: Pattern, events: Events, *, order=None, max_matches: int | None = None,
-          options: dict | None = None) -> int:
+          options: dict | None = None, conjunction: str = "linear") -> int:
     """The number of matches, without keeping them where the mechanism can (``max_matches``
     bounds only the matches that must be kept to drop duplicates between alternatives)."""
     mech = _mechanism(name, pattern)
-    prep = Prepared(pattern, events)
+    prep = Prepared(pattern, events, partial=_partial(mech, conjunction))
     sink = Sink(prep, counting=True, max_matches=max_matches)
     if len(events):
         mech.evaluate(prep, sink, order, options)
     return sink.total()
+
+
+def _partial(mech: Mechanism, conjunction: str) -> bool:
+    if conjunction not in ("linear", "permutations"):
+        raise ValueError(f"conjunction is 'linear' or 'permutations', not {conjunction!r}")
+    return mech.partial and conjunction == "linear"
 
 
 def _mechanism(name: str, pattern: Pattern) -> Mechanism:
@@ -161,9 +182,12 @@ def truth(value) -> bool:
 
 # ---------------------------------------------------------------- preparation
 class Prepared:
-    """A pattern over one input: candidate masks, partitions and the alternatives' plans."""
+    """A pattern over one input: candidate masks, partitions and the alternatives' plans.
 
-    def __init__(self, pattern: Pattern, events: Events):
+    ``partial``: the alternatives are ``cer_reference.orders`` (an AND kept as one partial order
+    where the strategy and the pattern allow); else the permutation chains of ``alternatives``."""
+
+    def __init__(self, pattern: Pattern, events: Events, partial: bool = False):
         self.pattern = pattern
         self.events = events
         self.window = int(pattern.window)
@@ -189,7 +213,8 @@ class Prepared:
         for i, p in enumerate(self.parts):
             self.part_index[p.rows] = i
         self._masks: dict = {}
-        self.chains = [ChainPlan(self, i, chain) for i, chain in enumerate(alternatives(pattern.root))]
+        alts = orders(pattern.root, pattern.strategy) if partial else alternatives(pattern.root)
+        self.chains = [ChainPlan(self, i, alt) for i, alt in enumerate(alts)]
         self.chains = [c for c in self.chains if c.positive]
         # alternatives that can yield the same canonical match must be deduplicated
         by_vars: dict = {}
@@ -261,22 +286,60 @@ class Cands:
 
 @dataclass
 class Negation:
-    index: int  # chain index
+    index: int  # element index
     element: Element
-    prev: int | None  # chain index of the nearest positive element before / after
-    next: int | None
-    linked: list  # conditions naming the negated variable that can be fully bound
+    prevs: tuple  # element indices of the latest positive elements before it (its range starts after
+    nexts: tuple  # the largest last key among them) / of the earliest after it (ends before the smallest
+    linked: list  # first key); empty: a leading / trailing negation. A chain has at most one of each.
     needs: frozenset  # positive variables the linked conditions read
+
+    @property
+    def prev(self) -> int | None:
+        """The positive neighbour before it in a chain (None: leading)."""
+        return _single(self.prevs)
+
+    @property
+    def next(self) -> int | None:
+        return _single(self.nexts)
+
+
+def _single(t: tuple):
+    if len(t) > 1:
+        raise ValueError("a negation of a partial order has several neighbours on one side")
+    return t[0] if t else None
 
 
 class ChainPlan:
-    """One alternative (a linear chain of elements) of the pattern."""
+    """One alternative of the pattern: a linear chain of elements, or (``partial`` preparation)
+    a partial order (``cer_reference.Order``) - then ``total`` is False when some AND is kept as
+    one order, ``preds`` / ``succs`` say which positive elements must come before / after each
+    one, and ``groups`` holds per such AND its items (positive element indices), whose key spans
+    must be pairwise disjoint. ``positive`` lists the positive elements in an order consistent
+    with ``preds``; for a chain it is the chain."""
 
-    def __init__(self, prep: Prepared, ident: int, chain: tuple):
+    def __init__(self, prep: Prepared, ident: int, chain):
         self.prep = prep
         self.ident = ident
+        alt = chain if isinstance(chain, Order) else Order(
+            tuple(chain), frozenset((i, j) for i in range(len(chain)) for j in range(i + 1, len(chain))))
+        self.alternative = alt
+        chain = alt.elements
         self.elements = chain
         self.positive = [i for i, e in enumerate(chain) if not e.negated]
+        self.total = alt.is_chain
+        pos = set(self.positive)
+        preds: dict = {i: set() for i in self.positive}
+        succs: dict = {i: set() for i in self.positive}
+        for a, b in alt.before:
+            if a in pos and b in pos:
+                preds[b].add(a)
+                succs[a].add(b)
+        self.preds = {i: frozenset(v) for i, v in preds.items()}
+        self.succs = {i: frozenset(v) for i, v in succs.items()}
+        self.groups = tuple(tuple(frozenset(j for j in item if j in pos) for item in g) for g in alt.apart)
+        # the element every other one precedes (it holds the match's last event), if there is one
+        last = [i for i in self.positive if len(self.preds[i]) == len(self.positive) - 1]
+        self.last_positive = last[0] if last else None
         self.vars = {i: chain[i].var for i in self.positive}
         self.varset = frozenset(self.vars.values())
         self.shared = False
@@ -286,19 +349,23 @@ class ChainPlan:
         for i, e in enumerate(chain):
             if not e.negated:
                 continue
-            before = [j for j in self.positive if j < i]
-            after = [j for j in self.positive if j > i]
+            before = {j for j in self.positive if (j, i) in alt.before}
+            after = {j for j in self.positive if (i, j) in alt.before}
+            prevs = tuple(sorted(j for j in before if not self.succs[j] & before))  # the latest ones
+            nexts = tuple(sorted(j for j in after if not self.preds[j] & after))  # the earliest ones
             linked = [c for c in p.conditions if e.var in c.vars and c.vars <= self.varset | {e.var}]
             needs = frozenset(v for c in linked for v in c.vars if v != e.var)
-            self.negations.append(Negation(i, e, before[-1] if before else None, after[0] if after else None,
-                                           linked, needs))
+            self.negations.append(Negation(i, e, prevs, nexts, linked, needs))
         # skip-till-next-match: conditions that decide whether an event could begin element i
         self.start_conditions = {}
         for n, i in enumerate(self.positive):
             upto = {self.vars[j] for j in self.positive[:n + 1]}
             self.start_conditions[i] = [c for c in p.conditions if self.vars[i] in c.vars and c.vars <= upto]
-        self.next_positive = {a: b for a, b in zip(self.positive, self.positive[1:])}
-        self.prev_positive = {b: a for a, b in zip(self.positive, self.positive[1:])}
+        if self.total:
+            self.next_positive = {a: b for a, b in zip(self.positive, self.positive[1:])}
+            self.prev_positive = {b: a for a, b in zip(self.positive, self.positive[1:])}
+        else:
+            self.next_positive, self.prev_positive = {}, {}  # no chain neighbours (see preds / succs)
         # effective Kleene bounds (a lower bound of 0 means 1, as in the reference)
         self.bounds = {}
         for i in self.positive:
@@ -306,6 +373,29 @@ class ChainPlan:
             if k is not None:
                 lo, hi = max(1, k[0]), k[1]
                 self.bounds[i] = (lo, hi)
+
+    def apart_steps(self, order: list[int]) -> list[list[tuple]]:
+        """For an order of binding the positive elements, per step the AND spans to keep apart:
+        (steps bound earlier in the element's own item, steps bound earlier in another item of the
+        same AND) for every other item that has a bound element. Elements missing from ``order``
+        are never bound (their item's span must not depend on them)."""
+        at = {i: s for s, i in enumerate(order)}
+        out = []
+        for s, i in enumerate(order):
+            here = []
+            for g in self.groups:
+                mine = [item for item in g if i in item]
+                if not mine:
+                    continue
+                own = sorted(at[j] for j in mine[0] if at.get(j, s) < s)
+                for item in g:
+                    if item is mine[0]:
+                        continue
+                    other = sorted(at[j] for j in item if at.get(j, s) < s)
+                    if other:
+                        here.append((own, other))
+            out.append(here)
+        return out
 
     def element(self, i: int) -> Element:
         return self.elements[i]
@@ -329,9 +419,9 @@ class ChainPlan:
             conds.append(now)
             here = []
             for g in self.negations:
-                if g.index in done_n or g.prev is None or g.next is None:
+                if g.index in done_n or not g.prevs or not g.nexts:
                     continue
-                if self.vars[g.prev] in bound and self.vars[g.next] in bound and g.needs <= bound:
+                if all(self.vars[j] in bound for j in g.prevs + g.nexts) and g.needs <= bound:
                     here.append(g)
                     done_n.add(g.index)
             negs.append(here)
@@ -361,14 +451,14 @@ def negation_holds(prep: Prepared, part: Partition, chain: ChainPlan, g: Negatio
     last keys, needed by a leading or trailing negation only)."""
     keyl = prep.keyl
     w = prep.window
-    if g.prev is not None:
-        lo = last_key(keyl, binding[chain.vars[g.prev]])
+    if g.prevs:
+        lo = max(last_key(keyl, binding[chain.vars[j]]) for j in g.prevs)
         i0 = bisect_right
     else:
         lo = last - w
         i0 = bisect_left
-    if g.next is not None:
-        hi = first_key(keyl, binding[chain.vars[g.next]])
+    if g.nexts:
+        hi = min(first_key(keyl, binding[chain.vars[j]]) for j in g.nexts)
         i1 = bisect_left
     else:
         hi = first + w
@@ -394,10 +484,14 @@ def negation_holds(prep: Prepared, part: Partition, chain: ChainPlan, g: Negatio
 def match_span(prep: Prepared, chain: ChainPlan, binding: dict) -> tuple[int, int]:
     keyl = prep.keyl
     p = chain.positive
-    return first_key(keyl, binding[chain.vars[p[0]]]), last_key(keyl, binding[chain.vars[p[-1]]])
+    if chain.total:
+        return first_key(keyl, binding[chain.vars[p[0]]]), last_key(keyl, binding[chain.vars[p[-1]]])
+    return (min(first_key(keyl, binding[chain.vars[i]]) for i in p),
+            max(last_key(keyl, binding[chain.vars[i]]) for i in p))
 
 
 def strict_holds(prep: Prepared, chain: ChainPlan, binding: dict) -> bool:
+    """Strict contiguity on a chain's binding (a partial order is never evaluated under it)."""
     posl = prep.posl
     prev = None
     for i in chain.positive:
