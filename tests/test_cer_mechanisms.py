@@ -97,9 +97,18 @@ def random_case(seed: int, n_max: int = 11):
         if rng.random() < 0.5:
             items.insert(rng.randint(0, 2), g.element(negated=True))
         root = Seq(tuple(items))
-    positive = [e for e in g.elements if not e.negated]
+    filters, conditions = random_conditions(rng, g.elements, ev, val, grp)
+    window = rng.choice([2, 3, 5, 8, 12, 100])
+    strategy = rng.choice(["strict", "next", "any"])
+    return Pattern(root, window, strategy, filters, conditions), ev
+
+
+def random_conditions(rng: random.Random, elements: list, ev: Events, val, grp) -> tuple[dict, list]:
+    """Filters (masks, callables, NULL as false) and conditions (comparisons of two variables,
+    an aggregate over a Kleene variable, an attribute equality) over the pattern's elements."""
+    positive = [e for e in elements if not e.negated]
     filters = {}
-    for e in g.elements:
+    for e in elements:
         r = rng.random()
         if r < 0.1:
             filters[e.var] = np.array([rng.random() < 0.7 for _ in range(len(ev))], bool)
@@ -109,8 +118,8 @@ def random_case(seed: int, n_max: int = 11):
         elif r < 0.24:
             filters[e.var] = (lambda row: None if val[row] == 0 else True)  # NULL is false
     conditions = []
-    vars_all = [e.var for e in g.elements]
-    kleene = {e.var for e in g.elements if e.kleene}
+    vars_all = [e.var for e in elements]
+    kleene = {e.var for e in elements if e.kleene}
 
     def agg(b, v):
         x = b[v]
@@ -134,9 +143,7 @@ def random_case(seed: int, n_max: int = 11):
     if rng.random() < 0.2 and len(positive) >= 2:
         vs = rng.sample([e.var for e in positive], rng.randint(2, len(positive)))
         conditions.append(M.AttributeEquality(vs, grp))
-    window = rng.choice([2, 3, 5, 8, 12, 100])
-    strategy = rng.choice(["strict", "next", "any"])
-    return Pattern(root, window, strategy, filters, conditions), ev
+    return filters, conditions
 
 
 def check_case(seed: int, names=NAMES, n_max: int = 11) -> int:
