@@ -1,0 +1,442 @@
+"""CER multi-pattern evaluation: many skip-till-any-match patterns over one stream, sharing
+sub-patterns (Kolchinsky & Schuster, "Real-time multi-pattern detection over event streams",
+SIGMOD'19).
+
+This module owns the shared operator. Its input is one stream (rows sorted by partition and key)
+read once for a workload, the element *classes* of the workload (a type and a filter: the rows an
+element can take, as a boolean mask), the *units* (one per alternative of each pattern: a linear
+chain of single-event elements, the conditions among them, its negations and window) and a plan
+built by ``planner.sharing``: a forest of nodes, each binding one more element. A node's partial
+matches are the bindings of the elements bound along its path that satisfy their types, filters,
+the strict key order the chain puts between them, the conditions among them and the largest
+window of the units that use the node. Under skip-till-any-match that set depends on nothing
+else, so units whose plans start with the same sub-pattern share the nodes of that prefix; each
+unit then applies its own window, checks its negations and hands its matches to its pattern's
+sink, where alternatives binding the same variables are deduplicated.
+
+Evaluation is in batch over numpy arrays. Every partition is laid on one integer axis (the
+*composite key*: a partition's keys shifted past the previous partition by more than any window,
+so a window search never crosses a partition), each class keeps its candidate rows and their
+composite keys in order, and a node extends its parent's partial matches by one binary search
+per partial match for the range of candidates allowed by the window and by the nearest bound
+neighbours in the sequence, expanding ranges into new partial matches in blocks of at most
+``BLOCK`` rows. Conditions are evaluated on whole blocks (compiled to numpy where the expression
+allows, else the single-statement path's Python function per binding).
+
+``Evaluator.run(roots, lo, hi)`` finds the matches whose last event has a composite key in
+``[lo, hi)``; a workload may use a different plan for each such slice of the stream (re-planning)
+and still finds every match exactly once.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from matchrec.operators.cer_mechanisms import too_many
+
+__all__ = ["BLOCK", "Cond", "Neg", "Kleene", "Unit", "Node", "Stream", "PatternSink", "Evaluator", "Unshareable",
+           "subsets"]
+
+BLOCK = 1 << 18  # partial matches built at once by one extension
+LIMIT_KEY = 1 << 62
+
+
+class Unshareable(Exception):
+    """The stream cannot be laid on one integer axis (keys and windows too large)."""
+
+
+@dataclass
+class Cond:
+    """A condition over several variables: ``fn`` on one binding (var -> row), as the single-statement
+    path compiles it; ``vec`` on a binding of arrays, when the expression compiles to numpy."""
+    vars: frozenset
+    fn: Callable[[dict], object]
+    vec: Callable[[dict], np.ndarray] | None = None
+    text: str = ""
+
+    def holds(self, b: dict) -> np.ndarray:
+        """Truth per element of a binding of equal-length row arrays (NULL is false)."""
+        if self.vec is not None:
+            try:
+                return self.vec(b)
+            except (TypeError, ValueError, OverflowError, ZeroDivisionError, FloatingPointError):
+                pass  # the Python function decides (and raises what the single-statement path raises)
+        names = sorted(self.vars)
+        cols = [b[v].tolist() for v in names]
+        n = len(cols[0]) if cols else 0
+        out = np.zeros(n, bool)
+        d: dict = {}
+        fn = self.fn
+        for i, vals in enumerate(zip(*cols)):
+            for v, x in zip(names, vals):
+                d[v] = x
+            r = fn(d)
+            out[i] = r is not None and bool(r)
+        return out
+
+
+@dataclass
+class Neg:
+    """A negated element of a unit: no event of class ``cls`` between its positive neighbours
+    (``prev``/``next``: indexes into the unit's variables; None: the window before the first /
+    after the last event) for which every ``linked`` condition holds."""
+    cls: int
+    var: str
+    prev: int | None
+    next: int | None
+    linked: list = field(default_factory=list)
+
+
+@dataclass
+class Kleene:
+    """A Kleene element counted, not bound: between the unit's variables ``prev`` and ``next``
+    (adjacent in the sequence), any set of ``lo`` to ``hi`` (None: unbounded) candidates of class
+    ``cls`` with keys strictly between theirs. Valid when no two candidates of the class share a
+    key in a partition, no condition reads the element and no negation borders it."""
+    cls: int
+    prev: int
+    next: int
+    lo: int
+    hi: int | None
+
+
+@dataclass
+class Unit:
+    """One alternative of a pattern: its positive single-event elements in sequence order (and,
+    for a counted pattern, its Kleene elements as factors)."""
+    pattern: int
+    vars: list  # positive single-event variables in sequence order
+    classes: list  # class id per variable
+    conds: list  # Cond over the positive variables
+    negs: list  # Neg
+    window: int  # in key units (unclamped)
+    label: str = ""
+    kleene: list = field(default_factory=list)  # Kleene: each match stands for that many matches
+
+
+@dataclass
+class Node:
+    """A step of the plan: binds slot ``depth - 1`` to a candidate of class ``cls``."""
+    cls: int
+    depth: int
+    pred: int | None  # slot of the bound element just before this one in the sequence
+    succ: int | None  # slot of the bound element just after it
+    window: int  # the largest window of the units using the node (unclamped)
+    conds: list = field(default_factory=list)  # (Cond, {var: slot}) decided at this step
+    children: list = field(default_factory=list)
+    finishing: list = field(default_factory=list)  # (unit index, slot per unit variable)
+    users: list = field(default_factory=list)  # unit indexes using the node
+    label: str = ""
+
+
+class Stream:
+    """The rows of a workload's read on one integer axis, and each class's candidates on it."""
+
+    def __init__(self, key: np.ndarray, pid: np.ndarray | None, masks: list, wmax: int):
+        key = np.asarray(key, np.int64)
+        n = len(key)
+        self.n = n
+        pid = np.zeros(n, np.int64) if pid is None else np.asarray(pid, np.int64)
+        if n:
+            starts = np.flatnonzero(np.r_[True, pid[1:] != pid[:-1]])
+            ends = np.r_[starts[1:], n]
+            kmin = key[starts]
+            spans = key[ends - 1] - kmin
+        else:
+            starts = ends = kmin = spans = np.zeros(0, np.int64)
+        maxspan = int(spans.max()) if len(spans) else 0
+        self.cap = maxspan + 1  # a window at least this long allows every pair in a partition
+        gap = min(int(wmax), self.cap) + 2
+        total = int(spans.astype(object).sum()) + len(spans) * gap if len(spans) else 0
+        if total >= LIMIT_KEY:
+            raise Unshareable("the partitions' key ranges do not fit one 62-bit axis")
+        offsets = np.zeros(len(spans), np.int64)
+        if len(spans) > 1:
+            offsets[1:] = np.cumsum(spans[:-1] + gap)
+        part_of = np.repeat(np.arange(len(starts)), ends - starts)
+        self.ck = key - kmin[part_of] + offsets[part_of] if n else np.zeros(0, np.int64)
+        # time covered, without the gaps between partitions (for rates)
+        self.real = self.ck - part_of.astype(np.int64) * gap if n else np.zeros(0, np.int64)
+        self.rows = []
+        self.cks = []
+        for m in masks:
+            r = np.flatnonzero(m)
+            self.rows.append(r)
+            self.cks.append(self.ck[r])
+
+    def clamp(self, w: int) -> int:
+        return min(int(w), self.cap)
+
+    def slices(self, events: int) -> list[tuple[int, int, int, int]]:
+        """The stream cut into slices of about ``events`` rows, never between equal composite keys:
+        (first row, end row, lo, hi) with the slice's composite keys in [lo, hi)."""
+        n = self.n
+        out = []
+        q = 0
+        while q < n:
+            q1 = min(n, q + max(1, events))
+            if q1 < n:
+                q1 = int(np.searchsorted(self.ck, self.ck[q1 - 1], "right"))
+            lo = int(self.ck[q])
+            hi = int(self.ck[q1]) if q1 < n else int(self.ck[-1]) + 1
+            out.append((q, q1, lo, hi))
+            q = q1
+        return out
+
+    def counts(self, lo: int, hi: int) -> list[int]:
+        """Candidates of each class with composite key in [lo, hi)."""
+        return [int(np.searchsorted(c, hi, "left") - np.searchsorted(c, lo, "left")) for c in self.cks]
+
+
+class PatternSink:
+    """The matches (or their number) of one pattern, from all its units; alternatives binding the
+    same variables are deduplicated."""
+
+    def __init__(self, counting: bool, max_matches: int | None, shared_varsets: set):
+        self.counting = counting
+        self.max = max_matches
+        self.shared = shared_varsets  # varsets bound by more than one unit of the pattern
+        self.n = 0
+        self.blocks: dict = {}
+
+    def add(self, names: list, rows: list) -> None:
+        m = len(rows[0]) if rows else 0
+        if m == 0:
+            return
+        key = frozenset(names)
+        dedupe = key in self.shared
+        if self.counting and not dedupe:
+            self.n += m
+            return
+        order = sorted(range(len(names)), key=lambda i: names[i])
+        mat = np.stack([np.asarray(rows[i], np.int64) for i in order], axis=1)
+        self.blocks.setdefault(key, []).append(mat)
+        if not dedupe:
+            self.n += m
+            if not self.counting and self.max is not None and self.n > self.max:
+                raise too_many(self.max)
+
+    def add_count(self, n: int) -> None:
+        """``n`` matches that need neither keeping nor deduplication (counted Kleene closures)."""
+        self.n += n
+
+    def finish(self) -> tuple[int, list | None]:
+        """(number of matches, the matches in ``reference_matches``' format or None when counting)."""
+        out = [] if not self.counting else None
+        n = 0 if not self.counting else self.n
+        for key, mats in self.blocks.items():
+            m = np.concatenate(mats) if len(mats) > 1 else mats[0]
+            if key in self.shared:
+                m = np.unique(m, axis=0)
+                if self.counting:
+                    n += len(m)
+                    continue
+            if not self.counting:
+                names = sorted(key)
+                out.extend(tuple(zip(names, r)) for r in m.tolist())
+        if not self.counting:
+            n = len(out)
+            if self.max is not None and n > self.max:
+                raise too_many(self.max)
+        return n, out
+
+
+class _PMs:
+    """Partial matches: a row array per bound slot, and the smallest / largest composite key."""
+    __slots__ = ("rows", "lo", "hi")
+
+    def __init__(self, rows, lo, hi):
+        self.rows, self.lo, self.hi = rows, lo, hi
+
+    def __len__(self):
+        return len(self.lo)
+
+    def take(self, sel) -> "_PMs":
+        return _PMs([r[sel] for r in self.rows], self.lo[sel], self.hi[sel])
+
+
+class Evaluator:
+    """Runs plans of shared nodes over a stream, sending each unit's matches to its pattern's sink."""
+
+    def __init__(self, stream: Stream, units: list, sinks: list, block: int = BLOCK):
+        self.s = stream
+        self.units = units
+        self.sinks = sinks
+        self.block = max(1, int(block))
+        self.work = {"partial_matches": 0, "searches": 0, "matches": 0}
+
+    def run(self, roots: list, lo: int, hi: int) -> None:
+        """Every match whose last event has a composite key in [lo, hi)."""
+        self.lo, self.hi = lo, hi
+        s = self.s
+        self.cap_hi = [int(np.searchsorted(c, hi, "left")) for c in s.cks]
+        for root in roots:
+            w = s.clamp(root.window)
+            ck = s.cks[root.cls]
+            a = int(np.searchsorted(ck, lo - w, "left"))
+            b = self.cap_hi[root.cls]
+            rows = s.rows[root.cls]
+            for q in range(a, b, self.block):
+                q1 = min(b, q + self.block)
+                c = ck[q:q1]
+                pm = _PMs([rows[q:q1]], c, c)
+                pm = self.check(root, pm)
+                if len(pm):
+                    self.process(root, pm)
+
+    # ---------------------------------------------------------------- nodes
+    def check(self, node: Node, pm: _PMs) -> _PMs:
+        for cond, slots in node.conds:
+            if not len(pm):
+                break
+            keep = cond.holds({v: pm.rows[j] for v, j in slots.items()})
+            if not keep.all():
+                pm = pm.take(keep)
+        return pm
+
+    def process(self, node: Node, pm: _PMs) -> None:
+        self.work["partial_matches"] += len(pm)
+        for u, slots in node.finishing:
+            self.emit(node, u, slots, pm)
+        for child in node.children:
+            self.extend(child, pm)
+
+    def extend(self, node: Node, pm: _PMs) -> None:
+        s = self.s
+        ck, rows = s.cks[node.cls], s.rows[node.cls]
+        w = s.clamp(node.window)
+        self.work["searches"] += len(pm)
+        a = np.searchsorted(ck, pm.hi - w, "left")
+        b = np.searchsorted(ck, pm.lo + w, "right")
+        np.minimum(b, self.cap_hi[node.cls], out=b)
+        np.maximum(a, int(np.searchsorted(ck, self.lo - w, "left")), out=a)
+        if node.pred is not None:
+            np.maximum(a, np.searchsorted(ck, s.ck[pm.rows[node.pred]], "right"), out=a)
+        if node.succ is not None:
+            np.minimum(b, np.searchsorted(ck, s.ck[pm.rows[node.succ]], "left"), out=b)
+        counts = b - a
+        np.maximum(counts, 0, out=counts)
+        counts[(pm.hi - pm.lo) > w] = 0  # the parent keeps a larger window than this node's units
+        if not counts.any():
+            return
+        live = np.flatnonzero(counts)
+        if len(live) < len(counts):
+            pm, a, counts = pm.take(live), a[live], counts[live]
+        cum = np.cumsum(counts)
+        start = 0
+        m = len(counts)
+        while start < m:
+            base = int(cum[start - 1]) if start else 0
+            end = max(start + 1, int(np.searchsorted(cum, base + self.block, "right")))
+            cnt = counts[start:end]
+            tot = int(cum[end - 1]) - base
+            idx = np.repeat(np.arange(start, end), cnt)
+            within = np.arange(tot) - np.repeat(cum[start:end] - cnt - base, cnt)
+            j = a[idx] + within
+            new_ck = ck[j]
+            sub = _PMs([r[idx] for r in pm.rows] + [rows[j]], np.minimum(pm.lo[idx], new_ck),
+                       np.maximum(pm.hi[idx], new_ck))
+            sub = self.check(node, sub)
+            if len(sub):
+                self.process(node, sub)
+            start = end
+
+    # ---------------------------------------------------------------- complete matches
+    def emit(self, node: Node, u: int, slots: list, pm: _PMs) -> None:
+        unit = self.units[u]
+        s = self.s
+        w = s.clamp(unit.window)
+        keep = pm.hi >= self.lo
+        if w < s.clamp(node.window):
+            keep &= (pm.hi - pm.lo) <= w
+        if not keep.all():
+            pm = pm.take(keep)
+        if not len(pm):
+            return
+        rows = [pm.rows[j] for j in slots]
+        lo, hi = pm.lo, pm.hi
+        for g in unit.negs:
+            ok = self.negation(unit, g, rows, lo, hi, w)
+            if not ok.all():
+                rows = [r[ok] for r in rows]
+                lo, hi = lo[ok], hi[ok]
+            if not len(lo):
+                return
+        self.work["matches"] += len(lo)
+        if unit.kleene:
+            self.sinks[unit.pattern].add_count(self.kleene_count(unit, rows))
+            return
+        self.sinks[unit.pattern].add(unit.vars, rows)
+
+    def kleene_count(self, unit: Unit, rows: list) -> int:
+        """The matches the skeleton matches stand for: per match the product over the Kleene
+        elements of the number of candidate sets between their neighbours."""
+        s = self.s
+        sizes = []
+        for k in unit.kleene:
+            ck = s.cks[k.cls]
+            sizes.append(np.searchsorted(ck, s.ck[rows[k.next]], "left")
+                         - np.searchsorted(ck, s.ck[rows[k.prev]], "right"))
+        combos, freq = np.unique(np.stack(sizes, axis=1), axis=0, return_counts=True)
+        total = 0
+        for ms, f in zip(combos.tolist(), freq.tolist()):
+            w = f
+            for m, k in zip(ms, unit.kleene):
+                w *= subsets(m, k.lo, k.hi)
+                if not w:
+                    break
+            total += w
+        return total
+
+    def negation(self, unit: Unit, g: Neg, rows: list, lo: np.ndarray, hi: np.ndarray, w: int) -> np.ndarray:
+        """Per match, whether no event of the negated element lies in its range."""
+        s = self.s
+        ck, crow = s.cks[g.cls], s.rows[g.cls]
+        if g.prev is not None:
+            a = np.searchsorted(ck, s.ck[rows[g.prev]], "right")
+        else:
+            a = np.searchsorted(ck, hi - w, "left")
+        if g.next is not None:
+            b = np.searchsorted(ck, s.ck[rows[g.next]], "left")
+        else:
+            b = np.searchsorted(ck, lo + w, "right")
+        counts = np.maximum(b - a, 0)
+        if not g.linked:
+            return counts == 0
+        ok = np.ones(len(lo), bool)
+        live = np.flatnonzero(counts)
+        if not len(live):
+            return ok
+        cum = np.cumsum(counts[live])
+        start = 0
+        while start < len(live):
+            base = int(cum[start - 1]) if start else 0
+            end = max(start + 1, int(np.searchsorted(cum, base + self.block, "right")))
+            ids = live[start:end]
+            cnt = counts[ids]
+            tot = int(cnt.sum())
+            idx = np.repeat(ids, cnt)
+            within = np.arange(tot) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+            j = a[idx] + within
+            b_ = {v: r[idx] for v, r in zip(unit.vars, rows)}
+            b_[g.var] = crow[j]
+            hit = np.ones(tot, bool)
+            for c in g.linked:
+                hit &= c.holds(b_)
+            ok[idx[hit]] = False
+            start = end
+        return ok
+
+
+def subsets(m: int, lo: int, hi: int | None) -> int:
+    """Sets of ``lo`` to ``hi`` (None: any number) of ``m`` events (``lo`` below 1 counts as 1)."""
+    lo = max(1, lo)
+    top = m if hi is None else min(hi, m)
+    if top < lo:
+        return 0
+    if top == m and lo == 1:
+        return (1 << m) - 1
+    return sum(math.comb(m, j) for j in range(lo, top + 1))

@@ -1,0 +1,531 @@
+"""Plan a multi-pattern workload: the evaluation order of each pattern and the sub-patterns the
+patterns share (Kolchinsky & Schuster, SIGMOD'19: sharing and reordering found together by local
+search over multi-pattern plans).
+
+This module owns
+  * the canonical form of a sub-pattern: a prefix of a unit's evaluation order (unit: one
+    alternative of a pattern, a chain of single-event elements) is described by its elements'
+    classes (type and canonical filter text) in binding order, their relative order in the
+    sequence, and the canonical text of the conditions among them (variables renamed to their
+    binding step). Two prefixes with equal forms have equal sets of partial matches under equal
+    windows, so a node of the plan may serve both;
+  * the cost model: from arrival rates (candidates of each class per key unit) and condition
+    selectivities, a prefix of k elements within window W has about
+    ``n_1 * prod_{i>=2} (r_i * W) / (k-1)! * prod(selectivities)`` partial matches; a node costs the
+    searches made for its parent's partial matches, the candidates it examines and a fixed
+    overhead; a plan costs the sum over its *distinct* nodes (a shared node is paid once, under the
+    largest window of the units using it);
+  * the local search over plans: simulated annealing and tabu search, from the greedy per-unit
+    lazy orders (rarest candidates first, scaled by the selectivity of the conditions linking to
+    what is bound), with moves that swap two adjacent elements of an order, re-order a unit so it
+    starts with another unit's sub-pattern, or change how deep a unit shares; bounded in time;
+  * the plan's node forest for ``operators.cer_shared``.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from matchrec.operators import cer_shared as O
+from matchrec.parser import sase as S
+
+ROOT_COST = 0.0  # per candidate of a first element (its candidates are a slice of a sorted array)
+SEARCH_COST = 1.0  # per partial match of a node's parent (binary searches for its candidate range)
+CANDIDATE_COST = 1.0  # per candidate a node examines (gathered, conditions evaluated)
+NODE_COST = 300.0  # per node: the fixed cost of one batch step, in partial matches
+PATIENCE = 400  # moves without a better plan after which a search stops before its budget
+
+
+# ---------------------------------------------------------------- canonical texts
+def condition_template(e: S.Expr, resolve) -> tuple:
+    """The condition's text with resolved column names, variables left as placeholders: a tuple of
+    strings and ('var', name) items, rendered per prefix by ``render``."""
+    out: list = []
+    _canon(e, resolve, out)
+    return tuple(out)
+
+
+def _canon(e, resolve, out: list) -> None:
+    if isinstance(e, S.Lit):
+        out.append(f"{type(e.value).__name__}:{e.value!r}")
+    elif isinstance(e, S.Col):
+        out.append(("var", e.var))
+        out.append("." + resolve(e))
+    elif isinstance(e, S.Var):
+        out.append(("var", e.var))
+    elif isinstance(e, S.Call):
+        out.append(e.name + "(")
+        for i, a in enumerate(e.args):
+            if i:
+                out.append(",")
+            _canon(a, resolve, out)
+        out.append(")")
+    elif isinstance(e, S.Cast):
+        out.append("cast(")
+        _canon(e.arg, resolve, out)
+        out.append(" as " + e.type.upper() + ")")
+    elif isinstance(e, S.Unary):
+        out.append("(" + e.op + " ")
+        _canon(e.arg, resolve, out)
+        out.append(")")
+    elif isinstance(e, S.Binary):
+        out.append("(")
+        _canon(e.left, resolve, out)
+        out.append(" " + e.op + " ")
+        _canon(e.right, resolve, out)
+        out.append(")")
+    elif isinstance(e, S.Logic):
+        out.append("(")
+        for i, item in enumerate(e.items):
+            if i:
+                out.append(f" {e.op} ")
+            _canon(item, resolve, out)
+        out.append(")")
+    elif isinstance(e, S.Between):
+        out.append("(")
+        _canon(e.arg, resolve, out)
+        out.append(" not between " if e.negated else " between ")
+        _canon(e.lo, resolve, out)
+        out.append(" and ")
+        _canon(e.hi, resolve, out)
+        out.append(")")
+    elif isinstance(e, S.IsNull):
+        out.append("(")
+        _canon(e.arg, resolve, out)
+        out.append(" is not null)" if e.negated else " is null)")
+    elif isinstance(e, S.InList):
+        out.append("(")
+        _canon(e.arg, resolve, out)
+        out.append(" not in (" if e.negated else " in (")
+        for i, item in enumerate(e.items):
+            if i:
+                out.append(",")
+            _canon(item, resolve, out)
+        out.append("))")
+    else:
+        raise TypeError(e)
+
+
+def render(template: tuple, names: dict) -> str:
+    return "".join(p if isinstance(p, str) else f"${names[p[1]]}" for p in template)
+
+
+# ---------------------------------------------------------------- the optimiser's view of a workload
+@dataclass
+class CondModel:
+    vars: frozenset  # positions in the unit's variables
+    template: tuple  # with ('var', position) placeholders
+    sel: float = 1.0
+
+
+@dataclass
+class UnitModel:
+    classes: list  # class id per position (sequence order)
+    conds: list  # CondModel
+    window: int  # clamped to the stream
+    label: str = ""
+
+
+@dataclass
+class Rates:
+    counts: list  # candidates per class
+    span: float  # key units those counts cover
+
+
+@dataclass
+class Plan:
+    orders: list  # per unit: positions in evaluation order
+    cuts: list  # per unit: its first ``cut`` nodes may be shared, the others are its own
+
+    def copy(self) -> "Plan":
+        return Plan(list(self.orders), list(self.cuts))
+
+
+@dataclass
+class SearchInfo:
+    start_cost: float = 0.0
+    cost: float = 0.0
+    seconds: float = 0.0
+    budget: float = 0.0
+    method: str = "none"
+    details: list = field(default_factory=list)  # (method, best cost, moves)
+
+
+class Workload:
+    """Units and the canonical forms of their prefixes (interned as ints)."""
+
+    def __init__(self, units: list):
+        self.units = units
+        self._canon: dict = {}
+        self._ids: dict = {}
+        self.by_class: dict = {}
+        for u, unit in enumerate(units):
+            for c in set(unit.classes):
+                self.by_class.setdefault(c, []).append(u)
+
+    def canon(self, u: int, prefix: tuple) -> int:
+        k = (u, prefix)
+        got = self._canon.get(k)
+        if got is not None:
+            return got
+        unit = self.units[u]
+        members = set(prefix)
+        ranks = sorted(prefix)
+        slot = {p: i for i, p in enumerate(prefix)}
+        conds = sorted(render(c.template, slot) for c in unit.conds if c.vars <= members)
+        form = (tuple(unit.classes[p] for p in prefix), tuple(ranks.index(p) for p in prefix), tuple(conds))
+        got = self._ids.setdefault(form, len(self._ids))
+        self._canon[k] = got
+        return got
+
+    def node_keys(self, u: int, order: tuple, cut: int) -> list:
+        return [self.canon(u, order[:k]) if k <= cut else ("own", u, order[:k]) for k in range(1, len(order) + 1)]
+
+
+class CostModel:
+    def __init__(self, work: Workload, rates: Rates):
+        self.work = work
+        self.counts = [float(c) for c in rates.counts]
+        self.span = max(1.0, float(rates.span))
+        self._base: dict = {}
+        self._node: dict = {}
+        self._unit_nodes: dict = {}
+
+    def base(self, u: int, prefix: tuple) -> tuple[float, float]:
+        """(partial matches per window^(k-1), selectivity of the conditions the last element adds)."""
+        k = (u, prefix)
+        got = self._base.get(k)
+        if got is not None:
+            return got
+        unit = self.work.units[u]
+        members = set(prefix)
+        n = [self.counts[unit.classes[p]] for p in prefix]
+        value = n[0]
+        for x in n[1:]:
+            value *= x / self.span
+        value /= math.factorial(len(prefix) - 1)
+        sel = new = 1.0
+        last = prefix[-1]
+        for c in unit.conds:
+            if c.vars <= members:
+                sel *= c.sel
+                if last in c.vars:
+                    new *= c.sel
+        got = (value * sel, new)
+        self._base[k] = got
+        return got
+
+    def pm(self, u: int, prefix: tuple, w: float) -> float:
+        b, _ = self.base(u, prefix)
+        return b * min(float(w), self.span) ** (len(prefix) - 1)
+
+    def node_cost(self, u: int, prefix: tuple, w: float, parent_w: float) -> float:
+        if len(prefix) == 1:
+            return NODE_COST + ROOT_COST * self.counts[self.work.units[u].classes[prefix[0]]]
+        b, new = self.base(u, prefix)
+        examined = b * min(float(w), self.span) ** (len(prefix) - 1) / max(new, 1e-9)
+        return NODE_COST + SEARCH_COST * self.pm(u, prefix[:-1], parent_w) + CANDIDATE_COST * examined
+
+    def unit_nodes(self, u: int, order: tuple, cut: int) -> list:
+        k = (u, order, cut)
+        got = self._unit_nodes.get(k)
+        if got is None:
+            keys = self.work.node_keys(u, order, cut)
+            got = [(key, order[:i + 1], keys[i - 1] if i else None) for i, key in enumerate(keys)]
+            self._unit_nodes[k] = got
+        return got
+
+    def cost(self, plan: Plan) -> float:
+        entries: dict = {}
+        units = self.work.units
+        for u, (order, cut) in enumerate(zip(plan.orders, plan.cuts)):
+            w = units[u].window
+            for key, prefix, parent in self.unit_nodes(u, order, cut):
+                e = entries.get(key)
+                if e is None:
+                    entries[key] = [w, u, prefix, parent]
+                elif w > e[0]:
+                    e[0] = w
+        total = 0.0
+        for key, (w, u, prefix, parent) in entries.items():
+            pw = entries[parent][0] if parent is not None else 0
+            ck = (key, w, pw)
+            c = self._node.get(ck)
+            if c is None:
+                c = self._node[ck] = self.node_cost(u, prefix, w, pw)
+            total += c
+        return total
+
+
+# ---------------------------------------------------------------- start plans
+def written_orders(work: Workload) -> list:
+    return [tuple(range(len(u.classes))) for u in work.units]
+
+
+def greedy_order(work: Workload, model: CostModel, u: int) -> tuple:
+    """The lazy order: first the element with the fewest candidates, then repeatedly the one whose
+    candidates times the selectivity of the conditions linking it to what is bound is smallest."""
+    unit = work.units[u]
+    left = list(range(len(unit.classes)))
+    out: list = []
+    while left:
+        bound = set(out)
+
+        def score(p):
+            s = model.counts[unit.classes[p]]
+            for c in unit.conds:
+                if p in c.vars and c.vars - {p} and c.vars - {p} <= bound:
+                    s *= c.sel
+            return (s, p)
+        p = min(left, key=score)
+        out.append(p)
+        left.remove(p)
+    return tuple(out)
+
+
+def start_plan(work: Workload, model: CostModel, *, share: bool, reorder: bool) -> Plan:
+    orders = [greedy_order(work, model, u) for u in range(len(work.units))] if reorder else written_orders(work)
+    cuts = [len(o) if share else 0 for o in orders]
+    return Plan(orders, cuts)
+
+
+# ---------------------------------------------------------------- local search
+class _Moves:
+    def __init__(self, work: Workload, share: bool, reorder: bool, rng: random.Random):
+        self.work, self.rng = work, rng
+        self.kinds = []
+        if reorder:
+            self.kinds += ["swap", "swap"]
+            if share:
+                self.kinds += ["align", "align"]
+        if share:
+            self.kinds.append("cut")
+        self.multi = [u for u, unit in enumerate(work.units) if len(unit.classes) > 1]
+
+    def neighbour(self, plan: Plan):
+        """A random neighbour of ``plan`` and the attribute the tabu list remembers, or (None, None)."""
+        rng = self.rng
+        kind = rng.choice(self.kinds)
+        n = len(self.work.units)
+        if kind == "swap":
+            if not self.multi:
+                return None, None
+            u = rng.choice(self.multi)
+            order = list(plan.orders[u])
+            i = rng.randrange(len(order) - 1)
+            order[i], order[i + 1] = order[i + 1], order[i]
+            out = plan.copy()
+            out.orders[u] = tuple(order)
+            return out, ("order", u)
+        if kind == "cut":
+            u = rng.randrange(n)
+            k = len(plan.orders[u])
+            c = rng.randint(0, k)
+            if c == plan.cuts[u]:
+                c = k if plan.cuts[u] != k else rng.randint(0, k - 1) if k else 0
+            if c == plan.cuts[u]:
+                return None, None
+            out = plan.copy()
+            out.cuts[u] = c
+            return out, ("cut", u)
+        u = rng.randrange(n)
+        unit = self.work.units[u]
+        others = [v for v in self.work.by_class.get(rng.choice(unit.classes), []) if v != u]
+        if not others:
+            return None, None
+        v = rng.choice(others)
+        order = self.align(plan, u, v)
+        if order is None or order == plan.orders[u]:
+            return None, None
+        out = plan.copy()
+        out.orders[u] = order
+        out.cuts[u] = len(order)
+        return out, ("order", u)
+
+    def align(self, plan: Plan, u: int, v: int):
+        """``u``'s order beginning with the longest prefix of ``v``'s order it can share."""
+        work = self.work
+        ou, ov = plan.orders[u], plan.orders[v]
+        cu, cv = work.units[u].classes, work.units[v].classes
+        chosen: list = []
+        for i in range(len(ov)):
+            target = work.canon(v, ov[:i + 1])
+            found = None
+            for p in ou:
+                if p in chosen or cu[p] != cv[ov[i]]:
+                    continue
+                if work.canon(u, tuple(chosen) + (p,)) == target:
+                    found = p
+                    break
+            if found is None:
+                break
+            chosen.append(found)
+        if not chosen:
+            return None
+        return tuple(chosen) + tuple(p for p in ou if p not in chosen)
+
+
+def optimise(work: Workload, model: CostModel, start: Plan, *, share: bool, reorder: bool, budget: float,
+             seed: int = 0) -> tuple[Plan, SearchInfo]:
+    """The cheapest plan found from ``start`` within ``budget`` seconds: simulated annealing for half
+    of it, tabu search for the other half, both from ``start``. Never costlier than ``start``."""
+    t0 = time.perf_counter()
+    info = SearchInfo(budget=budget)
+    best, best_cost = start, model.cost(start)
+    info.start_cost = info.cost = best_cost
+    rng = random.Random(seed)
+    moves = _Moves(work, share, reorder, rng)
+    if not moves.kinds or not work.units or budget <= 0:
+        info.seconds = time.perf_counter() - t0
+        return best, info
+    half = budget / 2
+    for method, fn in (("simulated annealing", _annealing), ("tabu search", _tabu)):
+        left = budget - (time.perf_counter() - t0)
+        if left <= 0:
+            break
+        plan, cost, steps = fn(model, moves, start, min(half, left) if method != "tabu search" else left)
+        info.details.append((method, cost, steps))
+        if cost < best_cost:
+            best, best_cost, info.method = plan, cost, method
+    info.cost = best_cost
+    info.seconds = time.perf_counter() - t0
+    return best, info
+
+
+def _annealing(model: CostModel, moves: _Moves, start: Plan, seconds: float):
+    t_end = time.perf_counter() + seconds
+    cur, cur_cost = start, model.cost(start)
+    best, best_cost = cur, cur_cost
+    temp0 = max(1e-9, 0.05 * cur_cost / max(1, len(moves.work.units)))
+    steps = since = 0
+    t_start = time.perf_counter()
+    rng = moves.rng
+    while since < PATIENCE:
+        now = time.perf_counter()
+        if now >= t_end:
+            break
+        plan, _ = moves.neighbour(cur)
+        steps += 1
+        since += 1
+        if plan is None:
+            continue
+        cost = model.cost(plan)
+        temp = temp0 * max(1e-3, 1 - (now - t_start) / max(seconds, 1e-9))
+        d = cost - cur_cost
+        if d <= 0 or rng.random() < math.exp(-d / temp):
+            cur, cur_cost = plan, cost
+            if cost < best_cost * (1 - 1e-12):
+                best, best_cost, since = plan, cost, 0
+    return best, best_cost, steps
+
+
+def _tabu(model: CostModel, moves: _Moves, start: Plan, seconds: float, sample: int = 16, tenure: int = 8):
+    t_end = time.perf_counter() + seconds
+    cur = start
+    best, best_cost = start, model.cost(start)
+    tabu: deque = deque(maxlen=tenure)
+    steps = since = 0
+    while since < PATIENCE // 4 and time.perf_counter() < t_end:
+        chosen = None
+        for _ in range(sample):
+            plan, attr = moves.neighbour(cur)
+            if plan is None:
+                continue
+            cost = model.cost(plan)
+            if attr in tabu and cost >= best_cost:
+                continue  # tabu unless it beats the best plan (aspiration)
+            if chosen is None or cost < chosen[1]:
+                chosen = (plan, cost, attr)
+        steps += 1
+        since += 1
+        if chosen is None:
+            continue
+        cur, cost, attr = chosen
+        tabu.append(attr)
+        if cost < best_cost * (1 - 1e-12):
+            best, best_cost, since = cur, cost, 0
+    return best, best_cost, steps
+
+
+# ---------------------------------------------------------------- the plan as operator nodes
+def build_nodes(work: Workload, plan: Plan, units: list, class_labels: list) -> list:
+    """The forest of ``operators.cer_shared.Node`` for ``plan`` (``units``: the operator's units,
+    parallel to ``work.units``)."""
+    nodes: dict = {}
+    roots: list = []
+    for u, unit in enumerate(units):
+        order = plan.orders[u]
+        parent = None
+        for k, key in enumerate(work.node_keys(u, order, plan.cuts[u]), 1):
+            node = nodes.get(key)
+            if node is None:
+                prefix = order[:k]
+                p = prefix[-1]
+                bound = prefix[:-1]
+                before = [q for q in bound if q < p]
+                after = [q for q in bound if q > p]
+                slot = {unit.vars[q]: i for i, q in enumerate(prefix)}
+                conds = [(c, {v: slot[v] for v in c.vars}) for c in unit.conds
+                         if unit.vars[p] in c.vars and c.vars <= slot.keys()]
+                label = " < ".join(f"{class_labels[unit.classes[q]]} {unit.vars[q]}" for q in sorted(prefix))
+                if conds:
+                    label += " | " + " AND ".join(c.text for c, _ in conds)
+                node = O.Node(unit.classes[p], k, bound.index(max(before)) if before else None,
+                              bound.index(min(after)) if after else None, unit.window, conds, label=label)
+                nodes[key] = node
+                (parent.children if parent is not None else roots).append(node)
+            node.window = max(node.window, unit.window)
+            node.users.append(u)
+            parent = node
+        parent.finishing.append((u, [order.index(i) for i in range(len(order))]))
+    return roots
+
+
+def walk(roots: list):
+    stack = list(reversed(roots))
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.children))
+
+
+# ---------------------------------------------------------------- selectivity from the stream
+def estimate_selectivity(stream: O.Stream, cond: O.Cond, classes: dict, window: int, rng: np.random.Generator,
+                         sample: np.ndarray, trials: int) -> float:
+    """The fraction of random bindings that satisfy ``cond``: the first variable's event drawn from
+    ``sample`` (row numbers of a sample of the stream) among its class's candidates, each other
+    variable's from its class's candidates within the window of it (pairs a match could bind)."""
+    names = sorted(cond.vars)
+    first = names[0]
+    rows0 = stream.rows[classes[first]]
+    pool = np.intersect1d(sample, rows0, assume_unique=True)
+    if len(pool) == 0:
+        pool = rows0
+    if len(pool) == 0:
+        return 1.0
+    anchor = pool[rng.integers(0, len(pool), trials)]
+    ck0 = stream.ck[anchor]
+    w = stream.clamp(window)
+    b = {first: anchor}
+    ok = np.ones(trials, bool)
+    for v in names[1:]:
+        ck, rows = stream.cks[classes[v]], stream.rows[classes[v]]
+        a = np.searchsorted(ck, ck0 - w, "left")
+        z = np.searchsorted(ck, ck0 + w, "right")
+        has = z > a
+        ok &= has
+        pick = a + (rng.random(trials) * np.maximum(z - a, 1)).astype(np.int64)
+        b[v] = rows[np.minimum(pick, max(len(rows) - 1, 0))] if len(rows) else np.zeros(trials, np.int64)
+    if not ok.any():
+        return 1.0
+    b = {v: r[ok] for v, r in b.items()}
+    try:
+        hits = cond.holds(b)
+    except Exception:  # noqa: BLE001 - an estimate: a condition failing on a random binding counts as false
+        return 0.5
+    return max(float(hits.mean()), 0.5 / trials)

@@ -1,0 +1,447 @@
+"""Multi-pattern workloads (``matchrec.run_many``): sharing, reordering, re-planning.
+
+The differential part draws random workloads - 2 to 50 pattern queries built from a few common
+prefixes (so sub-patterns recur under other variable names), with filters, conditions between
+variables (price differences among them), windows, negation, Kleene closure, OR and AND,
+selection strategies, every RETURN form, some MATCH_RECOGNIZE with STRATEGY and plain SQL - over
+random event tables in DuckDB, and checks that ``run_many`` returns in every mode exactly the
+tables the statements return one by one through a cursor.
+"""
+from __future__ import annotations
+
+import random
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import matchrec
+from matchrec.operators import cer_shared as O
+from matchrec.planner import sharing as SH
+
+MODES = [(False, False), (True, False), (False, True), (True, True)]
+TYPES = "ABCD"
+
+
+# ---------------------------------------------------------------- random tables and workloads
+def make_table(con, rng: random.Random, name: str = "ev") -> None:
+    n = rng.randint(8, 140)
+    ties = rng.random() < 0.5
+    if ties:
+        ts = sorted(rng.randint(0, max(1, n)) for _ in range(n))
+    else:
+        ts, k = [], 0
+        for _ in range(n):
+            k += rng.randint(1, 3)
+            ts.append(k)
+    nulls = rng.random() < 0.4
+    price_kind = rng.choice(["int", "float"])
+    price = [rng.randint(0, 30) if price_kind == "int" else round(rng.uniform(0, 30), 1) for _ in range(n)]
+    if nulls:
+        price = [None if rng.random() < 0.08 else p for p in price]
+    table = pa.table({
+        "ts": pa.array(ts, pa.int64()),
+        "type": pa.array([rng.choice(TYPES) if rng.random() > 0.02 else None for _ in range(n)], pa.string()),
+        "price": pa.array(price, pa.int64() if price_kind == "int" else pa.float64()),
+        "x": pa.array([None if nulls and rng.random() < 0.1 else rng.randint(0, 6) for _ in range(n)], pa.int64()),
+        "p": pa.array([rng.randint(0, 2) for _ in range(n)], pa.int64()),
+    })
+    con.register("__arrow_in", table)
+    con.cursor().execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM __arrow_in")
+    con.unregister("__arrow_in")
+
+
+FILTERS = ["{v}.price > {k}", "{v}.x IS NOT NULL", "{v}.x BETWEEN 1 AND 4", "{v}.price <= {k}"]
+CONDITIONS = ["{a}.price < {b}.price", "{b}.price - {a}.price > {k}", "abs({a}.price - {b}.price) < {k}",
+              "{a}.x = {b}.x", "{a}.x < {b}.x", "{a}.price * 2 > {b}.price + {k}", "{a}.x % 2 = {b}.x % 2",
+              "{b}.price - {a}.price BETWEEN -{k} AND {k}", "NOT ({a}.x > {b}.x OR {a}.price / ({b}.x - 2) > 3)"]
+
+
+class Workload:
+    def __init__(self, rng: random.Random, size: int):
+        self.rng = rng
+        self.size = size
+        # a few common prefixes: (type, filter template) elements and conditions between neighbours
+        self.bases = []
+        for _ in range(rng.randint(1, 3)):
+            m = rng.randint(1, 3)
+            elems = [(rng.choice(TYPES), rng.choice(FILTERS).replace("{k}", str(rng.randint(5, 25)))
+                      if rng.random() < 0.3 else None) for _ in range(m)]
+            conds = [(j, rng.choice(CONDITIONS).replace("{k}", str(rng.randint(1, 8))))
+                     for j in range(m - 1) if rng.random() < 0.6]
+            self.bases.append((elems, conds))
+        self.partitioned = rng.random() < 0.3
+        self.mixed_sources = rng.random() < 0.2
+
+    def statements(self) -> list[str]:
+        out = []
+        for i in range(self.size):
+            r = self.rng.random()
+            if r < 0.05:
+                out.append(f"SELECT count(*) AS n, min(ts) AS first FROM ev WHERE type = '{self.rng.choice(TYPES)}'")
+            elif r < 0.12:
+                out.append(self.match_recognize())
+            else:
+                out.append(self.pattern(i))
+        return out
+
+    def pattern(self, i: int) -> str:
+        rng = self.rng
+        letter = rng.choice("vwe")
+        names = iter(f"{letter}{j}" for j in range(20))
+        elems, base_conds = rng.choice(self.bases)
+        items = []  # (text, var, kind)
+        where = []
+        for (t, f), v in zip(elems, names):
+            items.append((f"{t} {v}", v, "plain"))
+            if f:
+                where.append(f.replace("{v}", v))
+        for j, c in base_conds:
+            where.append(c.replace("{a}", items[j][1]).replace("{b}", items[j + 1][1]))
+        for _ in range(rng.randint(0 if items else 1, 3)):
+            v = next(names)
+            t = rng.choice(TYPES)
+            items.append((f"{t} {v}", v, "plain"))
+            if rng.random() < 0.2:
+                where.append(rng.choice(FILTERS).replace("{v}", v).replace("{k}", str(rng.randint(5, 25))))
+        plain = [v for _, v, k in items if k == "plain"]
+        for _ in range(rng.choice([0, 0, 1, 1, 2])):
+            if len(plain) < 2:
+                break
+            a, b = sorted(rng.sample(plain, 2), key=plain.index)
+            cond = rng.choice(CONDITIONS).replace("{k}", str(rng.randint(1, 8)))
+            where.append(cond.replace("{a}", a).replace("{b}", b))
+        if rng.random() < 0.14:  # a Kleene element, at the end or between two others
+            v = next(names)
+            bounds = rng.choice(["", "{1,2}", "{2,3}", "{2,}"])
+            at = len(items) if rng.random() < 0.4 or len(items) < 2 else rng.randint(1, len(items) - 1)
+            items.insert(at, (f"{rng.choice(TYPES)}+{bounds} {v}", v, "kleene"))
+            if bounds and rng.random() < 0.4:
+                where.append(f"avg({v}.price) > {items[0][1]}.price")
+        if rng.random() < 0.2:  # a negation at the start, in the middle or at the end
+            v = next(names)
+            at = rng.randint(0, len(items))
+            items.insert(at, (f"~{rng.choice(TYPES)} {v}", v, "neg"))
+            if rng.random() < 0.4 and plain:
+                where.append(f"{v}.price > {rng.choice(plain)}.price")
+        texts = [t for t, _, _ in items]
+        shape = rng.random()
+        if shape < 0.12 and len(texts) >= 3:
+            k = rng.randint(0, len(texts) - 2)
+            texts[k:k + 2] = [f"AND({texts[k]}, {texts[k + 1]})"]
+        elif shape < 0.2 and len(texts) >= 3:
+            k = rng.randint(1, len(texts) - 2)
+            texts[k:k + 2] = [f"OR({texts[k]}, {texts[k + 1]})"]
+        pattern = texts[0] if len(texts) == 1 and rng.random() < 0.5 else f"SEQ({', '.join(texts)})"
+        src = "FROM ev TYPE type"
+        if self.partitioned != (self.mixed_sources and rng.random() < 0.5):
+            src += " PARTITION BY p"
+        src += " ORDER BY ts"
+        strategy = rng.random()
+        use = ""
+        if strategy < 0.08:
+            use = " USE skip-till-next-match"
+        elif strategy < 0.13:
+            use = " USE strict-contiguity"
+        elif strategy < 0.3:
+            use = " USE skip-till-any-match"
+        kle = [v for _, v, k in items if k == "kleene"]
+        # (Kleene closure under skip-till-any-match has exponentially many matches: short windows)
+        within = rng.choice([" WITHIN 3", " WITHIN 5"] if kle else
+                            ["", " WITHIN 3", " WITHIN 6", " WITHIN 10", " WITHIN 10", " WITHIN 25"])
+        ret = rng.random()
+        if ret < 0.5:
+            returns = " RETURN COUNT(*)"
+        elif ret < 0.75:
+            returns = rng.choice(["", " RETURN *"])
+        else:
+            first = items[0][1] if items[0][2] != "neg" else items[1][1]
+            last = [v for _, v, k in items if k == "plain"][-1]
+            extra = f", {kle[0]}.price, count({kle[0]}) AS n" if kle else ""
+            returns = f" RETURN {first}.ts, {last}.price - {first}.price AS gain{extra}"
+        where_text = f" WHERE {' AND '.join(where)}" if where else ""
+        return f"PATTERN {pattern} {src}{use}{where_text}{within}{returns}"
+
+    def match_recognize(self) -> str:
+        rng = self.rng
+        t = [rng.choice(TYPES) for _ in range(3)]
+        k = rng.randint(1, 6)
+        return ("SELECT * FROM ev MATCH_RECOGNIZE (ORDER BY ts MEASURES A.ts AS s, C.ts AS e "
+                f"PATTERN (A B C) WITHIN {rng.choice([4, 8, 15])} STRATEGY skip-till-any-match "
+                f"DEFINE A AS type = '{t[0]}', B AS type = '{t[1]}' AND B.price > A.price - {k}, "
+                f"C AS type = '{t[2]}')")
+
+
+def alone(con, sql):
+    return con.cursor().execute(sql).fetch_arrow_table()
+
+
+def check_workload(seed: int, size: int | None = None, modes=MODES) -> dict:
+    rng = random.Random(seed)
+    con = matchrec.connect()
+    try:
+        make_table(con, rng)
+        w = Workload(rng, size if size is not None else rng.randint(2, 50))
+        stmts = w.statements()
+        want = []
+        for s in stmts:
+            try:
+                want.append(alone(con, s))
+            except matchrec.Error as err:
+                want.append(type(err))
+        if any(isinstance(x, type) for x in want):
+            # a statement failing alone makes the workload fail: check that, then drop it
+            bad = next(i for i, x in enumerate(want) if isinstance(x, type))
+            with pytest.raises(want[bad]):
+                matchrec.run_many(con, stmts, budget=0.02)
+            stmts = [s for s, x in zip(stmts, want) if not isinstance(x, type)]
+            want = [x for x in want if not isinstance(x, type)]
+        stats = {}
+        for share, reorder in modes:
+            slices = rng.choice([None, None, 5, 17])
+            got = matchrec.run_many(con, stmts, share=share, reorder=reorder, budget=0.03, slice_events=slices)
+            for i, (g, x) in enumerate(zip(got.tables, want)):
+                assert g.equals(x), (f"seed {seed} mode share={share} reorder={reorder} slices={slices}: statement "
+                                     f"{i} differs\n{stmts[i]}\ngot  {g.to_pylist()[:10]}\nwant {x.to_pylist()[:10]}\n"
+                                     + "\n".join(got.report))
+            stats[(share, reorder)] = got.stats
+        return stats
+    finally:
+        con.close()
+
+
+# ---------------------------------------------------------------- differential tests
+@pytest.mark.parametrize("block", range(3))
+def test_random_workloads_equal_statements_run_alone(block):
+    shared = 0
+    for seed in range(block * 2, block * 2 + 2):
+        stats = check_workload(seed)
+        shared += stats[(True, True)]["shared_nodes"]
+    assert shared > 0  # the workloads do share sub-patterns
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", range(20))
+def test_random_workloads_many(block):
+    for seed in range(1000 + block * 15, 1000 + block * 15 + 15):
+        check_workload(seed)
+
+
+def test_random_small_workloads_with_many_slices():
+    for seed in range(100, 108):
+        check_workload(seed, size=rng_size(seed))
+
+
+def rng_size(seed: int) -> int:
+    return random.Random(seed).randint(2, 8)
+
+
+# ---------------------------------------------------------------- sharing detection
+@pytest.fixture
+def ticks(con):
+    con.cursor().execute("""CREATE TABLE ticks AS SELECT i AS ts,
+        CASE WHEN i % 4 = 0 THEN 'A' WHEN i % 4 = 1 THEN 'B' WHEN i % 4 = 2 THEN 'C' ELSE 'D' END AS type,
+        (i * 37 % 23) * 1.0 AS price FROM range(400) t(i)""")
+    return con
+
+
+def test_equal_sub_patterns_are_shared_under_other_names(ticks):
+    stmts = ["PATTERN SEQ(A a, B b, C c) FROM ticks WHERE a.price > 3 AND b.price - a.price > 2 WITHIN 20 "
+             "RETURN COUNT(*)",
+             "PATTERN SEQ(A x, B y, D z) FROM ticks WHERE x.price > 3 AND y.price - x.price > 2 WITHIN 30 "
+             "RETURN COUNT(*)"]
+    r = matchrec.run_many(ticks, stmts, share=True, reorder=False)
+    text = "\n".join(r.report)
+    assert r.stats["shared_nodes"] == 2, text  # [A] and [A < B | y.price - x.price > 2]
+    assert "statements 0, 1" in text and "b.price - a.price > 2" in text
+    assert r.stats["nodes"] == 4
+    for t, s in zip(r.tables, stmts):
+        assert t.equals(alone(ticks, s))
+
+
+@pytest.mark.parametrize("second", [
+    "PATTERN SEQ(A x, B y, D z) FROM ticks WHERE x.price > 4 AND y.price - x.price > 2 WITHIN 30",  # other filter
+    "PATTERN SEQ(A x, B y, D z) FROM ticks WHERE x.price > 3 AND y.price - x.price > 1 WITHIN 30",  # other condition
+    "PATTERN SEQ(B y, A x, D z) FROM ticks WHERE x.price > 3 AND y.price - x.price > 2 WITHIN 30",  # other order
+])
+def test_different_sub_patterns_are_not_shared(ticks, second):
+    first = "PATTERN SEQ(A a, B b, C c) FROM ticks WHERE a.price > 3 AND b.price - a.price > 2 WITHIN 20"
+    r = matchrec.run_many(ticks, [first, second], share=True, reorder=False)
+    text = "\n".join(r.report)
+    assert "[A" not in text or "b.price - a.price > 2] window" not in text
+    if "x.price > 3" in second and "B y, A x" not in second:
+        assert r.stats["shared_nodes"] == 1, text  # the first element only
+    else:
+        assert r.stats["shared_nodes"] == 0, text
+    for t, s in zip(r.tables, [first, second]):
+        assert t.equals(alone(ticks, s))
+
+
+def test_other_sources_and_strategies_are_not_merged(ticks):
+    ticks.cursor().execute("CREATE TABLE other AS SELECT * FROM ticks")
+    stmts = ["PATTERN SEQ(A a, B b) FROM ticks WITHIN 5 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, B b) FROM other WITHIN 5 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, B b) FROM ticks USE skip-till-next-match WITHIN 5 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, B+ b) FROM ticks WITHIN 5 RETURN COUNT(*)",
+             "SELECT count(*) FROM ticks",
+             "CREATE TABLE t2 AS SELECT 1 AS one",
+             "PATTERN SEQ(A a, B b) FROM ticks WITHIN 5 RETURN COUNT(*)"]
+    r = matchrec.run_many(ticks, stmts)
+    text = "\n".join(r.report)
+    assert r.stats["groups"] == 3, text  # ticks, other, then ticks again after the barrier
+    assert "skip-till-next-match" in text and "Kleene closure not between two single events: rcep" in text
+    for i in (0, 1, 2, 3, 4):
+        assert r.tables[i].equals(alone(ticks, stmts[i]))
+    assert r.tables[6].equals(r.tables[0]) and r.tables[0].to_pylist() == [{"count": 199}]
+
+
+def test_report_shows_groups_orders_sharing_and_the_optimiser(ticks):
+    stmts = [f"PATTERN SEQ(A a, B b, C c, D d) FROM ticks WHERE b.price > a.price WITHIN {w} RETURN COUNT(*)"
+             for w in (10, 20, 40)]
+    r = matchrec.run_many(ticks, stmts, budget=0.2)
+    text = "\n".join(r.report)
+    assert "group 1: source ticks" in text and "statements 0, 1, 2" in text
+    assert "order " in text and "shared nodes:" in text and "optimiser" in text and "estimated cost" in text
+    assert r.stats["shared_nodes"] >= 4, text
+    assert r.stats["cost"] <= r.stats["start_cost"]
+
+
+def test_settings_errors_and_explain_go_through_the_cursor(ticks):
+    cur = ticks.cursor()
+    with pytest.raises(matchrec.ProgrammingError, match="nope is not a column"):
+        matchrec.run_many(ticks, ["PATTERN SEQ(A a, B b) FROM ticks WHERE a.nope > b.price"])
+    r = matchrec.run_many(ticks, ["EXPLAIN PATTERN SEQ(A a, B b) FROM ticks WITHIN 3"])
+    assert "mechanism" in r.tables[0].column(1)[0].as_py()
+    cur.execute("SET matchrec_cer_max_matches = 5")
+    with pytest.raises(matchrec.OperationalError, match="matchrec_cer_max_matches"):
+        matchrec.run_many(ticks, ["PATTERN SEQ(A a, B b) FROM ticks WITHIN 9"])
+    q = "PATTERN SEQ(A a, B b) FROM ticks WITHIN 9 RETURN COUNT(*)"
+    assert matchrec.run_many(ticks, [q]).tables[0].equals(alone(ticks, q))
+    cur.execute("RESET matchrec_cer_max_matches")
+    # a SET between statements applies to the statements after it only
+    ticks.cursor().execute("CREATE TABLE ev2 AS SELECT ts AS t, type AS kind, price FROM ticks")
+    stmts = ["SET matchrec_cer_type_column = kind", "PATTERN SEQ(A a, B b) FROM ev2 ORDER BY t WITHIN 2 RETURN a.t",
+             "RESET matchrec_cer_type_column", "PATTERN SEQ(A a, B b) FROM ticks WITHIN 2 RETURN COUNT(*)"]
+    r = matchrec.run_many(ticks, stmts)
+    assert r.tables[1].num_rows == 100 and r.tables[3].to_pylist() == [{"count": 100}], "\n".join(r.report)
+
+
+# ---------------------------------------------------------------- the optimiser
+def synthetic_workload(units: int, size: int, classes: int, seed: int = 0) -> SH.Workload:
+    rng = random.Random(seed)
+    models = []
+    for _ in range(units):
+        cls = [rng.randrange(classes) for _ in range(size)]
+        conds = []
+        for j in range(size - 1):
+            if rng.random() < 0.5:
+                conds.append(SH.CondModel(frozenset({j, j + 1}), (("var", j + 1), ".price - ", ("var", j),
+                                                                  ".price > 1"), 0.3))
+        models.append(SH.UnitModel(cls, conds, rng.choice([600, 900])))
+    return SH.Workload(models)
+
+
+@pytest.mark.parametrize("share,reorder", [(True, True), (False, True), (True, False)])
+def test_optimiser_never_worse_than_its_start_and_within_budget(share, reorder):
+    work = synthetic_workload(80, 6, 12)
+    model = SH.CostModel(work, SH.Rates([float(10 * (c + 1) ** 2) for c in range(12)], 36000.0))
+    start = SH.start_plan(work, model, share=share, reorder=reorder)
+    budget = 0.25
+    t0 = time.perf_counter()
+    plan, info = SH.optimise(work, model, start, share=share, reorder=reorder, budget=budget)
+    elapsed = time.perf_counter() - t0
+    assert info.seconds <= elapsed and elapsed < budget + 0.5  # one cost evaluation past the deadline at most
+    assert info.cost <= info.start_cost and model.cost(plan) == pytest.approx(info.cost)
+    assert [m for m, _, _ in info.details] == ["simulated annealing", "tabu search"]
+    for u, order in enumerate(plan.orders):
+        assert sorted(order) == list(range(6))
+    if reorder:
+        # the greedy start is already better than the written orders
+        written = SH.Plan(SH.written_orders(work), list(start.cuts))
+        assert model.cost(start) < model.cost(written)
+
+
+def test_sharing_lowers_the_estimated_cost_of_overlapping_patterns():
+    work = synthetic_workload(40, 5, 3, seed=4)  # few classes: many equal prefixes
+    model = SH.CostModel(work, SH.Rates([100.0, 500.0, 2000.0], 36000.0))
+    alone_ = SH.start_plan(work, model, share=False, reorder=True)
+    shared = SH.start_plan(work, model, share=True, reorder=True)
+    assert model.cost(shared) < model.cost(alone_)
+    plan, info = SH.optimise(work, model, shared, share=True, reorder=True, budget=0.3)
+    assert info.cost <= model.cost(shared)
+
+
+def test_canonical_forms():
+    # SEQ(A a, B b | b - a > 1) as prefixes in two units with other positions and extra elements
+    t = (("var", 1), ".price - ", ("var", 0), ".price > 1")
+    u1 = SH.UnitModel([0, 1, 2], [SH.CondModel(frozenset({0, 1}), t)], 10)
+    u2 = SH.UnitModel([3, 0, 1], [SH.CondModel(frozenset({1, 2}), (("var", 2), ".price - ", ("var", 1),
+                                                                   ".price > 1"))], 10)
+    u3 = SH.UnitModel([0, 1], [SH.CondModel(frozenset({0, 1}), (("var", 1), ".price - ", ("var", 0),
+                                                               ".price > 2"))], 10)
+    w = SH.Workload([u1, u2, u3])
+    assert w.canon(0, (0,)) == w.canon(1, (1,)) == w.canon(2, (0,))
+    assert w.canon(0, (0, 1)) == w.canon(1, (1, 2))
+    assert w.canon(0, (1, 0)) == w.canon(1, (2, 1)) != w.canon(0, (0, 1))  # binding order is part of the form
+    assert w.canon(0, (0, 1)) != w.canon(2, (0, 1))  # another condition
+    assert w.canon(0, (0, 2)) != w.canon(0, (0, 1))
+
+
+# ---------------------------------------------------------------- the operator and re-planning
+def test_slices_find_each_match_once_whatever_the_plan():
+    rng = np.random.default_rng(3)
+    n = 3000
+    key = np.cumsum(rng.integers(0, 3, n))
+    types = rng.integers(0, 3, n)
+    masks = [types == c for c in range(3)]
+    stream = O.Stream(key, None, masks, 20)
+    units = [O.Unit(0, ["a", "b", "c"], [0, 1, 2], [], [], 20), O.Unit(1, ["a", "b"], [0, 1], [], [], 7)]
+    work = SH.Workload([SH.UnitModel(u.classes, [], u.window) for u in units])
+    counts = []
+    for slices in (n, 100, 7):
+        sinks = [O.PatternSink(True, None, set()), O.PatternSink(True, None, set())]
+        ev = O.Evaluator(stream, units, sinks, block=64)
+        for j, (q0, q1, lo, hi) in enumerate(stream.slices(slices)):
+            orders = [tuple(np.random.default_rng(j).permutation(len(u.vars)).tolist()) for u in units]
+            roots = SH.build_nodes(work, SH.Plan(orders, [j % 3, 2]), units, ["A", "B", "C"])
+            ev.run(roots, lo, hi)
+        counts.append([s.finish()[0] for s in sinks])
+    ka, kb = key[masks[0]], key[masks[1]]
+    brute_ab = int(((kb[None, :] > ka[:, None]) & (kb[None, :] - ka[:, None] <= 7)).sum())
+    assert counts[0] == counts[1] == counts[2] and counts[0][1] == brute_ab
+
+
+def test_drifting_rates_trigger_re_plans(con):
+    # A is rare then frequent, C the reverse: the best first element changes halfway
+    con.cursor().execute("""CREATE TABLE drift AS SELECT i AS ts,
+        CASE WHEN i < 3000 THEN (CASE WHEN i % 40 = 0 THEN 'A' WHEN i % 2 = 0 THEN 'B' ELSE 'C' END)
+             ELSE (CASE WHEN i % 40 = 0 THEN 'C' WHEN i % 2 = 0 THEN 'B' ELSE 'A' END) END AS type,
+        (i * 13 % 17) AS price FROM range(6000) t(i)""")
+    stmts = ["PATTERN SEQ(A a, B b, C c) FROM drift WHERE c.price > a.price WITHIN 12 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, B b, B d) FROM drift WITHIN 8 RETURN COUNT(*)"]
+    r = matchrec.run_many(con, stmts, slice_events=1000, budget=0.2)
+    assert r.stats["replans"] >= 1 and r.stats["slices"] == 6
+    assert "re-plans after a rate drift: " in "\n".join(r.report)
+    for t, s in zip(r.tables, stmts):
+        assert t.equals(alone(con, s))
+
+
+def test_kleene_closures_between_two_events_are_counted_in_the_shared_pass(ticks):
+    stmts = ["PATTERN SEQ(A a, B+ k, C c) FROM ticks WHERE c.price > a.price WITHIN 30 RETURN COUNT(*)",
+             "PATTERN SEQ(A x, B+{2,3} k, C y, ~D n, A z) FROM ticks WHERE y.price > x.price WITHIN 40 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, D+{2,} k, C c) FROM ticks WITHIN 60 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, B+ k, C c) FROM ticks WHERE c.price > a.price WITHIN 20",  # matches: enumerated
+             "PATTERN SEQ(A a, B+ k, C c) FROM ticks WHERE avg(k.price) > a.price WITHIN 20 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, B+ k) FROM ticks WITHIN 9 RETURN COUNT(*)"]
+    want = [alone(ticks, s) for s in stmts]
+    for share, reorder in MODES:
+        r = matchrec.run_many(ticks, stmts, share=share, reorder=reorder, budget=0.1)
+        for t, w, s in zip(r.tables, want, stmts):
+            assert t.equals(w), s
+    text = "\n".join(r.report)
+    assert text.count("Kleene closure counted between") == 3, text
+    assert "Kleene closure (matches returned)" in text and "Kleene closure read by a condition" in text
+    assert "Kleene closure not between two single events" in text
+    assert r.tables[2].column(0)[0].as_py() > 10 ** 6  # sums of binomials per (a, c) pair
+    assert O.subsets(5, 2, 3) == 20 and O.subsets(4, 0, None) == 15 and O.subsets(3, 4, None) == 0
