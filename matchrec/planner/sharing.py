@@ -38,7 +38,8 @@ ROOT_COST = 0.0  # per candidate of a first element (its candidates are a slice 
 SEARCH_COST = 1.0  # per partial match of a node's parent (binary searches for its candidate range)
 CANDIDATE_COST = 1.0  # per candidate a node examines (gathered, conditions evaluated)
 NODE_COST = 300.0  # per node: the fixed cost of one batch step, in partial matches
-PATIENCE = 400  # moves without a better plan after which a search stops before its budget
+EXACT_MAX = 9  # units up to this many elements get their best order alone by dynamic programming
+PATIENCE = 100  # moves without a better plan (plus 10 per unit) after which a search stops before its budget
 
 
 # ---------------------------------------------------------------- canonical texts
@@ -121,6 +122,10 @@ class CondModel:
     vars: frozenset  # positions in the unit's variables
     template: tuple  # with ('var', position) placeholders
     sel: float = 1.0
+    mask: int = field(init=False, default=0)  # the positions as a bit set
+
+    def __post_init__(self):
+        self.mask = sum(1 << p for p in self.vars)
 
 
 @dataclass
@@ -184,7 +189,7 @@ class Workload:
         return got
 
     def node_keys(self, u: int, order: tuple, cut: int) -> list:
-        return [self.canon(u, order[:k]) if k <= cut else ("own", u, order[:k]) for k in range(1, len(order) + 1)]
+        return [self.canon(u, order[:k]) if k <= cut else ("own", u, order[:k], cut) for k in range(1, len(order) + 1)]
 
 
 class CostModel:
@@ -193,31 +198,37 @@ class CostModel:
         self.counts = [float(c) for c in rates.counts]
         self.span = max(1.0, float(rates.span))
         self._base: dict = {}
+        self._set: dict = {}
         self._node: dict = {}
         self._unit_nodes: dict = {}
 
     def base(self, u: int, prefix: tuple) -> tuple[float, float]:
         """(partial matches per window^(k-1), selectivity of the conditions the last element adds)."""
-        k = (u, prefix)
+        mask = 0
+        for p in prefix:
+            mask |= 1 << p
+        last = prefix[-1]
+        k = (u, mask, last)
         got = self._base.get(k)
         if got is not None:
             return got
+        value = self._set.get((u, mask))
         unit = self.work.units[u]
-        members = set(prefix)
-        n = [self.counts[unit.classes[p]] for p in prefix]
-        value = n[0]
-        for x in n[1:]:
-            value *= x / self.span
-        value /= math.factorial(len(prefix) - 1)
-        sel = new = 1.0
-        last = prefix[-1]
+        if value is None:
+            n = [self.counts[unit.classes[p]] for p in prefix]
+            value = n[0]
+            for x in n[1:]:
+                value *= x / self.span
+            value /= math.factorial(len(prefix) - 1)
+            for c in unit.conds:
+                if c.mask & mask == c.mask:
+                    value *= c.sel
+            self._set[(u, mask)] = value
+        new = 1.0
         for c in unit.conds:
-            if c.vars <= members:
-                sel *= c.sel
-                if last in c.vars:
-                    new *= c.sel
-        got = (value * sel, new)
-        self._base[k] = got
+            if c.mask & mask == c.mask and c.mask >> last & 1:
+                new *= c.sel
+        got = self._base[k] = (value, new)
         return got
 
     def pm(self, u: int, prefix: tuple, w: float) -> float:
@@ -288,6 +299,31 @@ def greedy_order(work: Workload, model: CostModel, u: int) -> tuple:
     return tuple(out)
 
 
+def best_order(work: Workload, model: CostModel, u: int) -> tuple:
+    """The order of unit ``u`` alone (nothing shared) of least cost: dynamic programming over the
+    sets of bound elements (a node's cost depends on its set, its parent's set and its last
+    element); the greedy order for units of more than ``EXACT_MAX`` elements."""
+    k = len(work.units[u].classes)
+    if k > EXACT_MAX:
+        return greedy_order(work, model, u)
+    w = work.units[u].window
+    best: dict = {0: (0.0, ())}
+    for mask in range(1 << k):
+        got = best.get(mask)
+        if got is None:
+            continue
+        c, order = got
+        for p in range(k):
+            if mask >> p & 1:
+                continue
+            prefix = order + (p,)
+            nc = c + model.node_cost(u, prefix, w, w)
+            m2 = mask | 1 << p
+            if m2 not in best or nc < best[m2][0]:
+                best[m2] = (nc, prefix)
+    return best[(1 << k) - 1][1]
+
+
 def start_plan(work: Workload, model: CostModel, *, share: bool, reorder: bool) -> Plan:
     orders = [greedy_order(work, model, u) for u in range(len(work.units))] if reorder else written_orders(work)
     cuts = [len(o) if share else 0 for o in orders]
@@ -295,6 +331,88 @@ def start_plan(work: Workload, model: CostModel, *, share: bool, reorder: bool) 
 
 
 # ---------------------------------------------------------------- local search
+class _Entry:
+    __slots__ = ("users", "wmax", "parent", "children", "cost")
+
+    def __init__(self, parent):
+        self.users: dict = {}  # unit -> its prefix at this node
+        self.wmax = 0
+        self.parent = parent
+        self.children: set = set()
+        self.cost = 0.0
+
+
+class _State:
+    """A plan and its cost, kept up to date as single units change (the search's moves): only the
+    moved unit's nodes and the children of nodes whose window changed are costed again."""
+
+    def __init__(self, model: CostModel, plan: Plan):
+        self.model = model
+        self.units = model.work.units
+        self.plan = plan.copy()
+        self.nodes: dict = {}
+        self.total = 0.0
+        for u in range(len(self.units)):
+            self._add(u)
+
+    def _cost(self, key) -> float:
+        e = self.nodes[key]
+        pw = self.nodes[e.parent].wmax if e.parent is not None else 0
+        ck = (key, e.wmax, pw)
+        c = self.model._node.get(ck)
+        if c is None:
+            u, prefix = next(iter(e.users.items()))
+            c = self.model._node[ck] = self.model.node_cost(u, prefix, e.wmax, pw)
+        return c
+
+    def _refresh(self, key, children: bool) -> None:
+        e = self.nodes[key]
+        c = self._cost(key)
+        self.total += c - e.cost
+        e.cost = c
+        if children:
+            for k in e.children:
+                self._refresh(k, False)
+
+    def _add(self, u: int) -> None:
+        w = self.units[u].window
+        for key, prefix, parent in self.model.unit_nodes(u, self.plan.orders[u], self.plan.cuts[u]):
+            e = self.nodes.get(key)
+            if e is None:
+                e = self.nodes[key] = _Entry(parent)
+                e.users[u] = prefix
+                e.wmax = w
+                if parent is not None:
+                    self.nodes[parent].children.add(key)
+                self._refresh(key, False)
+            else:
+                e.users[u] = prefix
+                if w > e.wmax:
+                    e.wmax = w
+                    self._refresh(key, True)
+
+    def _remove(self, u: int) -> None:
+        for key, _, parent in reversed(self.model.unit_nodes(u, self.plan.orders[u], self.plan.cuts[u])):
+            e = self.nodes[key]
+            del e.users[u]
+            if not e.users:
+                self.total -= e.cost
+                del self.nodes[key]
+                if parent is not None:
+                    self.nodes[parent].children.discard(key)
+                continue
+            w = max(self.units[v].window for v in e.users)
+            if w != e.wmax:
+                e.wmax = w
+                self._refresh(key, True)
+
+    def set(self, u: int, order: tuple, cut: int) -> None:
+        self._remove(u)
+        self.plan.orders[u] = order
+        self.plan.cuts[u] = cut
+        self._add(u)
+
+
 class _Moves:
     def __init__(self, work: Workload, share: bool, reorder: bool, rng: random.Random):
         self.work, self.rng = work, rng
@@ -308,20 +426,19 @@ class _Moves:
         self.multi = [u for u, unit in enumerate(work.units) if len(unit.classes) > 1]
 
     def neighbour(self, plan: Plan):
-        """A random neighbour of ``plan`` and the attribute the tabu list remembers, or (None, None)."""
+        """A random move from ``plan``: (unit, its new order, its new cut, the attribute the tabu list
+        remembers), or None."""
         rng = self.rng
         kind = rng.choice(self.kinds)
         n = len(self.work.units)
         if kind == "swap":
             if not self.multi:
-                return None, None
+                return None
             u = rng.choice(self.multi)
             order = list(plan.orders[u])
             i = rng.randrange(len(order) - 1)
             order[i], order[i + 1] = order[i + 1], order[i]
-            out = plan.copy()
-            out.orders[u] = tuple(order)
-            return out, ("order", u)
+            return u, tuple(order), plan.cuts[u], ("order", u)
         if kind == "cut":
             u = rng.randrange(n)
             k = len(plan.orders[u])
@@ -329,23 +446,18 @@ class _Moves:
             if c == plan.cuts[u]:
                 c = k if plan.cuts[u] != k else rng.randint(0, k - 1) if k else 0
             if c == plan.cuts[u]:
-                return None, None
-            out = plan.copy()
-            out.cuts[u] = c
-            return out, ("cut", u)
+                return None
+            return u, plan.orders[u], c, ("cut", u)
         u = rng.randrange(n)
         unit = self.work.units[u]
         others = [v for v in self.work.by_class.get(rng.choice(unit.classes), []) if v != u]
         if not others:
-            return None, None
+            return None
         v = rng.choice(others)
         order = self.align(plan, u, v)
         if order is None or order == plan.orders[u]:
-            return None, None
-        out = plan.copy()
-        out.orders[u] = order
-        out.cuts[u] = len(order)
-        return out, ("order", u)
+            return None
+        return u, order, len(order), ("order", u)
 
     def align(self, plan: Plan, u: int, v: int):
         """``u``'s order beginning with the longest prefix of ``v``'s order it can share."""
@@ -353,7 +465,7 @@ class _Moves:
         ou, ov = plan.orders[u], plan.orders[v]
         cu, cv = work.units[u].classes, work.units[v].classes
         chosen: list = []
-        for i in range(len(ov)):
+        for i in range(min(len(ov), plan.cuts[v])):
             target = work.canon(v, ov[:i + 1])
             found = None
             for p in ou:
@@ -372,23 +484,41 @@ class _Moves:
 
 def optimise(work: Workload, model: CostModel, start: Plan, *, share: bool, reorder: bool, budget: float,
              seed: int = 0) -> tuple[Plan, SearchInfo]:
-    """The cheapest plan found from ``start`` within ``budget`` seconds: simulated annealing for half
-    of it, tabu search for the other half, both from ``start``. Never costlier than ``start``."""
+    """The cheapest plan found from ``start`` within ``budget`` seconds. Without sharing the units
+    are independent and each gets its best order alone (``best_order``). With sharing: simulated
+    annealing from ``start`` for half the budget, then (with reordering) tabu search from the units'
+    best orders alone, sharing every common prefix, for the rest. Never costlier than ``start``."""
     t0 = time.perf_counter()
     info = SearchInfo(budget=budget)
     best, best_cost = start, model.cost(start)
     info.start_cost = info.cost = best_cost
+    if reorder and not share:
+        plan = Plan([best_order(work, model, u) for u in range(len(work.units))], list(start.cuts))
+        cost = model.cost(plan)
+        info.details.append(("exact order per unit", cost, len(work.units)))
+        if cost < best_cost:
+            best, best_cost, info.method = plan, cost, "exact order per unit"
+        info.cost = best_cost
+        info.seconds = time.perf_counter() - t0
+        return best, info
     rng = random.Random(seed)
     moves = _Moves(work, share, reorder, rng)
     if not moves.kinds or not work.units or budget <= 0:
         info.seconds = time.perf_counter() - t0
         return best, info
-    half = budget / 2
-    for method, fn in (("simulated annealing", _annealing), ("tabu search", _tabu)):
+    second = start
+    if reorder:
+        second = Plan([best_order(work, model, u) for u in range(len(work.units))],
+                      [len(o) for o in start.orders])
+        cost = model.cost(second)
+        if cost < best_cost:
+            best, best_cost, info.method = second, cost, "best orders alone, shared"
+    for method, fn, origin in (("simulated annealing", _annealing, start), ("tabu search", _tabu, second)):
         left = budget - (time.perf_counter() - t0)
         if left <= 0:
             break
-        plan, cost, steps = fn(model, moves, start, min(half, left) if method != "tabu search" else left)
+        plan, steps = fn(model, moves, origin, left / 2 if method != "tabu search" else left)
+        cost = model.cost(plan)  # from scratch: the incremental total only guided the search
         info.details.append((method, cost, steps))
         if cost < best_cost:
             best, best_cost, info.method = plan, cost, method
@@ -398,58 +528,71 @@ def optimise(work: Workload, model: CostModel, start: Plan, *, share: bool, reor
 
 
 def _annealing(model: CostModel, moves: _Moves, start: Plan, seconds: float):
-    t_end = time.perf_counter() + seconds
-    cur, cur_cost = start, model.cost(start)
-    best, best_cost = cur, cur_cost
-    temp0 = max(1e-9, 0.05 * cur_cost / max(1, len(moves.work.units)))
-    steps = since = 0
     t_start = time.perf_counter()
+    t_end = t_start + seconds
+    state = _State(model, start)
+    cur_cost = state.total
+    best, best_cost = state.plan.copy(), cur_cost
+    temp0 = max(1e-9, 0.05 * cur_cost / max(1, len(moves.work.units)))
+    patience = PATIENCE + 10 * len(moves.work.units)
+    steps = since = 0
     rng = moves.rng
-    while since < PATIENCE:
+    while since < patience:
         now = time.perf_counter()
         if now >= t_end:
             break
-        plan, _ = moves.neighbour(cur)
+        mv = moves.neighbour(state.plan)
         steps += 1
         since += 1
-        if plan is None:
+        if mv is None:
             continue
-        cost = model.cost(plan)
+        u, order, cut, _ = mv
+        old = (state.plan.orders[u], state.plan.cuts[u])
+        state.set(u, order, cut)
+        cost = state.total
         temp = temp0 * max(1e-3, 1 - (now - t_start) / max(seconds, 1e-9))
         d = cost - cur_cost
         if d <= 0 or rng.random() < math.exp(-d / temp):
-            cur, cur_cost = plan, cost
-            if cost < best_cost * (1 - 1e-12):
-                best, best_cost, since = plan, cost, 0
-    return best, best_cost, steps
+            cur_cost = cost
+            if cost < best_cost * (1 - 1e-9):
+                best, best_cost, since = state.plan.copy(), cost, 0
+        else:
+            state.set(u, *old)
+    return best, steps
 
 
 def _tabu(model: CostModel, moves: _Moves, start: Plan, seconds: float, sample: int = 16, tenure: int = 8):
     t_end = time.perf_counter() + seconds
-    cur = start
-    best, best_cost = start, model.cost(start)
+    state = _State(model, start)
+    best, best_cost = state.plan.copy(), state.total
     tabu: deque = deque(maxlen=tenure)
+    patience = max(10, (PATIENCE + 10 * len(moves.work.units)) // sample)
     steps = since = 0
-    while since < PATIENCE // 4 and time.perf_counter() < t_end:
+    while since < patience and time.perf_counter() < t_end:
         chosen = None
         for _ in range(sample):
-            plan, attr = moves.neighbour(cur)
-            if plan is None:
+            mv = moves.neighbour(state.plan)
+            if mv is None:
                 continue
-            cost = model.cost(plan)
+            u, order, cut, attr = mv
+            old = (state.plan.orders[u], state.plan.cuts[u])
+            state.set(u, order, cut)
+            cost = state.total
+            state.set(u, *old)
             if attr in tabu and cost >= best_cost:
                 continue  # tabu unless it beats the best plan (aspiration)
-            if chosen is None or cost < chosen[1]:
-                chosen = (plan, cost, attr)
+            if chosen is None or cost < chosen[0]:
+                chosen = (cost, mv)
         steps += 1
         since += 1
         if chosen is None:
             continue
-        cur, cost, attr = chosen
+        cost, (u, order, cut, attr) = chosen
+        state.set(u, order, cut)
         tabu.append(attr)
-        if cost < best_cost * (1 - 1e-12):
-            best, best_cost, since = cur, cost, 0
-    return best, best_cost, steps
+        if cost < best_cost * (1 - 1e-9):
+            best, best_cost, since = state.plan.copy(), cost, 0
+    return best, steps
 
 
 # ---------------------------------------------------------------- the plan as operator nodes
