@@ -134,7 +134,7 @@ class _Run:
         self.grouped: set = set()
         self.stats = {"groups": 0, "optimiser_seconds": 0.0, "replans": 0, "slices": 0, "read_seconds": 0.0,
                       "match_seconds": 0.0, "events_read": 0, "start_cost": 0.0, "cost": 0.0, "shared_nodes": 0,
-                      "nodes": 0}
+                      "nodes": 0, "partial_matches": 0}
         self._schemas: dict = {}
         self.table_of: dict = {}  # id(item) -> the table its matches' rows index
 
@@ -440,6 +440,7 @@ class _Group:
             self.lines.append(f"  {len(slices)} slices of about {r.slice_events:,} events; re-plans after a rate "
                               f"drift: {replans}")
         w = ev.work
+        r.stats["partial_matches"] += w["partial_matches"]
         self.lines.append(f"  evaluation: {w['partial_matches']:,} partial matches, {w['searches']:,} searches, "
                           f"{w['matches']:,} unit matches")
         for item, sink in zip(items, sinks):
