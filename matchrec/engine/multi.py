@@ -52,7 +52,7 @@ from matchrec.planner.cer_vector import VectorColumns, compile_condition
 __all__ = ["ManyResult", "run_many"]
 
 SLICE_EVENTS = 20_000  # events per slice of the stream: rates re-estimated, plan searched again on a drift
-REPLAN_SHARE = 0.25  # a re-plan's budget, as a share of the group's
+REPLAN_SHARE = 0.25  # a re-plan's budget, as a share of the group's (all re-plans: at most the budget)
 DRIFT_MIN_EVENTS = 20  # a class with fewer candidates in both the slice and the plan's rates never drifts
 _READ_WORDS = {"select", "with", "from", "values", "table", "describe", "show", "summarize", "pivot", "unpivot",
                "explain", "("}
@@ -134,7 +134,7 @@ class _Run:
         self.grouped: set = set()
         self.stats = {"groups": 0, "optimiser_seconds": 0.0, "replans": 0, "slices": 0, "read_seconds": 0.0,
                       "match_seconds": 0.0, "events_read": 0, "start_cost": 0.0, "cost": 0.0, "shared_nodes": 0,
-                      "nodes": 0, "partial_matches": 0}
+                      "nodes": 0, "partial_matches": 0, "candidates": 0}
         self._schemas: dict = {}
         self.table_of: dict = {}  # id(item) -> the table its matches' rows index
 
@@ -419,30 +419,37 @@ class _Group:
         roots = SH.build_nodes(work, plan, units, self.class_labels)
         self.describe(items, units, work, plan, info, roots, slices)
         ev = O.Evaluator(stream, units, sinks)
-        replans = 0
+        replans = skipped = 0
         plan_rates = rates
+        allowance = self.budget  # the re-plans together take at most the budget once more
         for n, sl in enumerate(slices):
             if n and r.reorder:
                 now = self.rates(stream, sl)
                 if self.drifted(now, plan_rates, units):
-                    model = SH.CostModel(work, now)
-                    greedy = SH.start_plan(work, model, share=r.share, reorder=True)
-                    begin = plan if model.cost(plan) <= model.cost(greedy) else greedy
-                    plan, info2 = SH.optimise(work, model, begin, share=r.share, reorder=True,
-                                              budget=self.budget * REPLAN_SHARE, seed=n)
-                    r.stats["optimiser_seconds"] += info2.seconds
-                    roots = SH.build_nodes(work, plan, units, self.class_labels)
-                    plan_rates = now
-                    replans += 1
+                    if allowance <= 0:
+                        skipped += 1
+                    else:
+                        model = SH.CostModel(work, now)
+                        greedy = SH.start_plan(work, model, share=r.share, reorder=True)
+                        begin = plan if model.cost(plan) <= model.cost(greedy) else greedy
+                        plan, info2 = SH.optimise(work, model, begin, share=r.share, reorder=True,
+                                                  budget=min(allowance, self.budget * REPLAN_SHARE), seed=n)
+                        allowance -= info2.seconds
+                        r.stats["optimiser_seconds"] += info2.seconds
+                        roots = SH.build_nodes(work, plan, units, self.class_labels)
+                        plan_rates = now
+                        replans += 1
             ev.run(roots, sl[2], sl[3])
         r.stats["replans"] += replans
         if len(slices) > 1:
             self.lines.append(f"  {len(slices)} slices of about {r.slice_events:,} events; re-plans after a rate "
-                              f"drift: {replans}")
+                              f"drift: {replans}" + (f" ({skipped} more drifts after the re-planning budget was spent)"
+                                                     if skipped else ""))
         w = ev.work
         r.stats["partial_matches"] += w["partial_matches"]
+        r.stats["candidates"] += w["candidates"]
         self.lines.append(f"  evaluation: {w['partial_matches']:,} partial matches, {w['searches']:,} searches, "
-                          f"{w['matches']:,} unit matches")
+                          f"{w['candidates']:,} candidates examined, {w['matches']:,} unit matches")
         for item, sink in zip(items, sinks):
             item.count, item.matches = sink.finish()
 

@@ -266,7 +266,7 @@ class Evaluator:
         self.units = units
         self.sinks = sinks
         self.block = max(1, int(block))
-        self.work = {"partial_matches": 0, "searches": 0, "matches": 0}
+        self.work = {"partial_matches": 0, "searches": 0, "candidates": 0, "matches": 0}
 
     def run(self, roots: list, lo: int, hi: int) -> None:
         """Every match whose last event has a composite key in [lo, hi)."""
@@ -333,6 +333,7 @@ class Evaluator:
             end = max(start + 1, int(np.searchsorted(cum, base + self.block, "right")))
             cnt = counts[start:end]
             tot = int(cum[end - 1]) - base
+            self.work["candidates"] += tot
             idx = np.repeat(np.arange(start, end), cnt)
             within = np.arange(tot) - np.repeat(cum[start:end] - cnt - base, cnt)
             j = a[idx] + within
