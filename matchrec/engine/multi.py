@@ -16,12 +16,14 @@ How a workload runs
     once: the union of the columns its queries need, every distinct single-variable filter as a
     boolean column, the rows any element of any query could take (all rows when a query looks at
     every row).
-  * Queries under skip-till-any-match without Kleene closure are evaluated by the shared operator
-    (``operators.cer_shared``) on a plan from ``planner.sharing``: each alternative of each
-    pattern is a unit whose positive elements are bound in an order; units starting with the same
-    sub-pattern share those nodes; negations are checked per unit on its complete matches. The
-    other queries (Kleene closure, skip-till-next-match, strict contiguity) are evaluated one by
-    one over the shared read by their usual mechanism.
+  * Queries under skip-till-any-match are evaluated by the shared operator (``operators.
+    cer_shared``) on a plan from ``planner.sharing``: each alternative of each pattern is a unit
+    whose positive elements are bound in an order; units starting with the same sub-pattern share
+    those nodes; negations are checked per unit on its complete matches. A Kleene closure is
+    counted there when the query returns COUNT(*), the closure lies between two single events, no
+    condition reads it and none of its candidates share a key (``countable``); the other queries
+    (other Kleene closures, skip-till-next-match, strict contiguity) are evaluated one by one over
+    the shared read by their usual mechanism.
   * For long streams the stream is cut into slices; each slice's rates are compared with those
     the plan was made for, and the plan is searched again when a rate drifts by more than
     ``planner.cer.RATE_CHANGE``. A slice finds the matches whose last event lies in it, so every
