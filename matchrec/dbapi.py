@@ -420,14 +420,14 @@ class Cursor:
             if raw.lower() not in CER_CHOICES[attr]:
                 raise E.ProgrammingError(f"SET {name} takes one of {', '.join(CER_CHOICES[attr])}, got {raw!r}")
             setattr(settings, attr, raw.lower())
-        elif attr == "max_matches":
+        elif attr in ("max_matches", "max_partial_matches"):
             try:
                 value = int(raw.replace("_", ""))
                 if value < 1:
                     raise ValueError
             except ValueError:
                 raise E.ProgrammingError(f"SET {name} needs an integer >= 1, got {raw!r}") from None
-            settings.max_matches = value
+            setattr(settings, attr, value)
         else:
             if not raw:
                 raise E.ProgrammingError(f"SET {name} needs a column name")

@@ -556,6 +556,27 @@ def test_match_limit_and_counting_past_it(con):
         cur.execute("SET matchrec_cer_max_matches = 0")
 
 
+def test_partial_match_limit_of_the_eager_nfa(con):
+    cur = con.cursor()
+    cur.execute("CREATE TABLE many AS SELECT i AS ts, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END AS type "
+                "FROM range(40) r(i)")
+    q = "PATTERN SEQ(a x, b y) FROM many RETURN COUNT(*)"
+    cur.execute("SET matchrec_cer_mechanism = eager")
+    cur.execute("SET matchrec_cer_max_partial_matches = 19")
+    with pytest.raises(matchrec.OperationalError, match="matchrec_cer_max_partial_matches"):
+        cur.execute(q)
+    cur.execute("SET matchrec_cer_max_partial_matches = 20")  # one waiting instance per a
+    assert rows(con, q) == [(210,)]
+    cur.execute("SET matchrec_cer_max_partial_matches = 1")
+    cur.execute("SET matchrec_cer_mechanism = chain")  # lazy: buffers events, no partial matches
+    assert rows(con, q) == [(210,)]
+    cur.execute("RESET matchrec_cer_max_partial_matches")
+    cur.execute("SET matchrec_cer_mechanism = eager")
+    assert rows(con, q) == [(210,)]
+    with pytest.raises(matchrec.ProgrammingError, match="integer >= 1"):
+        cur.execute("SET matchrec_cer_max_partial_matches = -3")
+
+
 # ---------------------------------------------------------------- MATCH_RECOGNIZE ... STRATEGY
 MR_TABLE = """CREATE TABLE ticks AS SELECT * FROM (VALUES
     (1, 'x', 10), (2, 'x', 8), (3, 'x', 9), (4, 'x', 7), (5, 'x', 12), (6, 'x', 13),

@@ -250,6 +250,24 @@ def test_max_matches_limit():
         assert M.count(name, p, ev, max_matches=5) == 21  # counting keeps nothing
 
 
+def test_max_partial_limit_bounds_the_eager_nfa_only():
+    # every a waits for a later b within the window: the eager NFA holds six partial matches at the end
+    ev = Events(np.arange(12, dtype=np.int64), list("ab" * 6))
+    p = Pattern(Seq((Element("a", "x"), Element("b", "y"))), 100, "any")
+    want = reference_matches(p, ev)
+    assert M.run("eager", p, ev, max_partial=6) == want
+    assert M.count("eager", p, ev, max_partial=6) == len(want)
+    with pytest.raises(OperationalError, match="matchrec_cer_max_partial_matches"):
+        M.run("eager", p, ev, max_partial=5)
+    with pytest.raises(OperationalError, match="matchrec_cer_max_partial_matches"):
+        M.count("eager", p, ev, max_partial=5)
+    # expired instances are dropped when the next b arrives, so a narrow window holds at most two
+    narrow = Pattern(p.root, 1, "any")
+    assert M.run("eager", narrow, ev, max_partial=2) == reference_matches(narrow, ev)
+    for name in ("chain", "tree", "rcep"):  # lazy mechanisms store no partial matches
+        assert M.run(name, p, ev, max_partial=1) == want
+
+
 def test_max_matches_counts_distinct_matches_of_overlapping_alternatives():
     ev = Events(np.arange(4, dtype=np.int64), list("abab"))
     x = Element("a", "x")

@@ -115,6 +115,7 @@ def execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSet
     t0 = time.perf_counter()
     events, pattern = build_pattern(plan, table)
     opts = {"order": plan.order} if plan.order is not None else {}
+    opts["max_partial"] = settings.max_partial_matches
     if query.returns == "count":
         n = m.count(plan.mechanism, pattern, events, **opts) if len(events) else 0
         run.info["matches"] = n

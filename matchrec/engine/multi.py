@@ -369,11 +369,12 @@ class _Group:
             name = ("rcep" if kleene else "chain") if q.strategy == "any" else "eager"
             if m.supports(name, pattern):
                 name = "eager"
+            limit = self.settings.max_partial_matches
             if q.returns == "count":
-                item.count = m.count(name, pattern, events) if len(events) else 0
+                item.count = m.count(name, pattern, events, max_partial=limit) if len(events) else 0
             else:
-                item.matches = m.run(name, pattern, events, max_matches=self.settings.max_matches) \
-                    if len(events) else []
+                item.matches = m.run(name, pattern, events, max_matches=self.settings.max_matches,
+                                     max_partial=limit) if len(events) else []
                 if len(item.matches) > self.settings.max_matches:
                     raise O.too_many(self.settings.max_matches)
                 item.count = len(item.matches)

@@ -14,7 +14,7 @@ its items (an NFA over a partial order would need a state per subset of them).
 from __future__ import annotations
 
 from matchrec.operators.cer_mechanisms import (ChainPlan, Partition, Prepared, Sink, conditions_hold,
-                                               negation_holds)
+                                               negation_holds, too_many_partial)
 
 A, K = 0, 1  # instance kinds: waiting to begin element k / inside Kleene element k (open)
 
@@ -42,6 +42,9 @@ class _Run:
         # live instances per state: (vals, cur, first key, last key, last position)
         self.waiting = [[] for _ in range(self.m)]  # A: elements < k complete (index 0 unused)
         self.inside = [[] for _ in range(self.m)]  # K: open Kleene element k
+        # partial matches held at once: what the eager NFA's memory grows with
+        self.live = 0
+        self.max_live = sink.max_partial
 
     def go(self) -> None:
         keyl = self.part.keyl
@@ -69,6 +72,9 @@ class _Run:
                 self.begin(0, (), self.part.rowl[q], q, key, created)
         for kind, k, inst in created:
             (self.waiting if kind == A else self.inside)[k].append(inst)
+        self.live += len(created)
+        if self.max_live is not None and self.live > self.max_live:
+            raise too_many_partial(self.max_live)
 
     def _group_any(self, key, q0, q1, created) -> None:
         w = self.window
@@ -84,6 +90,7 @@ class _Run:
                     continue
                 keep = [inst for inst in live if key - inst[2] <= w]
                 lists[k] = keep
+                self.live -= len(live) - len(keep)
                 for inst in keep:
                     for q in hits:
                         if kind == A:
@@ -129,6 +136,7 @@ class _Run:
                     if not relevant:
                         keep.append(inst)
                 lists[k] = keep
+                self.live -= len(live) - len(keep)
 
     def _take(self, kind, k, inst, q, r, created) -> None:
         if not self.masks[k][q]:

@@ -96,29 +96,30 @@ STRATEGY_TEXT = {"strict": "strict contiguity", "next": "skip-till-next-match", 
 
 
 def run(name: str, pattern: Pattern, events: Events, *, order=None, max_matches: int | None = None,
-        options: dict | None = None, conjunction: str = "linear") -> list[tuple]:
+        max_partial: int | None = None, options: dict | None = None, conjunction: str = "linear") -> list[tuple]:
     """Every match of ``pattern`` in ``events`` (``reference_matches``' format), by mechanism ``name``.
 
     ``order``: variable names, the evaluation order of the lazy mechanisms (chain; tree plans its
     own). ``options``: mechanism tuning - chain and tree: ``negation`` "first" (default) or "post";
     tree: ``chunk`` (events per re-planning). ``conjunction``: "linear" (default) evaluates an AND
     as one partial order where the mechanism and the pattern allow it (``cer_reference.orders``),
-    "permutations" always expands it into the permutations of its items."""
+    "permutations" always expands it into the permutations of its items. ``max_partial``: the most
+    partial matches a mechanism that stores them (eager) may hold at once, else OperationalError."""
     mech = _mechanism(name, pattern)
     prep = Prepared(pattern, events, partial=_partial(mech, conjunction))
-    sink = Sink(prep, counting=False, max_matches=max_matches)
+    sink = Sink(prep, counting=False, max_matches=max_matches, max_partial=max_partial)
     if len(events):
         mech.evaluate(prep, sink, order, options)
     return sink.matches()
 
 
 def count(name: str, pattern: Pattern, events: Events, *, order=None, max_matches: int | None = None,
-          options: dict | None = None, conjunction: str = "linear") -> int:
+          max_partial: int | None = None, options: dict | None = None, conjunction: str = "linear") -> int:
     """The number of matches, without keeping them where the mechanism can (``max_matches``
     bounds only the matches that must be kept to drop duplicates between alternatives)."""
     mech = _mechanism(name, pattern)
     prep = Prepared(pattern, events, partial=_partial(mech, conjunction))
-    sink = Sink(prep, counting=True, max_matches=max_matches)
+    sink = Sink(prep, counting=True, max_matches=max_matches, max_partial=max_partial)
     if len(events):
         mech.evaluate(prep, sink, order, options)
     return sink.total()
@@ -136,6 +137,12 @@ def _mechanism(name: str, pattern: Pattern) -> Mechanism:
         from matchrec.errors import NotSupportedError
         raise NotSupportedError(f"CER mechanism {name}: {why}")
     return MECHANISMS[name]
+
+
+def too_many_partial(max_partial: int) -> OperationalError:
+    return OperationalError(f"The eager NFA holds more than {max_partial} partial matches at once; raise SET "
+                            f"matchrec_cer_max_partial_matches, narrow the WITHIN window, or let the planner pick a "
+                            f"lazy mechanism (SET matchrec_cer_mechanism = auto), which stores no partial matches")
 
 
 def too_many(max_matches: int) -> OperationalError:
@@ -562,10 +569,11 @@ class Sink:
     """Collects matches (or their number), dropping duplicates between alternatives that bind
     the same variables, and enforces ``max_matches``."""
 
-    def __init__(self, prep: Prepared, *, counting: bool, max_matches: int | None):
+    def __init__(self, prep: Prepared, *, counting: bool, max_matches: int | None, max_partial: int | None = None):
         self.prep = prep
         self.counting = counting
         self.max = max_matches
+        self.max_partial = max_partial
         self.n = 0
         self.kept: list = []
         self.sets: dict = {}

@@ -44,6 +44,8 @@ class CerSettings:
     key_column: str = "ts"
     mechanism: str = "auto"  # auto | eager | chain | tree | rcep
     max_matches: int = 10_000_000
+    # partial matches the eager NFA may hold at once (some 200 bytes each); lazy mechanisms hold none
+    max_partial_matches: int = 5_000_000
     filtering: str = "auto"  # auto | always | never: read only events near the rarest element's candidates
 
 
