@@ -153,6 +153,26 @@ def spark_session(master: str, driver_memory: str):
     return spark
 
 
+def cpu_jiffies() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all cores from /proc/stat (Linux), None elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
+    return sum(v) - idle, sum(v)
+
+
+def cores_busy(before, after) -> float | None:
+    """How many of the machine's cores were busy on average between two ``cpu_jiffies`` readings:
+    with the machine otherwise quiet, how many cores a run kept busy (Spark's JVM threads and its
+    Python workers together)."""
+    if before is None or after is None or after[1] == before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1]) * (os.cpu_count() or 1)
+
+
 def spark_run(spark, job: dict) -> dict:
     """One timed run: from the matchrec.spark.sql call until the matches are on the driver as Arrow.
     The call itself runs jobs (the time split's statistics, its matching and the walk for AFTER
@@ -163,16 +183,18 @@ def spark_run(spark, job: dict) -> dict:
     # its input, and an equal plan of an earlier run would be read from memory
     spark.catalog.clearCache()
     meter = ShuffleMeter(spark)
+    cpu0 = cpu_jiffies()
     t0 = time.perf_counter()
     df = ms.sql(spark, job["sql"], dialect="duckdb", interval_filter=job["interval_filter"])
     in_call = time.perf_counter() - t0
     reports = ms.last_runs()
     table = df.toArrow()
     seconds = time.perf_counter() - t0
+    busy = cores_busy(cpu0, cpu_jiffies())
     moved = meter.delta()
     ms.release()  # what the time split and interval filtering persisted for this run
     rows, dig = digest(table)
-    out = {"seconds": seconds, "in_call": in_call, "rows": rows, "digest": dig,
+    out = {"seconds": seconds, "in_call": in_call, "cores_busy": busy, "rows": rows, "digest": dig,
            "shuffle_written": moved.written, "shuffle_read": moved.read, "shuffle_records": moved.records,
            "shuffle_stages": moved.stages, "mode": "; ".join(r.mode for r in reports),
            "lines": [x for r in reports for x in r.lines], "filtering": "", "filter_shuffle": None}
@@ -368,7 +390,9 @@ def main() -> None:
              "itself (the time split's statistics, its matching and the walk for SKIP PAST LAST ROW; the "
              "filtering rounds), the rest is the action. The DuckDB path is "
              f"`matchrec.connect(file).execute(sql).fetch_arrow_table()` with {threads} DuckDB thread(s). "
-             "Shuffle bytes are `ShuffleMeter` deltas around the warm run. `ok` = same row count and order-independent "
+             "Shuffle bytes are `ShuffleMeter` deltas around the warm run. `cores busy`: the machine's busy "
+             "CPU time during the warm run over its wall time, from /proc/stat (how many cores the run kept busy: "
+             "Spark's JVM threads and its Python workers together). `ok` = same row count and order-independent "
              "digest of the rows as the DuckDB path.\n"]
 
     for p in parts:
@@ -377,25 +401,25 @@ def main() -> None:
         if p.name in ("keyed", "unpartitioned"):
             keys = f" with {ref[p.query]['keys']:,} partition keys" if key else ""
             lines += [f"### {p.title}: {about}, {dataset}-like, {args.rows:,} rows{keys}\n",
-                      "| engine | mode | warm s | of which in sql() s | first s | local[1] / this | "
+                      "| engine | mode | warm s | of which in sql() s | first s | cores busy | local[1] / this | "
                       "this / DuckDB path | shuffle bytes written | rows | result |",
-                      "|---|---|---|---|---|---|---|---|---|---|",
+                      "|---|---|---|---|---|---|---|---|---|---|---|",
                       f"| matchrec DuckDB path ({want['threads']} threads) | - | {want['warm']:.2f} | - | "
-                      f"{want['first']:.2f} | - | 1.00 | - | {want['rows']:,} | reference |"]
+                      f"{want['first']:.2f} | - | - | 1.00 | - | {want['rows']:,} | reference |"]
             one = warm(runs_of("local[1]", p.query, "off"))
             for master in p.masters:
                 runs = runs_of(master, p.query, "off")
                 w = warm(runs)
                 if w is None:
                     err = next((r["error"] for r in runs if "error" in r), "no result (see the log)")
-                    lines.append(f"| Spark {master} | {err} | - | - | - | - | - | - | - | FAILED |")
+                    lines.append(f"| Spark {master} | {err} | - | - | - | - | - | - | - | - | FAILED |")
                     continue
                 mode = w["mode"]
                 if p.name == "unpartitioned" and not mode.startswith("time split"):
                     mode = f"NOT A TIME SPLIT: {mode}"
                 result = "ok" if all(verdict(r, want) == "ok" for r in runs) else "MISMATCH"
                 lines.append(f"| Spark {master} | {mode} | {w['seconds']:.2f} | {w['in_call']:.2f} | "
-                             f"{fmt_s(runs[0].get('seconds'))} | "
+                             f"{fmt_s(runs[0].get('seconds'))} | {fmt_s(w.get('cores_busy'))} | "
                              f"{fmt_s(one['seconds'] / w['seconds'] if one else None)} | "
                              f"{w['seconds'] / want['warm']:.2f} | {w['shuffle_written']:,} | {w['rows']:,} | "
                              f"{result} |")
