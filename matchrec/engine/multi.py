@@ -281,10 +281,11 @@ class _Group:
         self.masks: list = []
         self.class_labels: list = []
         vcols = VectorColumns(table)
+        converted: dict = {}  # columns converted once for every statement's conditions
         for item in self.items:
             q, plan = item.query, item.plan
             item.class_of = {v: self.class_id(e.type, plan.filter_sql.get(v)) for v, e in q.elements.items()}
-            item.py_conds = P.compile_conditions(plan, table)
+            item.py_conds = P.compile_conditions(plan, table, converted)
             kleene = {v for v, e in q.elements.items() if e.kleene}
             res = P._Resolver(q, plan.columns)
             item.conds = []

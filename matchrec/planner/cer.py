@@ -308,28 +308,37 @@ _PY_OPS = {"+": ("+", "_add"), "-": ("-", "_sub"), "*": ("*", "_mul"), "=": ("==
            "<": ("<", "_lt"), "<=": ("<=", "_le"), ">": (">", "_gt"), ">=": (">=", "_ge")}
 
 
+def _python_column(arr) -> tuple[np.ndarray, bool]:
+    """A column as the compiled conditions read it: numpy for numbers without NULLs, else objects."""
+    if pa.types.is_decimal(arr.type):
+        arr = arr.cast(pa.float64())
+    nullable = arr.null_count > 0
+    t = arr.type
+    if not nullable and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+        return arr.to_numpy(), False
+    values = np.empty(len(arr), dtype=object)
+    values[:] = arr.to_pylist()
+    return values, nullable
+
+
 class PyCompiler:
     """Compiles expressions over a binding (var -> row, Kleene var -> tuple of rows) into Python
     functions reading numpy columns of ``table``. Columns without NULLs compile to plain operators;
     a nullable operand switches that operation to SQL's three-valued helpers."""
 
-    def __init__(self, table: pa.Table, res: _Resolver, kleene: set):
+    def __init__(self, table: pa.Table, res: _Resolver, kleene: set, converted: dict | None = None):
         self.table, self.res, self.kleene = table, res, kleene
         self.ns: dict = dict(_HELPERS)
         self.cols: dict[str, tuple[str, bool]] = {}
+        # name -> (values, nullable): shared by the compilers of many statements over one table,
+        # which would otherwise each convert the same columns
+        self.converted = {} if converted is None else converted
 
     def column(self, name: str) -> tuple[str, bool]:
         if name not in self.cols:
-            arr = self.table.column(name)
-            if pa.types.is_decimal(arr.type):
-                arr = arr.cast(pa.float64())
-            nullable = arr.null_count > 0
-            t = arr.type
-            if not nullable and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
-                values = arr.to_numpy()
-            else:
-                values = np.empty(len(arr), dtype=object)
-                values[:] = arr.to_pylist()
+            if name not in self.converted:
+                self.converted[name] = _python_column(self.table.column(name))
+            values, nullable = self.converted[name]
             ident = f"c{len(self.cols)}"
             self.ns[ident] = values
             self.cols[name] = (ident, nullable)
@@ -429,9 +438,12 @@ class PyCompiler:
         return guarded
 
 
-def compile_conditions(plan: CerPlan, table: pa.Table) -> list[Condition]:
+def compile_conditions(plan: CerPlan, table: pa.Table, converted: dict | None = None) -> list[Condition]:
+    """The query's conditions as functions of a binding. ``converted``: a cache of converted
+    columns of ``table`` to share between the statements of a workload."""
     q = plan.query
-    comp = PyCompiler(table, _Resolver(q, plan.columns), {v for v, e in q.elements.items() if e.kleene})
+    comp = PyCompiler(table, _Resolver(q, plan.columns), {v for v, e in q.elements.items() if e.kleene},
+                      converted)
     out = []
     for c in q.conditions:
         same = _same_column_equality(c, q, comp)
