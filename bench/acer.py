@@ -23,6 +23,7 @@ import time
 import duckdb
 import numpy as np
 
+from bench import RESULTS, publish
 from bench import datasets
 from matchrec.connectors.shard import ShardService
 from matchrec.operators.intervals import IntervalSet
@@ -99,12 +100,7 @@ def main() -> int:
             lines.append(f"| {name} | {label}: `{cond}` | {na:,} | {ta * 1000:.1f} | {tb * 1000:.1f} | "
                          f"{ta / tb:.2f}x |")
     lines.append("")
-    text = "\n".join(lines)
-    print(text)
-    if args.append:
-        path = os.path.join(os.path.dirname(__file__), "RESULTS.md")
-        with open(path, "a") as out:
-            out.write("\n" + text + "\n")
+    publish("\n".join(lines), RESULTS if args.append else None)
     return 0
 
 

@@ -34,6 +34,7 @@ import tracemalloc
 
 import numpy as np
 
+from bench import RESULTS, publish
 from matchrec.operators import cer_mechanisms as M
 from matchrec.operators.cer_reference import And, Condition, Element, Events, Pattern, Seq
 
@@ -236,11 +237,7 @@ def main(argv=None) -> int:
     if "e" in only:
         part_e(n, lines)
     lines += [f"- Total wall time: {time.perf_counter() - started:.0f} s", ""]
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_append:
-        with open(os.path.join(os.path.dirname(__file__), "RESULTS.md"), "a") as out:
-            out.write("\n" + text + "\n")
+    publish("\n".join(lines), None if args.no_append else RESULTS)
     return 0
 
 

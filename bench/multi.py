@@ -40,6 +40,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from bench import RESULTS, publish
 import matchrec
 from matchrec.engine import multi
 
@@ -297,11 +298,7 @@ def main(argv=None) -> int:
         lines.append(f"- {name}, {biggest} patterns: shared+reordered is {r:.1f}x independent "
                      f"(target at least 20x at 100 patterns: {verdict})")
     lines += ["", f"- Total wall time: {time.perf_counter() - started:.0f} s", ""]
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_append:
-        with open(os.path.join(os.path.dirname(__file__), "RESULTS.md"), "a") as out:
-            out.write("\n" + text + "\n")
+    publish("\n".join(lines), None if args.no_append else RESULTS)
     return 0
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
+from bench import publish
 import matchrec
 from bench import datasets
 from bench.queries import QUERIES
@@ -463,10 +464,7 @@ def main() -> None:
     lines += ["### Where the time went\n", "| step | seconds | load average before it |", "|---|---|---|"]
     lines += [f"| {label} | {s:.1f} | {load:.2f} |" for label, s, load in steps]
     lines.append(f"\n- Total wall time: {time.time() - started:.0f} s\n")
-    text = "\n".join(lines)
-    print(text)
-    with open(args.out, "a") as f:
-        f.write(text)
+    publish("\n".join(lines), args.out)
 
 
 if __name__ == "__main__":

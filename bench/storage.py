@@ -27,6 +27,7 @@ import time
 import duckdb
 import numpy as np
 
+from bench import publish
 import matchrec
 from bench import datasets
 from bench.queries import QUERIES
@@ -253,10 +254,7 @@ def main() -> None:
         if shaped:
             teardown_link()
     lines.append(f"- Total wall time: {time.time() - started:.0f} s\n")
-    text = "\n".join(lines)
-    print(text)
-    with open(args.out, "a") as f:
-        f.write(text)
+    publish("\n".join(lines), args.out)
 
 
 if __name__ == "__main__":

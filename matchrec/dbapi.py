@@ -174,6 +174,17 @@ class Connection:
             active._buffer()
 
 
+def _integer_setting(name: str, raw: str, minimum: int) -> int:
+    """The value of ``SET name = raw`` for an integer setting (digits may be grouped by _)."""
+    try:
+        value = int(raw.replace("_", ""))
+        if value < minimum:
+            raise ValueError
+    except ValueError:
+        raise E.ProgrammingError(f"SET {name} needs an integer >= {minimum}, got {raw!r}") from None
+    return value
+
+
 class Cursor:
     arraysize = 1
 
@@ -397,13 +408,7 @@ class Cursor:
             setattr(settings, attr, raw.lower())
             return
         minimum = 0 if attr in ("fast_path", "prefilter", "node_retries") else 1
-        try:
-            value = int(raw.replace("_", ""))
-            if value < minimum:
-                raise ValueError
-        except ValueError:
-            raise E.ProgrammingError(f"SET {name} needs an integer >= {minimum}, got {raw!r}") from None
-        setattr(settings, attr, value)
+        setattr(settings, attr, _integer_setting(name, raw, minimum))
 
     def _set_cer(self, name: str, m: re.Match) -> None:
         settings = self.connection.cer_settings
@@ -421,13 +426,7 @@ class Cursor:
                 raise E.ProgrammingError(f"SET {name} takes one of {', '.join(CER_CHOICES[attr])}, got {raw!r}")
             setattr(settings, attr, raw.lower())
         elif attr in ("max_matches", "max_partial_matches"):
-            try:
-                value = int(raw.replace("_", ""))
-                if value < 1:
-                    raise ValueError
-            except ValueError:
-                raise E.ProgrammingError(f"SET {name} needs an integer >= 1, got {raw!r}") from None
-            setattr(settings, attr, value)
+            setattr(settings, attr, _integer_setting(name, raw, 1))
         else:
             if not raw:
                 raise E.ProgrammingError(f"SET {name} needs a column name")
