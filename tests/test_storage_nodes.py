@@ -78,6 +78,50 @@ def test_interval_sets_and_filters_against_brute_force(a, b, w, before, after, s
             == wjf.may_follow(qpk, qv, qt)).all()
 
 
+FAR_KEYS = [-(1 << 62), -7, 0, 12345, 1 << 61]
+far_points = st.lists(st.tuples(st.sampled_from(FAR_KEYS), st.integers(0, 3), st.integers(-300, 3000)), max_size=40)
+
+
+@settings(max_examples=80, deadline=None)
+@given(a=far_points, b=far_points, w=st.integers(1, 200), seed=st.integers(0, 10_000))
+def test_interval_sets_on_one_line_equal_the_per_partition_loops(a, b, w, seed):
+    """Partitions whose times lie far apart (2^59 between partitions here, more than one line of
+    2^60 could hold for all of them, as hashed keys and long histories give) still share one
+    line; the answers equal the per-partition loops'."""
+    import matchrec.operators.intervals as I
+    home = {p: i * (1 << 59) for i, p in enumerate(FAR_KEYS + [99])}
+
+    def arrays(pts):
+        return (np.array([p for p, _, _ in pts], np.int64),
+                np.array([home[p] + k * (1 << 40) + t for p, k, t in pts], np.int64))
+
+    rng = np.random.default_rng(seed)
+    qpk = rng.choice(np.array(FAR_KEYS + [99], np.int64), 400)
+    qt = (np.array([home[p] for p in qpk.tolist()], np.int64) + rng.integers(0, 4, 400) * (1 << 40)
+          + rng.integers(-600, 3300, 400))
+    (apk, at), (bpk, bt) = arrays(a), arrays(b)
+
+    def answers():
+        sa = IntervalSet.around(apk, at, 0, w)
+        both = sa.intersect(IntervalSet.around(bpk, bt, w, w))
+        return (sa.contains(qpk, qt), both.contains(qpk, qt), both.overlaps(qpk, qt - 40, qt),
+                (both.pk, both.lo, both.hi))
+
+    on_line = answers()
+    original = I._Line.of
+    try:
+        I._Line.of = classmethod(lambda cls, pairs: None)
+        looped = answers()
+    finally:
+        I._Line.of = original
+    for x, y in zip(on_line[:3], looped[:3]):
+        assert (x == y).all()
+    for x, y in zip(on_line[3], looped[3]):
+        assert (x == y).all()
+    if len(apk):  # the line was really used: its segments fit however far apart the spans are
+        assert I._Line.of([(apk, at)]) is not None
+
+
 def test_filter_false_positive_rates_are_small():
     rng = np.random.default_rng(7)
     t = np.sort(rng.integers(0, 10_000_000, 2000))

@@ -20,6 +20,7 @@ Everything here is numpy on whole arrays; nothing does I/O.
 from __future__ import annotations
 
 import math
+import random
 import struct
 from dataclasses import dataclass
 
@@ -44,6 +45,19 @@ def mix(*parts: np.ndarray) -> np.ndarray:
     return h
 
 
+_U64 = (1 << 64) - 1
+
+
+def _mix1(p: int) -> int:
+    """``mix`` of one non-negative value, in Python ints (for loops over single items)."""
+    h = p & _U64
+    h ^= h >> 30
+    h = (h * 0xBF58476D1CE4E5B9) & _U64
+    h ^= h >> 27
+    h = (h * 0x94D049BB133111EB) & _U64
+    return h ^ (h >> 31)
+
+
 def distinct(x: np.ndarray) -> np.ndarray:
     """Sorted distinct values. (numpy 2's np.unique hashes, which is many times slower on large
     integer arrays than sorting.)"""
@@ -59,36 +73,54 @@ def _group_starts(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Line:
-    """Partitions laid end to end on one integer line: (pk, t) -> rank(pk) * stride + t - base.
+    """Partitions laid end to end on one integer line: (pk, t) -> offset(pk) + t - base(pk) + 1.
 
-    The stride leaves a gap of two between partitions, so intervals of different partitions
-    never touch or overlap and every operation on sets becomes one vectorized pass. ``of``
-    returns None when the line would not fit in 62 bits (then the per-partition loops run)."""
+    Each partition gets a segment as long as its own time span plus a gap of at least two, so
+    intervals of different partitions never touch or overlap and every operation on sets becomes
+    one vectorized pass, however far apart the partitions' spans lie. ``of`` returns None when the
+    line would not fit in 62 bits (then the per-partition loops run)."""
 
-    def __init__(self, keys: np.ndarray, base: int, top: int):
+    def __init__(self, keys: np.ndarray, base: np.ndarray, top: np.ndarray):
         self.keys, self.base, self.top = keys, base, top
-        self.stride = top - base + 4
+        stride = top - base + 4
+        self.offset = np.r_[np.int64(0), np.cumsum(stride)[:-1]].astype(np.int64)
 
     @classmethod
-    def of(cls, pks: list[np.ndarray], times: list[np.ndarray]) -> "_Line | None":
-        keys = distinct(np.concatenate([np.asarray(p, np.int64) for p in pks]))
-        base = min(int(t.min()) for t in times if len(t))
-        top = max(int(t.max()) for t in times if len(t))
-        if top - base > (1 << 60) or len(keys) * (top - base + 4) >= (1 << 62):
+    def of(cls, pairs: list[tuple[np.ndarray, np.ndarray]]) -> "_Line | None":
+        """The line for the points ``(pk, t)`` of every pair (each pair: two equal-length arrays)."""
+        pk = np.concatenate([np.asarray(p, np.int64) for p, _ in pairs])
+        t = np.concatenate([np.asarray(x, np.int64) for _, x in pairs])
+        if not len(t):
+            return None
+        if (pk[1:] < pk[:-1]).any():
+            order = np.argsort(pk, kind="stable")
+            pk, t = pk[order], t[order]
+        keys, starts = _group_starts(pk)
+        base, top = np.minimum.reduceat(t, starts), np.maximum.reduceat(t, starts)
+        span = top.astype(np.float64) - base.astype(np.float64)  # in floats: no int64 overflow here
+        if span.max() > (1 << 60) or span.sum() + 4 * len(keys) >= (1 << 61):
             return None
         return cls(keys, base, top)
 
+    def _rank(self, pk: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.keys, np.asarray(pk, np.int64))
+
     def known(self, pk: np.ndarray) -> np.ndarray:
-        idx = np.minimum(np.searchsorted(self.keys, pk), len(self.keys) - 1)
+        idx = np.minimum(self._rank(pk), len(self.keys) - 1)
         return self.keys[idx] == pk
 
-    def put(self, pk: np.ndarray, t: np.ndarray) -> np.ndarray:
-        rank = np.searchsorted(self.keys, np.asarray(pk, np.int64))
-        return rank * self.stride + (np.asarray(t, np.int64) - self.base + 1)
+    def put(self, pk: np.ndarray, t: np.ndarray, clip: bool = False) -> np.ndarray:
+        """Positions of the points; ``clip`` moves times outside their partition's span to just
+        outside it (queries), which keeps them inside the partition's segment."""
+        rank = self._rank(pk)
+        t = np.asarray(t, np.int64)
+        if clip:
+            t = np.clip(t, self.base[rank] - 1, self.top[rank] + 1)
+        return self.offset[rank] + (t - self.base[rank] + 1)
 
     def take(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rank = np.floor_divide(c, self.stride)
-        return self.keys[rank], c - rank * self.stride + self.base - 1
+        rank = np.searchsorted(self.offset, c, side="right") - 1
+        return self.keys[rank], c - self.offset[rank] + self.base[rank] - 1
 
 
 # -- time interval sets
@@ -121,7 +153,7 @@ class IntervalSet:
     def _merged(cls, pk: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> "IntervalSet":
         if len(lo) == 0:
             return cls.empty()
-        line = _Line.of([pk], [lo, hi])
+        line = _Line.of([(pk, lo), (pk, hi)])
         if line is not None:  # every partition on one line: one sort, one running maximum
             c_lo, c_hi = line.put(pk, lo), line.put(pk, hi)
             if (c_lo[1:] < c_lo[:-1]).any():
@@ -167,7 +199,7 @@ class IntervalSet:
     def intersect(self, other: "IntervalSet") -> "IntervalSet":
         if not len(self) or not len(other):
             return IntervalSet.empty()
-        line = _Line.of([self.pk, other.pk], [self.lo, self.hi, other.lo, other.hi])
+        line = _Line.of([(self.pk, self.lo), (self.pk, self.hi), (other.pk, other.lo), (other.pk, other.hi)])
         if line is not None:
             lo, hi = self._intersect_line(line.put(self.pk, self.lo), line.put(self.pk, self.hi),
                                           line.put(other.pk, other.lo), line.put(other.pk, other.hi))
@@ -204,12 +236,12 @@ class IntervalSet:
         out = np.zeros(len(lo), bool)
         if not len(self) or not len(lo):
             return out
-        line = _Line.of([self.pk], [self.lo, self.hi])
+        line = _Line.of([(self.pk, self.lo), (self.pk, self.hi)])
         if line is not None:
             known = line.known(pk)
-            # queries are clipped to just outside the set's extent, which keeps them on their partition
-            qlo = line.put(pk[known], np.clip(lo[known], line.base - 1, line.top + 1))
-            qhi = line.put(pk[known], np.clip(hi[known], line.base - 1, line.top + 1))
+            # queries are clipped to just outside their partition's extent, which keeps them on it
+            qlo = line.put(pk[known], lo[known], clip=True)
+            qhi = line.put(pk[known], hi[known], clip=True)
             slo, shi = line.put(self.pk, self.lo), line.put(self.pk, self.hi)
             idx = np.searchsorted(shi, qlo, side="left")  # first set interval ending at or after lo
             ok = idx < len(shi)
@@ -337,28 +369,36 @@ class ShrinkingWindowFilter:
             self.cells[b[ok], rank[ok]] = cell[order][ok]
             np.add.at(fill, b[ok], 1)
             left = order[~ok]
-        mask = np.uint64(len(self.cells) - 1)
-        rng = np.random.default_rng(0)
-        for j in left:
+        # the kicks run one item at a time: plain Python ints and lists, not numpy scalars
+        mask = len(self.cells) - 1
+        rng = random.Random(0)
+        if not len(left):
+            return True
+        cells = self.cells.tolist()
+        fill_l = fill.tolist()
+        d, shift = self.d, self.MAX_SLICES
+        ok_all = True
+        for j in left.tolist():
             c, a, alt = int(cell[j]), int(i1[j]), int(i2[j])
             placed = False
             for _ in range(500):
                 for bucket in (a, alt):
-                    if fill[bucket] < self.d:
-                        self.cells[bucket, fill[bucket]] = c
-                        fill[bucket] += 1
+                    if fill_l[bucket] < d:
+                        cells[bucket][fill_l[bucket]] = c
+                        fill_l[bucket] += 1
                         placed = True
                         break
                 if placed:
                     break
                 bucket = alt if rng.random() < 0.5 else a
-                slot = int(rng.integers(self.d))
-                c, self.cells[bucket, slot] = int(self.cells[bucket, slot]), c
-                fp_kicked = np.array([c >> self.MAX_SLICES], np.int64)
-                a, alt = bucket, int((np.uint64(bucket) ^ mix(fp_kicked)[0]) & mask)
+                slot = rng.randrange(d)
+                c, cells[bucket][slot] = cells[bucket][slot], c
+                a, alt = bucket, (bucket ^ _mix1(c >> shift)) & mask
             if not placed:
-                return False
-        return True
+                ok_all = False
+                break
+        self.cells[:] = np.asarray(cells, dtype=self.cells.dtype)
+        return ok_all
 
     def contains(self, pk: np.ndarray, t: np.ndarray) -> np.ndarray:
         pk = np.asarray(pk, np.int64)
