@@ -369,13 +369,13 @@ class ShrinkingWindowFilter:
             self.cells[b[ok], rank[ok]] = cell[order][ok]
             np.add.at(fill, b[ok], 1)
             left = order[~ok]
-        # the kicks run one item at a time: plain Python ints and lists, not numpy scalars
-        mask = len(self.cells) - 1
-        rng = random.Random(0)
         if not len(left):
             return True
-        cells = self.cells.tolist()
-        fill_l = fill.tolist()
+        # the kicks run one item at a time, on plain Python copies of the buckets they touch
+        mask = len(self.cells) - 1
+        rng = random.Random(0)
+        rows: dict[int, list] = {}
+        fills: dict[int, int] = {}
         d, shift = self.d, self.MAX_SLICES
         ok_all = True
         for j in left.tolist():
@@ -383,21 +383,29 @@ class ShrinkingWindowFilter:
             placed = False
             for _ in range(500):
                 for bucket in (a, alt):
-                    if fill_l[bucket] < d:
-                        cells[bucket][fill_l[bucket]] = c
-                        fill_l[bucket] += 1
+                    used = fills.get(bucket)
+                    if used is None:
+                        used = fills[bucket] = int(fill[bucket])
+                    if used < d:
+                        if bucket not in rows:
+                            rows[bucket] = self.cells[bucket].tolist()
+                        rows[bucket][used] = c
+                        fills[bucket] = used + 1
                         placed = True
                         break
                 if placed:
                     break
                 bucket = alt if rng.random() < 0.5 else a
+                if bucket not in rows:
+                    rows[bucket] = self.cells[bucket].tolist()
                 slot = rng.randrange(d)
-                c, cells[bucket][slot] = cells[bucket][slot], c
+                c, rows[bucket][slot] = rows[bucket][slot], c
                 a, alt = bucket, (bucket ^ _mix1(c >> shift)) & mask
             if not placed:
                 ok_all = False
                 break
-        self.cells[:] = np.asarray(cells, dtype=self.cells.dtype)
+        for bucket, row in rows.items():
+            self.cells[bucket] = row
         return ok_all
 
     def contains(self, pk: np.ndarray, t: np.ndarray) -> np.ndarray:
