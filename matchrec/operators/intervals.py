@@ -45,19 +45,6 @@ def mix(*parts: np.ndarray) -> np.ndarray:
     return h
 
 
-_U64 = (1 << 64) - 1
-
-
-def _mix1(p: int) -> int:
-    """``mix`` of one non-negative value, in Python ints (for loops over single items)."""
-    h = p & _U64
-    h ^= h >> 30
-    h = (h * 0xBF58476D1CE4E5B9) & _U64
-    h ^= h >> 27
-    h = (h * 0x94D049BB133111EB) & _U64
-    return h ^ (h >> 31)
-
-
 def distinct(x: np.ndarray) -> np.ndarray:
     """Sorted distinct values. (numpy 2's np.unique hashes, which is many times slower on large
     integer arrays than sorting.)"""
@@ -371,42 +358,27 @@ class ShrinkingWindowFilter:
             left = order[~ok]
         if not len(left):
             return True
-        # the kicks run one item at a time, on plain Python copies of the buckets they touch
+        # the kicks run one item at a time: a kicked cell's other bucket comes from a table of
+        # its fingerprint's hash, not from ``mix`` on one-element arrays
         mask = len(self.cells) - 1
+        alt_of = (mix(np.arange(1 << _FP_BITS)) & np.uint64(mask)).astype(np.int64).tolist()
         rng = random.Random(0)
-        rows: dict[int, list] = {}
-        fills: dict[int, int] = {}
         d, shift = self.d, self.MAX_SLICES
-        ok_all = True
         for j in left.tolist():
             c, a, alt = int(cell[j]), int(i1[j]), int(i2[j])
-            placed = False
             for _ in range(500):
-                for bucket in (a, alt):
-                    used = fills.get(bucket)
-                    if used is None:
-                        used = fills[bucket] = int(fill[bucket])
-                    if used < d:
-                        if bucket not in rows:
-                            rows[bucket] = self.cells[bucket].tolist()
-                        rows[bucket][used] = c
-                        fills[bucket] = used + 1
-                        placed = True
-                        break
-                if placed:
+                bucket = a if fill[a] < d else alt if fill[alt] < d else -1
+                if bucket >= 0:
+                    self.cells[bucket, fill[bucket]] = c
+                    fill[bucket] += 1
                     break
                 bucket = alt if rng.random() < 0.5 else a
-                if bucket not in rows:
-                    rows[bucket] = self.cells[bucket].tolist()
                 slot = rng.randrange(d)
-                c, rows[bucket][slot] = rows[bucket][slot], c
-                a, alt = bucket, (bucket ^ _mix1(c >> shift)) & mask
-            if not placed:
-                ok_all = False
-                break
-        for bucket, row in rows.items():
-            self.cells[bucket] = row
-        return ok_all
+                c, self.cells[bucket, slot] = int(self.cells[bucket, slot]), c
+                a, alt = bucket, bucket ^ alt_of[c >> shift]
+            else:
+                return False
+        return True
 
     def contains(self, pk: np.ndarray, t: np.ndarray) -> np.ndarray:
         pk = np.asarray(pk, np.int64)
