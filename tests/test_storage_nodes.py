@@ -8,6 +8,7 @@ locally and through every strategy; the results must be the same multiset of row
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+from unittest import mock
 
 import duckdb
 import numpy as np
@@ -29,6 +31,7 @@ from matchrec.connectors.loader import load
 from matchrec.connectors.storage_node import StorageNode
 from matchrec.operators.intervals import (FilterPayloadError, IntervalSet, ShrinkingWindowFilter,
                                           WindowJoinFilter)
+from matchrec.operators.packing import SlotJoinSet, pack, pack_intervals, unpack, unpack_intervals
 
 TOKEN = "t0ken"
 STRATEGIES = ["pull_all", "push_down", "naive_dfs", "dfs", "push_pull"]
@@ -138,12 +141,55 @@ def test_filter_false_positive_rates_are_small():
     assert rate < 0.06  # two probes of a 2% filter
 
 
+@settings(max_examples=150, deadline=None)
+@given(a=far_points, w=st.integers(0, 500), quantum=st.integers(1, 60), seed=st.integers(0, 10_000))
+def test_packed_interval_sets_and_join_sets_against_brute_force(a, w, quantum, seed):
+    """The packed encodings are exact: intervals come back bound for bound, and the slot join
+    set answers 'a member may lie in [t - w, t]' / '... in [t, t + w]' as a scan of the members
+    does, a member being anywhere in its slot."""
+    rng = np.random.default_rng(seed)
+    pk = np.array([p for p, _, _ in a], np.int64)
+    t = np.array([k * 1000 + x for _, k, x in a], np.int64)
+    tis = IntervalSet.around(pk, t * quantum, int(rng.integers(0, 3)) * quantum, w)
+    back = unpack_intervals(pack_intervals(tis), 1 << 30)
+    for x, y in zip((back.pk, back.lo, back.hi), (tis.pk, tis.lo, tis.hi)):
+        assert (x == y).all()
+    vals = rng.integers(0, 3, len(t))
+    slots = np.floor_divide(t, 7)
+    joins = SlotJoinSet.from_bytes(SlotJoinSet.of_points(pk, vals, slots, quantum, w).to_bytes(), 1 << 30)
+    qpk = rng.choice(np.array(FAR_KEYS, np.int64), 300)
+    qv, qt = rng.integers(0, 3, 300), rng.integers(-800, 4000, 300) * quantum // 7
+    lo, hi = slots * quantum, slots * quantum + quantum - 1
+    for got, (a_lo, a_hi) in ((joins.may_follow(qpk, qv, qt), (qt - w, qt)),
+                              (joins.may_precede(qpk, qv, qt), (qt, qt + w))):
+        want = np.array([((pk == p) & (vals == v) & (hi >= x) & (lo <= y)).any()
+                         for p, v, x, y in zip(qpk, qv, a_lo, a_hi)], bool)
+        assert (got == want).all()
+
+
 @pytest.mark.parametrize("blob", [b"", b"SWF2" + b"\0" * 10, b"x" * 100])
 def test_malformed_filter_payloads_are_refused(blob):
     with pytest.raises(FilterPayloadError):
         ShrinkingWindowFilter.from_bytes(blob, 1 << 20)
     with pytest.raises(FilterPayloadError):
         WindowJoinFilter.from_bytes(blob, 1 << 20)
+    with pytest.raises(FilterPayloadError):
+        unpack_intervals(blob, 1 << 20)
+    with pytest.raises(FilterPayloadError):
+        SlotJoinSet.from_bytes(blob, 1 << 20)
+
+
+def test_packed_payloads_that_lie_are_refused():
+    tis = IntervalSet.around(np.zeros(3, np.int64), np.array([0, 100, 200]), 0, 10)
+    good = pack_intervals(tis)
+    with pytest.raises(FilterPayloadError):  # a decompressed size over the limit: refused before decompressing
+        unpack_intervals(good, 16)
+    overlapping = b"\1\0\0\0\0\0\0\0" + pack([np.zeros(2, np.int64), np.array([0, 1]), np.array([5, 5])])
+    with pytest.raises(FilterPayloadError):
+        unpack_intervals(overlapping, 1 << 20)
+    bomb = pack([np.zeros(1000, np.int64)] * 3)
+    with pytest.raises(FilterPayloadError):
+        unpack(bomb[:20] + b"junk", 1 << 20)
 
 
 # -- a cluster of three nodes
@@ -215,8 +261,30 @@ def _rows(cur) -> list:
     return sorted(cur.fetchall(), key=repr)
 
 
+@contextlib.contextmanager
+def _prefer_other_payloads():
+    """Window filters instead of packed intervals and packed join sets instead of Bloom filters."""
+    from matchrec.connectors.remote import RemoteStore
+    from matchrec.operators.packing import SlotJoinSet as Slots
+
+    def tis_payload(tis, window, exact):
+        return ("exact", np.concatenate([tis.pk, tis.lo, tis.hi]).tobytes()) if exact else \
+            ("swf", ShrinkingWindowFilter.build(tis, window).to_bytes())
+
+    def join_payload(pk, val, slot, quantum, window, exact):
+        if exact:
+            return original(pk, val, slot, quantum, window, exact)
+        return "slots", Slots.of_points(pk, val, slot, quantum, window).to_bytes()
+
+    original = RemoteStore._join_payload
+    with mock.patch.object(RemoteStore, "_tis_payload", staticmethod(tis_payload)), \
+            mock.patch.object(RemoteStore, "_join_payload", staticmethod(join_payload)):
+        yield
+
+
 def _differential(cluster, seeds, n_rows):
     mismatches = []
+    filters = set()  # the payload kinds the rounds sent: every kind must have been exercised
     for seed in seeds:
         rng = random.Random(seed)
         data = random_table(rng, n_rows)
@@ -227,8 +295,11 @@ def _differential(cluster, seeds, n_rows):
              rng.choice(["random", "time", "type"]), "ts", "type", TOKEN)
         remote = matchrec.connect(storage_nodes=cluster, token=TOKEN)
         rcur = remote.cursor()
-        for _ in range(4):
+        for k in range(4):
             q = random_query(rng)
+            # each payload is sent in the smaller of two encodings; on these small tables make
+            # every query send the other one as well (both must give the same answers)
+            other = _prefer_other_payloads if k % 2 else contextlib.nullcontext
             cur = local.cursor()
             cur.execute(q)
             want = _rows(cur)
@@ -236,13 +307,18 @@ def _differential(cluster, seeds, n_rows):
                 for trips in (["auto", "always"] if strategy.endswith(("dfs", "push_pull")) else ["auto"]):
                     rcur.execute(f"SET pull_strategy = {strategy}")
                     rcur.execute(f"SET matchrec_round_trips = {trips}")
-                    rcur.execute(q)
+                    with other():
+                        rcur.execute(q)
                     got = _rows(rcur)
                     if got != want:
                         mismatches.append((seed, strategy, trips, q, len(want), len(got)))
+                    for sent in rcur.pull_stats[0].filters.values() if rcur.pull_stats else []:
+                        filters |= {" ".join(f.split()[:2]) + (" precede" if "precede" in f else "") for f in sent}
         remote.close()
         local.close()
     assert not mismatches, mismatches[:3]
+    assert {"time intervals", "time swf", "time exact", "join slots", "join wjf", "join exact", "join slots precede",
+            "join wjf precede", "join exact precede"} <= filters, filters
 
 
 def test_every_strategy_equals_local_execution(cluster):

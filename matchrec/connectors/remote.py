@@ -41,7 +41,9 @@ import pyarrow as pa
 import pyarrow.flight as fl
 
 from matchrec.errors import OperationalError, ProgrammingError
+from matchrec.connectors.shard import unpack_candidates
 from matchrec.operators.intervals import IntervalSet, ShrinkingWindowFilter, WindowJoinFilter
+from matchrec.operators.packing import SlotJoinSet, pack_intervals, unpack
 from matchrec.planner.intervals import IntervalPlan
 
 STRATEGIES = ("auto", "pull_all", "push_down", "naive_dfs", "dfs", "push_pull")
@@ -67,6 +69,7 @@ class PullStats:
     rounds_skipped: list[str] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
     phase_bytes: dict[str, tuple[int, int]] = field(default_factory=dict)  # phase -> (sent, received)
+    filters: dict[str, list[str]] = field(default_factory=dict)  # round -> payloads sent (kind, bytes, direction)
     nodes: dict[str, NodeTraffic] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -88,6 +91,9 @@ class PullStats:
         for r in self.rounds_skipped:
             out.append(f"  round skipped: {r}")
         out.append("  phases: " + ", ".join(f"{k} {v:.3f} s" for k, v in self.phases.items()))
+        if self.filters:
+            out.append("  filters sent per round: " + "; ".join(
+                f"{k}: {', '.join(v) or 'none'}" for k, v in self.filters.items()))
         if self.phase_bytes:
             out.append("  bytes sent/received per phase: " + ", ".join(
                 f"{k} {s}/{r}" for k, (s, r) in self.phase_bytes.items()))
@@ -137,6 +143,8 @@ class Node:
 
 
 class RemoteStore:
+    max_reply = 1 << 34  # bytes a packed candidate reply may unpack to
+
     def __init__(self, uris: list[str], token: str | None = None, timeout: float = 60.0):
         if not uris:
             raise ProgrammingError("storage_nodes needs at least one grpc://host:port address")
@@ -310,53 +318,70 @@ class RemoteStore:
         if round_trips == "auto":
             self.probe()
         conds = [v.condition for v in ip.variables] + [ip.row_filter or "TRUE"]
-        parts = self.call_all({"op": "stats", "conditions": conds, "columns": columns, **base}, stats=stats)
+        parts = self.call_all({"op": "stats", "conditions": conds, "columns": columns, "sample": round_trips == "auto",
+                               **base}, stats=stats)
+        sample = _Sample(parts, self.max_reply) if round_trips == "auto" else None
         counts = [sum(int(p.column(f"c{i}")[0].as_py() or 0) for p in parts) for i in range(len(conds))]
         kmins = [p.column("kmin")[0].as_py() for p in parts if p.column("kmin")[0].as_py() is not None]
         kmaxs = [p.column("kmax")[0].as_py() for p in parts if p.column("kmax")[0].as_py() is not None]
         row_bytes = max((p.column("row_bytes")[0].as_py() or 0.0) for p in parts) or 16.0
         span = (max(kmaxs) - min(kmins) + 1) if kmins else 1
-        partitions = max(int(p.column("parts")[0].as_py() or 1) for p in parts)
+        # the time the partitions are alive, summed: every node holds a share of each partition
+        # (random spreading) or all of some (spreading by key), so the largest sum is the estimate
+        extent = max([int(p.column("active")[0].as_py() or 0) for p in parts] + [span])
         stats.phases["statistics"] = time.perf_counter() - t0
         final_rows = counts[-1]
         order = _round_order(ip, counts)
         tis: IntervalSet | None = None
         coverage = 1.0  # expected fraction of the time line still in the TIS
-        sources: dict[tuple, tuple] = {}  # (label, sql, type) -> pk, value hash, slot start, slot end
-        needs_values = {}
-        points: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # candidates: pk, earliest, latest key
+        sources: dict[tuple, tuple] = {}  # (label, sql, type) -> pk, value hash, slot of the candidates
+        needs_values: dict[int, list[tuple[str, str]]] = {}  # label -> values its round returns
+        by_label = {v.label: v for v in ip.variables}
         for v in ip.variables:
             for j in v.joins:
                 if len(j.sources) == 1:
-                    wanted = needs_values.setdefault(next(iter(j.sources)), [])
-                    if (j.other_sql, j.common_type) not in wanted:
-                        wanted.append((j.other_sql, j.common_type))
+                    src = next(iter(j.sources))
+                    _want(needs_values, src, (j.other_sql, j.common_type))
+                    if src in by_label and by_label[src].at_most_once:  # the source is filtered by v's values
+                        _want(needs_values, v.label, (j.current_sql, j.common_type))
+        points: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # candidates: pk, earliest, latest key
         joined: dict[int, int] = {}  # variable -> join filters its last round used
+        quantum = max(1, ip.window // 20)  # candidates travel as distinct (slot, values)
+        per_candidate = 4.0  # packed bytes per candidate, from the replies seen so far
+        payloads: dict[int, tuple[str, bytes]] = {}
         # Ascending candidate counts; then a second round for each variable whose join sources
-        # arrived after its first round (its candidates can now be checked against them).
-        plan_rounds = [(i, False) for i in order] + [(i, True) for i in order if ip.variables[i].joins]
+        # (or whose joins' consumers) arrived after its first round.
+        plan_rounds = [(i, False) for i in order] + [(i, True) for i in order if self._join_filters(ip, i, None)]
         for i, again in plan_rounds:
             v = ip.variables[i]
-            usable = [j for j in v.joins if len(j.sources) == 1
-                      and (next(iter(j.sources)), j.other_sql, j.common_type) in sources]
+            usable = self._join_filters(ip, i, sources)
             if again and (i not in points or len(usable) <= joined.get(i, 0)):
                 continue
-            rate = counts[i] / (span * partitions)
-            own = 1 - math.exp(-rate * (v.before + v.after + 1))  # Poisson: chance a point is near a candidate
-            feeds_join = any(v.label in j.sources for w in ip.variables for j in w.joins)
+            final_in = _rows_in(sample, final_rows, None, tis, coverage)
+            candidates_in = _rows_in(sample, counts[i], i, tis, coverage)
+            # Poisson: the chance that a point of the set lies near one of the round's candidates
+            rate = candidates_in / max(tis.total_length(), 1) if tis is not None else counts[i] / extent
+            own = 1 - math.exp(-rate * (v.before + v.after + quantum))
+            feeds_join = any((v.label, *m) not in sources for m in needs_values.get(v.label, []))
             mine = needs_values.get(v.label, [])
             if round_trips == "never":
                 stats.rounds_skipped.append(f"{v.name} (round trips off)")
                 continue
+            if tis is not None and id(tis) not in payloads:
+                payloads = {id(tis): self._tis_payload(tis, ip.window, exact)}
+            tis_bytes = len(payloads[id(tis)][1]) if tis is not None else 0
+            # the set goes to every node: when that costs more than the candidates it would keep
+            # back, the round asks for all of them and the set is applied here
+            filtered = tis_bytes * len(self.nodes) + candidates_in * per_candidate
+            blind = tis is not None and not exact and counts[i] * per_candidate < filtered
+            round_bytes = min(filtered, counts[i] * per_candidate)
             if round_trips == "auto":
                 if feeds_join or usable:
-                    why = self._skip_join_round(v.name, counts[i] * coverage * (8 + 4 * len(mine)),
-                                                sum(len(sources[(next(iter(j.sources)), j.other_sql, j.common_type)][0])
-                                                    for j in usable),
-                                                final_rows * coverage * row_bytes, tis)
+                    join_bytes = sum(2.5 * len(sources[key][0]) for _, _, key in usable)
+                    why = self._skip_join_round(v.name, round_bytes + join_bytes * len(self.nodes),
+                                                final_in * row_bytes)
                 else:
-                    why = self._skip_round(v.name, counts[i] * coverage, coverage, own, final_rows, row_bytes, tis,
-                                           round_trips)
+                    why = self._skip_round(v.name, round_bytes, own, final_in, row_bytes)
                 if why:
                     stats.rounds_skipped.append(why)
                     continue
@@ -364,56 +389,55 @@ class RemoteStore:
             t1 = time.perf_counter()
             sent0, received0 = stats.bytes_sent, stats.bytes_received
             blobs: list[bytes] = []
-            request = {"op": "candidates", "condition": v.condition, **base}
-            if tis is not None:
-                kind, blob = self._tis_payload(tis, ip.window, exact)
+            request = {"op": "candidates", "condition": v.condition, "packed": True, "quantum": quantum, **base}
+            if blind:
+                stats.notes.append(f"round {name}: the time interval set stays here (sending it would cost more "
+                                   "than the candidates it keeps back)")
+            sent = stats.filters.setdefault(name, [])
+            if tis is not None and not blind:
+                kind, blob = payloads[id(tis)]
                 request["filter"] = {"kind": kind, "blob": 0}
                 blobs.append(blob)
+                sent.append(f"time {kind} {len(blob)} B")
                 if table in self.indexed:
                     request["cover"] = len(blobs)
                     blobs.append(_cover(tis))
             joins = []
-            for j in usable:
-                pk, val, lo, hi = sources[(next(iter(j.sources)), j.other_sql, j.common_type)]
+            for j, direction, key in usable:
+                pk, val, slot = sources[key]
                 if tis is not None:
-                    inside = tis.overlaps(pk, lo, hi)
-                    pk, val, lo, hi = pk[inside], val[inside], lo[inside], hi[inside]
-                # a source is known to a slot: it is stored under the windows of both slot ends
-                pk, val, t = np.r_[pk, pk], np.r_[val, val], np.r_[lo, hi]
-                if exact:
-                    blob = np.concatenate([pk, val, t]).astype(np.int64).tobytes()
-                    joins.append({"value_sql": j.current_sql, "type": j.common_type, "blob": len(blobs),
-                                  "kind": "exact", "window": ip.window})
-                else:
-                    blob = WindowJoinFilter.build(pk, val, t, ip.window).to_bytes()
-                    joins.append({"value_sql": j.current_sql, "type": j.common_type, "blob": len(blobs),
-                                  "kind": "wjf"})
+                    inside = tis.overlaps(pk, slot * quantum, slot * quantum + (quantum - 1))
+                    pk, val, slot = pk[inside], val[inside], slot[inside]
+                kind, blob = self._join_payload(pk, val, slot, quantum, ip.window, exact)
+                value_sql = j.current_sql if direction == "follow" else j.other_sql
+                joins.append({"value_sql": value_sql, "type": j.common_type, "blob": len(blobs), "kind": kind,
+                              "direction": direction, "window": ip.window})
+                sent.append(f"join {kind} {len(blob)} B ({direction})")
                 blobs.append(blob)
             joined[i] = len(usable)
             request["joins"] = joins
             request["values"] = [list(m) for m in mine]
-            # candidates travel as distinct (slot, values): the key to a slot of w/20 is enough
-            quantum = max(1, ip.window // 20)
-            request["quantum"] = quantum
             if session is not None:
                 request.update(session=session, var=i, expect=sorted(kept))
             parts = self.call_all(request, blobs, stats)
             if session is not None and i not in kept:
                 kept.append(i)
-            n_rows = sum(p.num_rows for p in parts)
-            pk = (np.concatenate([p.column("pk").to_numpy() for p in parts]) if ip.partition_sql and parts
-                  else np.zeros(n_rows, np.int64))
+            names = (["pk"] if ip.partition_sql else []) + [f"v{k}" for k in range(len(mine))] + ["s"]
+            got = unpack_candidates(parts, names, self.max_reply)
+            slots = got["s"]
+            n_rows = len(slots)
+            pk = got["pk"] if ip.partition_sql else np.zeros(n_rows, np.int64)
             stats.candidates[name] = n_rows
-            slots = np.concatenate([p.column("s").to_numpy() for p in parts]) if parts else pk
-            lo, hi = slots * quantum, slots * quantum + (quantum - 1)
+            if n_rows:
+                per_candidate = max(0.5, sum(p.nbytes for p in parts) / n_rows)
             for k, m in enumerate(mine):
-                val = np.concatenate([p.column(f"v{k}").to_numpy().astype(np.int64) for p in parts])
-                sources[(v.label, *m)] = (pk, val, lo, hi)
+                sources[(v.label, *m)] = (pk, got[f"v{k}"], slots)
+            lo, hi = slots * quantum, slots * quantum + (quantum - 1)
             new = IntervalSet.around_slots(pk, slots, quantum, v.before, v.after)
             points[i] = (pk, lo, hi)
             tis = new if tis is None else tis.intersect(new)
             tis = _refine(tis, points, ip)
-            coverage = min(1.0, tis.total_length() / (span * partitions))
+            coverage = min(1.0, tis.total_length() / extent)
             stats.phase_bytes[f"round {name}"] = (stats.bytes_sent - sent0, stats.bytes_received - received0)
             stats.phases[f"round {name}"] = time.perf_counter() - t1
             if len(tis) == 0:
@@ -421,9 +445,10 @@ class RemoteStore:
         request = {"op": "pull", "columns": columns, "where": ip.row_filter, **base}
         blobs = []
         if tis is not None:
-            kind, blob = self._tis_payload(tis, ip.window, exact)
+            kind, blob = payloads[id(tis)] if id(tis) in payloads else self._tis_payload(tis, ip.window, exact)
             request["filter"] = {"kind": kind, "blob": 0}
             blobs.append(blob)
+            stats.filters["final pull"] = [f"time {kind} {len(blob)} B"]
             if len(tis):
                 request["range"] = [int(tis.lo.min()), int(tis.hi.max())]
             else:
@@ -441,44 +466,72 @@ class RemoteStore:
             else:
                 stats.notes.append("final pull: by the push-down filter (a variable it names had no round)")
         if tis is not None:
-            stats.notes.append(f"time interval set: {len(tis)} intervals covering {tis.total_length()} of {span} "
+            stats.notes.append(f"time interval set: {len(tis)} intervals covering {tis.total_length()} of {extent} "
                                f"key units (window {ip.window})")
         return request, blobs
 
     @staticmethod
     def _tis_payload(tis: IntervalSet, window: int, exact: bool) -> tuple[str, bytes]:
-        """The TIS as a window filter, or as its exact intervals when those are smaller (few long
-        intervals: a window filter spends a cell on every window they cross)."""
-        intervals = np.concatenate([tis.pk, tis.lo, tis.hi]).astype(np.int64).tobytes()
+        """The TIS as the smaller of a shrinking window filter and its packed exact intervals
+        (``naive_dfs``: the plain interval arrays)."""
         if exact:
-            return "exact", intervals
+            return "exact", np.concatenate([tis.pk, tis.lo, tis.hi]).astype(np.int64).tobytes()
+        packed = pack_intervals(tis)
         swf = ShrinkingWindowFilter.build(tis, window).to_bytes()
-        return ("swf", swf) if len(swf) < len(intervals) else ("exact", intervals)
+        return ("swf", swf) if len(swf) < len(packed) else ("intervals", packed)
 
-    def _skip_join_round(self, name, reply_bytes, join_keys, final_bytes, tis) -> str | None:
+    @staticmethod
+    def _join_payload(pk, val, slot, quantum: int, window: int, exact: bool) -> tuple[str, bytes]:
+        """One variable's candidates as a join filter: the smaller of the window-wise Bloom filter
+        and the packed exact set of (partition, value, slot) (``naive_dfs``: plain arrays). A
+        candidate is known to a slot: the Bloom filter stores it under the windows of both ends."""
+        lo, hi = slot * quantum, slot * quantum + (quantum - 1)
+        if exact:
+            return "exact", np.concatenate([np.r_[pk, pk], np.r_[val, val], np.r_[lo, hi]]).astype(np.int64).tobytes()
+        wjf = WindowJoinFilter.build(np.r_[pk, pk], np.r_[val, val], np.r_[lo, hi], window).to_bytes()
+        slots = SlotJoinSet.of_points(pk, val, slot, quantum, window).to_bytes()
+        return ("wjf", wjf) if len(wjf) < len(slots) else ("slots", slots)
+
+    @staticmethod
+    def _join_filters(ip: IntervalPlan, i: int, sources: dict | None) -> list[tuple]:
+        """The join filters variable ``i``'s round can apply: (join, direction, source key) for its
+        own joins whose source's values arrived ("follow": a source row in ``[t - w, t]``), and
+        for the joins that read it, when it takes at most one row of a match, whose consumer's
+        values arrived ("precede": a consumer row in ``[t, t + w]``). With ``sources`` None: every
+        join filter the round could ever apply."""
+        v = ip.variables[i]
+        out = []
+        for j in v.joins:
+            if len(j.sources) == 1:
+                key = (next(iter(j.sources)), j.other_sql, j.common_type)
+                if sources is None or key in sources:
+                    out.append((j, "follow", key))
+        if v.at_most_once:
+            for c in ip.variables:
+                for j in c.joins:
+                    if j.sources == frozenset({v.label}):
+                        key = (c.label, j.current_sql, j.common_type)
+                        if sources is None or key in sources:
+                            out.append((j, "precede", key))
+        return out
+
+    def _skip_join_round(self, name, round_bytes, final_bytes) -> str | None:
         """A round that ships join values, or applies join filters, pays off only through the
         join's selectivity, which is unknown before it runs; make it only when its own traffic
         (the candidates' replies and the filters sent to every node) is under a quarter of the
         final pull it may shrink."""
-        filter_bytes = (12 * len(tis) if tis is not None else 0) + 1.3 * join_keys
-        cost = reply_bytes + filter_bytes * len(self.nodes)
-        if cost >= 0.25 * final_bytes:
-            return (f"{name}: join round would move ~{cost / 1e6:.1f} MB against a final pull of "
+        if round_bytes >= 0.25 * final_bytes:
+            return (f"{name}: join round would move ~{round_bytes / 1e6:.1f} MB against a final pull of "
                     f"~{final_bytes / 1e6:.1f} MB")
         return None
 
-    def _skip_round(self, name, expected_candidates, coverage, own, final_rows, row_bytes, tis, mode) -> str | None:
-        """Why one more round for ``name`` would not pay off (Eq. 2-4 in spirit), or None.
-
-        The estimate counts only the time intervals a round removes (Poisson arrivals); a round
-        whose candidates feed a join filter is always made, because its benefit shows only in the
-        variable it filters."""
-        if mode == "never":
-            return f"{name} (round trips off)"
+    def _skip_round(self, name, round_bytes, own, final_in, row_bytes) -> str | None:
+        """Why one more round for ``name`` would not pay off (Eq. 2-4 in spirit), or None: its
+        traffic and round trip against the final-pull rows it is expected to remove (those in the
+        part of the set no candidate of ``name`` lies near)."""
         bw = self.bandwidth or 1e9
-        filter_bytes = 12 * len(tis) if tis is not None else 0
-        cost = self.rtt + (filter_bytes * len(self.nodes) + expected_candidates * 16) / bw
-        benefit = final_rows * coverage * (1 - own) * row_bytes / bw
+        cost = self.rtt + round_bytes / bw
+        benefit = final_in * (1 - own) * row_bytes / bw
         if benefit <= cost:
             return (f"{name}: expected saving {benefit * 1000:.2f} ms <= cost {cost * 1000:.2f} ms "
                     f"(bandwidth {bw / 1e6:.1f} MB/s, round trip {self.rtt * 1000:.1f} ms)")
@@ -498,6 +551,46 @@ def _refine(tis: IntervalSet, points: dict, ip: IntervalPlan, rounds: int = 3) -
         if (len(tis), tis.total_length()) == before:
             break
     return tis
+
+
+class _Sample:
+    """The nodes' samples of the rows the final pull reads (partition, key, which variables'
+    conditions hold): where in a time interval set the rows are, when they are not spread
+    evenly over time (events of a partition come in bursts, variables come near each other)."""
+
+    def __init__(self, parts: list[pa.Table], max_bytes: int):
+        cols = [[], [], []]
+        for p in parts:
+            if "sample" in p.column_names and p.column("sample")[0].as_py():
+                pk, t, m = unpack(p.column("sample")[0].as_py(), max_bytes, 3)
+                for c, x in zip(cols, (np.cumsum(pk), np.cumsum(t), m)):
+                    c.append(x)
+        self.pk, self.t, self.m = (np.concatenate(c) if c else np.zeros(0, np.int64) for c in cols)
+
+    def share(self, tis: IntervalSet, variable: int | None) -> tuple[float, int]:
+        """The fraction of the sampled rows (of one variable) inside ``tis``, and how many there were."""
+        pick = np.ones(len(self.t), bool) if variable is None else (self.m >> variable) & 1 == 1
+        n = int(pick.sum())
+        return (float(tis.contains(self.pk[pick], self.t[pick]).mean()) if n else 0.0), n
+
+
+def _rows_in(sample: _Sample | None, total: float, variable: int | None, tis: IntervalSet | None,
+             coverage: float) -> float:
+    """Expected rows (all the final pull reads, or one variable's candidates) inside ``tis``: from
+    the sample when it has enough of them, else spread evenly over the partitions' lives."""
+    if tis is None:
+        return total
+    if sample is not None:
+        share, n = sample.share(tis, variable)
+        if n >= 30:
+            return total * share
+    return total * coverage
+
+
+def _want(needs: dict, label: int, value: tuple[str, str]) -> None:
+    wanted = needs.setdefault(label, [])
+    if value not in wanted:
+        wanted.append(value)
 
 
 def _round_order(ip: IntervalPlan, counts: list[int]) -> list[int]:

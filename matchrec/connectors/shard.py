@@ -35,8 +35,10 @@ from matchrec.connectors import acer
 from matchrec.connectors.session import SessionLost, SessionStore, VariableState
 from matchrec.operators.intervals import (FilterPayloadError, IntervalSet, ShrinkingWindowFilter, WindowJoinFilter,
                                           distinct, mix)
+from matchrec.operators.packing import SlotJoinSet, pack, unpack, unpack_intervals
 
 DEFAULT_MAX_PAYLOAD_MB = 256
+SAMPLE_ROWS = 2000  # per node, of the rows the final pull would read
 
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
@@ -140,9 +142,21 @@ class ShardService:
                           f"max({key}) AS kmax FROM {table}").fetchall()[0]
         sample = cur.sql(f"SELECT {', '.join(cols)} FROM {table} USING SAMPLE 5000 ROWS").to_arrow_table()
         per_row = sample.nbytes / sample.num_rows if sample.num_rows else 0.0
+        active = (row[-1] - row[-2] + 1) if row[-1] is not None else 0
+        if req.get("partition_sql"):  # partitions live for a while, not over the whole time line
+            active = cur.sql(f"SELECT sum(hi - lo + 1) FROM (SELECT min({key}) AS lo, max({key}) AS hi FROM {table} "
+                             f"WHERE {key} IS NOT NULL GROUP BY {pk})").fetchall()[0][0] or 0
         out = {f"c{i}": [row[i]] for i in range(len(conds))}
+        if req.get("sample"):  # where the rows lie: what the compute node's cost model estimates from
+            bits = " | ".join(f"(CASE WHEN {c} THEN {1 << i} ELSE 0 END)" for i, c in enumerate(conds[:62])) or "0"
+            got = cur.sql(f"SELECT * FROM (SELECT {pk} AS pk, {key} AS t, CAST({bits} AS BIGINT) AS m FROM {table} "
+                          f"WHERE {key} IS NOT NULL AND ({conds[-1] if conds else 'TRUE'})) "
+                          f"USING SAMPLE {SAMPLE_ROWS} ROWS").to_arrow_table()
+            cols = [got.column(c).to_numpy().astype(np.int64) for c in ("pk", "t", "m")]
+            order = np.lexsort((cols[1], cols[0]))
+            out["sample"] = [pack([np.diff(c[order], prepend=np.int64(0)) for c in cols[:2]] + [cols[2][order]])]
         out.update({"n": [row[len(conds)]], "parts": [row[len(conds) + 1]], "kmin": [row[-2]], "kmax": [row[-1]],
-                    "row_bytes": [float(per_row)]})
+                    "row_bytes": [float(per_row)], "active": [int(active)]})
         return pa.table(out)
 
     def _time_filter(self, spec, blobs):
@@ -155,6 +169,8 @@ class ShardService:
         if kind == "swf":
             f = ShrinkingWindowFilter.from_bytes(blobs[idx], self.max_payload)
             return f.contains
+        if kind == "intervals":
+            return unpack_intervals(blobs[idx], self.max_payload).contains
         if kind == "exact":
             arr = np.frombuffer(blobs[idx], np.int64) if len(blobs[idx]) % 24 == 0 else None
             if arr is None:
@@ -166,7 +182,9 @@ class ShardService:
     def _select_keys(self, req) -> tuple[str, str]:
         key = check_fragment(req["key_sql"])
         parts = [check_fragment(p) for p in req.get("partition_sql", [])]
-        pk = f"CAST(hash({', '.join(parts)}) >> 1 AS BIGINT)" if parts else "CAST(0 AS BIGINT)"
+        # 32 bits: a collision only merges two partitions' intervals (rows pulled that need not
+        # be, never rows missed), and sorted 32-bit keys pack into about two bytes on the wire
+        pk = f"CAST(hash({', '.join(parts)}) >> 32 AS BIGINT)" if parts else "CAST(0 AS BIGINT)"
         return pk, key
 
     def _candidates(self, req: dict, blobs) -> pa.Table:
@@ -218,7 +236,8 @@ class ShardService:
             # one row per slot of the key (each slot quantum long) and distinct values
             slot = pa.array(np.floor_divide(rows.column("t").to_numpy(), quantum))
             out = rows.select(names).append_column("s", slot)
-            return out.group_by(out.column_names, use_threads=False).aggregate([])
+            out = out.group_by(out.column_names, use_threads=False).aggregate([])
+            return _packed_candidates(out) if req.get("packed") else out
         return rows.select(names + ["t"])
 
     # -- the ACER index
@@ -354,16 +373,24 @@ class ShardService:
         idx = spec.get("blob")
         if not isinstance(idx, int) or not 0 <= idx < len(blobs):
             raise RequestError("join filter names a missing payload")
-        if spec.get("kind") == "wjf":
-            return WindowJoinFilter.from_bytes(blobs[idx], self.max_payload).may_follow
-        if spec.get("kind") == "exact":
+        direction = spec.get("direction", "follow")
+        if direction not in ("follow", "precede"):
+            raise RequestError("join filter direction must be follow or precede")
+        kind = spec.get("kind")
+        if kind == "wjf":
+            f = WindowJoinFilter.from_bytes(blobs[idx], self.max_payload)
+        elif kind == "slots":
+            f = SlotJoinSet.from_bytes(blobs[idx], self.max_payload)
+        elif kind == "exact":
             data = blobs[idx]
             window = spec.get("window")
             if len(data) % 24 or not isinstance(window, int) or window <= 0:
                 raise FilterPayloadError("exact join payload is malformed")
             pk, val, t = np.frombuffer(data, np.int64).reshape(3, -1)
-            return _ExactJoin(pk, val, t, window).may_follow
-        raise RequestError("unknown join filter kind")
+            f = _ExactJoin(pk, val, t, window)
+        else:
+            raise RequestError("unknown join filter kind")
+        return f.may_follow if direction == "follow" else f.may_precede
 
     def _pull(self, req: dict, blobs) -> pa.Table:
         name = req.get("table")
@@ -435,6 +462,38 @@ def _session_rows(session, union, tf) -> np.ndarray:
     return np.unique(np.concatenate(ids)) if ids else np.zeros(0, np.int64)
 
 
+def _packed_candidates(table: pa.Table) -> pa.Table:
+    """Distinct candidates (columns [pk], v0.., s) as one packed payload: sorted by slot with
+    slot gaps (``order`` 0), or by values then slot with every column as gaps (``order`` 1),
+    whichever is smaller. The compute node unpacks them with ``unpack_candidates``."""
+    names = table.column_names
+    cols = [table.column(c).to_numpy().astype(np.int64) for c in names]
+    has_pk = names[0] == "pk"
+    pk, vals, slot = (cols[0] if has_pk else None), cols[int(has_pk):-1], cols[-1]
+    outer = (pk,) if has_pk else ()
+    best = None
+    for order, keys, gaps in ((0, tuple(vals[::-1]) + (slot,) + outer, {0, len(cols) - 1} if has_pk else {len(cols) - 1}),
+                              (1, (slot,) + tuple(vals[::-1]) + outer, set(range(len(cols))))):
+        idx = np.lexsort(keys) if len(slot) else np.zeros(0, np.int64)
+        blob = pack([np.diff(c[idx], prepend=np.int64(0)) if i in gaps else c[idx] for i, c in enumerate(cols)])
+        if best is None or len(blob) < len(best[1]):
+            best = (order, blob)
+    return pa.table({"order": pa.array([best[0]], pa.int8()), "packed": pa.array([best[1]], pa.large_binary())})
+
+
+def unpack_candidates(parts: list[pa.Table], names: list[str], max_bytes: int) -> dict[str, np.ndarray]:
+    """The candidates of every node's packed reply, as columns named ``names`` (as packed)."""
+    out: dict[str, list] = {n: [] for n in names}
+    for p in parts:
+        order = p.column("order")[0].as_py()
+        cols = unpack(p.column("packed")[0].as_py(), max_bytes, len(names))
+        gaps = set(range(len(names))) if order == 1 else ({0, len(names) - 1} if names[0] == "pk"
+                                                             else {len(names) - 1})
+        for i, (n, c) in enumerate(zip(names, cols)):
+            out[n].append(np.cumsum(c, dtype=np.int64) if i in gaps else c)
+    return {n: (np.concatenate(v) if v else np.zeros(0, np.int64)) for n, v in out.items()}
+
+
 def _compact(table: pa.Table) -> pa.Table:
     """Strings with few distinct values travel dictionary-encoded (the compute node decodes)."""
     cols = []
@@ -463,3 +522,7 @@ class _ExactJoin:
     def may_follow(self, pk, val, t):
         wid = np.floor_divide(t, self.window)
         return self._has(pk, val, wid) | self._has(pk, val, wid - 1)
+
+    def may_precede(self, pk, val, t):
+        wid = np.floor_divide(t, self.window)
+        return self._has(pk, val, wid) | self._has(pk, val, wid + 1)

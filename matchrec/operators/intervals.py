@@ -503,6 +503,16 @@ class WindowJoinFilter:
         wid = np.floor_divide(np.asarray(t, np.int64), self.window)
         return self._has(pk, value, wid) | self._has(pk, value, wid - 1)
 
+    def may_precede(self, pk: np.ndarray, value: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Whether an inserted event with the same partition and value may lie in ``[t, t + w]``:
+        its window is this one or the next."""
+        pk = np.asarray(pk, np.int64)
+        value = np.asarray(value, np.int64)
+        if len(pk) == 0:
+            return np.zeros(0, bool)
+        wid = np.floor_divide(np.asarray(t, np.int64), self.window)
+        return self._has(pk, value, wid) | self._has(pk, value, wid + 1)
+
     def expected_fpr(self, inserted: int) -> float:
         return (1 - math.exp(-self.k * inserted / self.n_bits)) ** self.k
 

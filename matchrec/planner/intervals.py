@@ -20,7 +20,9 @@ An equality ``M.x = B.y`` in M's condition (``B.y`` read at the last B row, whic
 current row in the match) is a necessary condition of each M row: some B row with the same
 value lies in ``[t - w, t]``. The window-wise join filter checks exactly that, without false
 negatives, when the comparison fails for a match without a B row (the register's null value
-makes it false).
+makes it false). When B takes at most one row of a match and M is in every match, the converse
+holds too: every M row of the match reads that one B row, so a B row needs some M row with the
+same value in ``[t, t + w]`` - the same filter probed the other way (``at_most_once``).
 """
 from __future__ import annotations
 
@@ -53,6 +55,7 @@ class VariableIntervals:
     before: int  # a match can start this long before a candidate row
     after: int  # ... and end this long after it
     joins: list[JoinCondition] = field(default_factory=list)
+    at_most_once: bool = False  # takes at most one row of a match
 
 
 @dataclass
@@ -90,6 +93,22 @@ def _mandatory(node: S.PatternNode) -> set[str]:
     if isinstance(node, S.Exclusion):
         return _mandatory(node.body)
     return set()
+
+
+def _max_rows(node: S.PatternNode, name: str) -> float:
+    """The most rows ``name`` can take in one match of ``node``."""
+    if isinstance(node, S.Label):
+        return 1 if node.name == name else 0
+    if isinstance(node, (S.Concat, S.Permute)):
+        return sum(_max_rows(i, name) for i in node.items)
+    if isinstance(node, S.Alternation):
+        return max((_max_rows(i, name) for i in node.items), default=0)
+    if isinstance(node, S.Quantified):
+        inner = _max_rows(node.body, name)
+        return inner * (float("inf") if node.max is None else node.max) if inner else 0
+    if isinstance(node, S.Exclusion):
+        return _max_rows(node.body, name)
+    return 0
 
 
 def _physical(node: ir.Node) -> bool:
@@ -182,7 +201,8 @@ def interval_plan(plan: Plan, fp: FastPlan | None, oracle) -> tuple[IntervalPlan
             continue
         before = 0 if first == {label} else window
         after = 0 if last == {label} else window
-        variables.append(VariableIntervals(label, name, cond, before, after))
+        variables.append(VariableIntervals(label, name, cond, before, after,
+                                           at_most_once=_max_rows(spec.pattern, name) <= 1))
     if not variables:
         return None, "no variable in every match has a row-level condition"
     by_label = {v.label: v for v in variables}
