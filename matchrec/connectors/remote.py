@@ -329,6 +329,13 @@ class RemoteStore:
         # the time the partitions are alive, summed: every node holds a share of each partition
         # (random spreading) or all of some (spreading by key), so the largest sum is the estimate
         extent = max([int(p.column("active")[0].as_py() or 0) for p in parts] + [span])
+        if ip.partition_sql:
+            # about one partition per hash value: partitions that share one are told apart by
+            # time, as they rarely live at the same moments, and each interval's key packs small
+            partitions = max(int(p.column("parts")[0].as_py() or 1) for p in parts)
+            base["pk_bits"] = int(min(32, max(8, math.ceil(math.log2(partitions + 1)))))
+            if sample is not None:
+                sample.pk >>= 32 - base["pk_bits"]
         stats.phases["statistics"] = time.perf_counter() - t0
         final_rows = counts[-1]
         order = _round_order(ip, counts)
@@ -348,7 +355,7 @@ class RemoteStore:
         joined: dict[int, int] = {}  # variable -> join filters its last round used
         quantum = max(1, ip.window // 20)  # candidates travel as distinct (slot, values)
         per_candidate = 4.0  # packed bytes per candidate, from the replies seen so far
-        payloads: dict[int, tuple[str, bytes]] = {}
+        encoded: tuple = (None, None)  # (the set, its payload): built once per set, held by identity
         # Ascending candidate counts; then a second round for each variable whose join sources
         # (or whose joins' consumers) arrived after its first round.
         plan_rounds = [(i, False) for i in order] + [(i, True) for i in order if self._join_filters(ip, i, None)]
@@ -367,9 +374,9 @@ class RemoteStore:
             if round_trips == "never":
                 stats.rounds_skipped.append(f"{v.name} (round trips off)")
                 continue
-            if tis is not None and id(tis) not in payloads:
-                payloads = {id(tis): self._tis_payload(tis, ip.window, exact)}
-            tis_bytes = len(payloads[id(tis)][1]) if tis is not None else 0
+            if tis is not None and encoded[0] is not tis:
+                encoded = (tis, self._tis_payload(tis, ip.window, exact))
+            tis_bytes = len(encoded[1][1]) if tis is not None else 0
             # the set goes to every node: when that costs more than the candidates it would keep
             # back, the round asks for all of them and the set is applied here
             filtered = tis_bytes * len(self.nodes) + candidates_in * per_candidate
@@ -395,7 +402,7 @@ class RemoteStore:
                                    "than the candidates it keeps back)")
             sent = stats.filters.setdefault(name, [])
             if tis is not None and not blind:
-                kind, blob = payloads[id(tis)]
+                kind, blob = encoded[1]
                 request["filter"] = {"kind": kind, "blob": 0}
                 blobs.append(blob)
                 sent.append(f"time {kind} {len(blob)} B")
@@ -445,7 +452,7 @@ class RemoteStore:
         request = {"op": "pull", "columns": columns, "where": ip.row_filter, **base}
         blobs = []
         if tis is not None:
-            kind, blob = payloads[id(tis)] if id(tis) in payloads else self._tis_payload(tis, ip.window, exact)
+            kind, blob = encoded[1] if encoded[0] is tis else self._tis_payload(tis, ip.window, exact)
             request["filter"] = {"kind": kind, "blob": 0}
             blobs.append(blob)
             stats.filters["final pull"] = [f"time {kind} {len(blob)} B"]

@@ -182,9 +182,13 @@ class ShardService:
     def _select_keys(self, req) -> tuple[str, str]:
         key = check_fragment(req["key_sql"])
         parts = [check_fragment(p) for p in req.get("partition_sql", [])]
-        # 32 bits: a collision only merges two partitions' intervals (rows pulled that need not
-        # be, never rows missed), and sorted 32-bit keys pack into about two bytes on the wire
-        pk = f"CAST(hash({', '.join(parts)}) >> 32 AS BIGINT)" if parts else "CAST(0 AS BIGINT)"
+        # A partition is known by the top ``pk_bits`` bits of its hash (32 unless the compute
+        # node asks for fewer). A collision only merges two partitions' intervals - rows pulled
+        # that need not be, never rows missed - and fewer bits pack smaller on the wire.
+        bits = req.get("pk_bits", 32)
+        if not isinstance(bits, int) or not 1 <= bits <= 32:
+            raise RequestError("pk_bits must be an integer from 1 to 32")
+        pk = f"CAST(hash({', '.join(parts)}) >> {64 - bits} AS BIGINT)" if parts else "CAST(0 AS BIGINT)"
         return pk, key
 
     def _candidates(self, req: dict, blobs) -> pa.Table:
