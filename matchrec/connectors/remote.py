@@ -329,16 +329,15 @@ class RemoteStore:
         # the time the partitions are alive, summed: every node holds a share of each partition
         # (random spreading) or all of some (spreading by key), so the largest sum is the estimate
         extent = max([int(p.column("active")[0].as_py() or 0) for p in parts] + [span])
-        if ip.partition_sql:
-            # about one partition per hash value: partitions that share one are told apart by
-            # time, as they rarely live at the same moments, and each interval's key packs small
-            partitions = max(int(p.column("parts")[0].as_py() or 1) for p in parts)
-            base["pk_bits"] = int(min(32, max(8, math.ceil(math.log2(partitions + 1)))))
-            if sample is not None:
-                sample.pk >>= 32 - base["pk_bits"]
         stats.phases["statistics"] = time.perf_counter() - t0
         final_rows = counts[-1]
         order = _round_order(ip, counts)
+        quantum = max(1, ip.window // 20)  # candidates travel as distinct (slot, values)
+        if ip.partition_sql:
+            base["pk_bits"] = _pk_bits(counts[order[0]], ip.variables[order[0]], quantum, span,
+                                       max(int(p.column("parts")[0].as_py() or 1) for p in parts))
+            if sample is not None:
+                sample.pk >>= 32 - base["pk_bits"]
         tis: IntervalSet | None = None
         coverage = 1.0  # expected fraction of the time line still in the TIS
         sources: dict[tuple, tuple] = {}  # (label, sql, type) -> pk, value hash, slot of the candidates
@@ -353,7 +352,6 @@ class RemoteStore:
                         _want(needs_values, v.label, (j.current_sql, j.common_type))
         points: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # candidates: pk, earliest, latest key
         joined: dict[int, int] = {}  # variable -> join filters its last round used
-        quantum = max(1, ip.window // 20)  # candidates travel as distinct (slot, values)
         per_candidate = 4.0  # packed bytes per candidate, from the replies seen so far
         encoded: tuple = (None, None)  # (the set, its payload): built once per set, held by identity
         # Ascending candidate counts; then a second round for each variable whose join sources
@@ -384,7 +382,7 @@ class RemoteStore:
             round_bytes = min(filtered, counts[i] * per_candidate)
             if round_trips == "auto":
                 if feeds_join or usable:
-                    join_bytes = sum(2.5 * len(sources[key][0]) for _, _, key in usable)
+                    join_bytes = sum((48 if exact else 2.5) * len(sources[key][0]) for _, _, key in usable)
                     why = self._skip_join_round(v.name, round_bytes + join_bytes * len(self.nodes),
                                                 final_in * row_bytes)
                 else:
@@ -592,6 +590,18 @@ def _rows_in(sample: _Sample | None, total: float, variable: int | None, tis: In
         if n >= 30:
             return total * share
     return total * coverage
+
+
+def _pk_bits(first: int, v, quantum: int, span: int, partitions: int) -> int:
+    """How many bits of the partition hash the rounds use. Partitions that share a hash value
+    share their intervals: a row is then pulled for a bucket-mate's interval, with a chance of
+    about (intervals per bucket) x (interval length) / (time span). Fewer bits pack every
+    interval's key smaller (the set goes to every node each round), so take the fewest that keep
+    that chance near 1% for the first round's intervals - never more than tell the partitions
+    apart."""
+    length = v.before + v.after + quantum
+    wanted = math.ceil(math.log2(max(first * length / (0.01 * max(span, 1)), 1)))
+    return int(min(32, math.ceil(math.log2(partitions + 1)) + 1, max(1, wanted)))
 
 
 def _want(needs: dict, label: int, value: tuple[str, str]) -> None:
