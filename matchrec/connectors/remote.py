@@ -232,13 +232,14 @@ class RemoteStore:
         self._load_catalog()
 
     def probe(self) -> None:
-        """Measure round-trip time and bandwidth once (1 MiB from every node at once)."""
+        """Measure round-trip time and bandwidth once (256 KiB from every node at once: enough
+        for a first estimate, which real transfers then refine, and cheap on a slow link)."""
         if self.bandwidth is not None:
             return
         t0 = time.perf_counter()
         self.call_all({"op": "probe", "bytes": 0})
         self.rtt = time.perf_counter() - t0
-        size = 1 << 20
+        size = 1 << 18
         t0 = time.perf_counter()
         self.call_all({"op": "probe", "bytes": size})
         elapsed = max(time.perf_counter() - t0 - self.rtt, 1e-6)
