@@ -216,7 +216,8 @@ def main() -> None:
              f"Python {platform.python_version()}, DuckDB {duckdb.__version__}",
              f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}",
              "- Bytes are Arrow buffer sizes of requests and replies (filters as sent, compressed where they are); "
-             "latency is the whole query at the compute node. `ok` = same row count and digest as local execution.\n"]
+             "latency is the whole query at the compute node, the faster of two runs (pull_all: one run). "
+             "`ok` = same row count and digest as local execution.\n"]
     try:
         for name in args.only.split(","):
             dataset, sql = STORAGE_QUERIES[name]
@@ -246,10 +247,14 @@ def main() -> None:
             for strategy, trips in STRATEGIES:
                 rcur.execute(f"SET pull_strategy = {strategy}")
                 rcur.execute(f"SET matchrec_round_trips = {trips}")
-                t0 = time.perf_counter()
-                rcur.execute(sql)
-                got_rows = rcur.fetchall()
-                elapsed = time.perf_counter() - t0
+                # the faster of two runs (pull_all: one, it takes half a minute): one run's
+                # latency varies by about 5% here, more than the cost model's margin
+                elapsed = float("inf")
+                for _ in range(1 if strategy == "pull_all" else 2):
+                    t0 = time.perf_counter()
+                    rcur.execute(sql)
+                    got_rows = rcur.fetchall()
+                    elapsed = min(elapsed, time.perf_counter() - t0)
                 ps = rcur.pull_stats[0]
                 ok = (len(got_rows), digest(got_rows)) == want
                 rows.append((f"{strategy}" + (f" (round trips {trips})" if strategy == "dfs" else ""), ps, elapsed, ok))

@@ -7,10 +7,13 @@ MATCH_RECOGNIZE with one of the pull strategies:
 * ``push_down``: the needed columns, and only rows some non-gap variable can take when that is
   proven safe (planner.prefilter);
 * ``dfs``: dual filtering. Variables are taken in order of their candidate counts; each round
-  sends the current time interval set as a shrinking window filter (and window-wise join filters
-  for equality conditions) and gets back the candidates that pass both phases, whose intervals
-  shrink the set. A cost model skips rounds whose expected saving is below their cost. The final
-  pull reads only rows inside the set, with the push-down filter;
+  sends the current time interval set (and join filters for equality conditions, probed both
+  ways when the source takes one row of a match) and gets back the candidates that pass both
+  phases, whose intervals shrink the set. Each payload goes as the paper's filter (shrinking
+  window filter, window-wise Bloom filter) or packed exactly (``operators.packing``), whichever
+  is smaller; candidates come back packed. A cost model skips rounds whose expected saving is
+  below their cost, and keeps the set here when sending it costs more than it filters. The
+  final pull reads only rows inside the set, with the push-down filter;
 * ``naive_dfs``: the same rounds with exact structures (interval arrays, value sets) instead of
   the filters - larger payloads, no false positives;
 * ``push_pull``: the rounds of ``dfs`` in a query session the nodes keep state for
@@ -368,7 +371,7 @@ class RemoteStore:
             # Poisson: the chance that a point of the set lies near one of the round's candidates
             rate = candidates_in / max(tis.total_length(), 1) if tis is not None else counts[i] / extent
             own = 1 - math.exp(-rate * (v.before + v.after + quantum))
-            feeds_join = any((v.label, *m) not in sources for m in needs_values.get(v.label, []))
+            ships_values = any((v.label, *m) not in sources for m in needs_values.get(v.label, []))
             mine = needs_values.get(v.label, [])
             if round_trips == "never":
                 stats.rounds_skipped.append(f"{v.name} (round trips off)")
@@ -382,7 +385,7 @@ class RemoteStore:
             blind = tis is not None and not exact and counts[i] * per_candidate < filtered
             round_bytes = min(filtered, counts[i] * per_candidate)
             if round_trips == "auto":
-                if feeds_join or usable:
+                if ships_values or usable:
                     join_bytes = sum((48 if exact else 2.5) * len(sources[key][0]) for _, _, key in usable)
                     why = self._skip_join_round(v.name, round_bytes + join_bytes * len(self.nodes),
                                                 final_in * row_bytes)

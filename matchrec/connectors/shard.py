@@ -40,6 +40,7 @@ from matchrec.operators.packing import SlotJoinSet, pack, unpack, unpack_interva
 DEFAULT_MAX_PAYLOAD_MB = 256
 SAMPLE_ROWS = 2000  # per node, of the rows the final pull would read
 
+
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -149,9 +150,13 @@ class ShardService:
         out = {f"c{i}": [row[i]] for i in range(len(conds))}
         if req.get("sample"):  # where the rows lie: what the compute node's cost model estimates from
             bits = " | ".join(f"(CASE WHEN {c} THEN {1 << i} ELSE 0 END)" for i, c in enumerate(conds[:62])) or "0"
-            got = cur.sql(f"SELECT * FROM (SELECT {pk} AS pk, {key} AS t, CAST({bits} AS BIGINT) AS m FROM {table} "
-                          f"WHERE {key} IS NOT NULL AND ({conds[-1] if conds else 'TRUE'})) "
-                          f"USING SAMPLE {SAMPLE_ROWS} ROWS").to_arrow_table()
+            # each row with the chance that gives about SAMPLE_ROWS of those the final pull reads
+            # (a Bernoulli sample of the table: cheaper than a reservoir over the filtered rows)
+            wanted = row[len(conds) - 1] if conds else row[len(conds)]
+            percent = min(100.0, 100.0 * SAMPLE_ROWS / max(wanted or 1, 1))
+            got = cur.sql(f"SELECT {pk} AS pk, {key} AS t, CAST({bits} AS BIGINT) AS m "
+                          f"FROM (SELECT * FROM {table} USING SAMPLE {percent:.6f} PERCENT (bernoulli)) "
+                          f"WHERE {key} IS NOT NULL AND ({conds[-1] if conds else 'TRUE'})").to_arrow_table()
             cols = [got.column(c).to_numpy().astype(np.int64) for c in ("pk", "t", "m")]
             order = np.lexsort((cols[1], cols[0]))
             out["sample"] = [pack([np.diff(c[order], prepend=np.int64(0)) for c in cols[:2]] + [cols[2][order]])]
@@ -466,19 +471,25 @@ def _session_rows(session, union, tf) -> np.ndarray:
     return np.unique(np.concatenate(ids)) if ids else np.zeros(0, np.int64)
 
 
+def _gap_columns(order: int, names: list[str]) -> set[int]:
+    """Which columns of packed candidates travel as gaps from the previous row."""
+    if order == 1:
+        return set(range(len(names)))
+    return {0, len(names) - 1} if names[0] == "pk" else {len(names) - 1}
+
+
 def _packed_candidates(table: pa.Table) -> pa.Table:
     """Distinct candidates (columns [pk], v0.., s) as one packed payload: sorted by slot with
     slot gaps (``order`` 0), or by values then slot with every column as gaps (``order`` 1),
     whichever is smaller. The compute node unpacks them with ``unpack_candidates``."""
     names = table.column_names
     cols = [table.column(c).to_numpy().astype(np.int64) for c in names]
-    has_pk = names[0] == "pk"
-    pk, vals, slot = (cols[0] if has_pk else None), cols[int(has_pk):-1], cols[-1]
-    outer = (pk,) if has_pk else ()
+    outer = (cols[0],) if names[0] == "pk" else ()
+    vals, slot = cols[len(outer):-1], cols[-1]
     best = None
-    for order, keys, gaps in ((0, tuple(vals[::-1]) + (slot,) + outer, {0, len(cols) - 1} if has_pk else {len(cols) - 1}),
-                              (1, (slot,) + tuple(vals[::-1]) + outer, set(range(len(cols))))):
+    for order, keys in ((0, tuple(vals[::-1]) + (slot,) + outer), (1, (slot,) + tuple(vals[::-1]) + outer)):
         idx = np.lexsort(keys) if len(slot) else np.zeros(0, np.int64)
+        gaps = _gap_columns(order, names)
         blob = pack([np.diff(c[idx], prepend=np.int64(0)) if i in gaps else c[idx] for i, c in enumerate(cols)])
         if best is None or len(blob) < len(best[1]):
             best = (order, blob)
@@ -489,10 +500,8 @@ def unpack_candidates(parts: list[pa.Table], names: list[str], max_bytes: int) -
     """The candidates of every node's packed reply, as columns named ``names`` (as packed)."""
     out: dict[str, list] = {n: [] for n in names}
     for p in parts:
-        order = p.column("order")[0].as_py()
+        gaps = _gap_columns(p.column("order")[0].as_py(), names)
         cols = unpack(p.column("packed")[0].as_py(), max_bytes, len(names))
-        gaps = set(range(len(names))) if order == 1 else ({0, len(names) - 1} if names[0] == "pk"
-                                                             else {len(names) - 1})
         for i, (n, c) in enumerate(zip(names, cols)):
             out[n].append(np.cumsum(c, dtype=np.int64) if i in gaps else c)
     return {n: (np.concatenate(v) if v else np.zeros(0, np.int64)) for n, v in out.items()}
