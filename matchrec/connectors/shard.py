@@ -38,7 +38,7 @@ from matchrec.operators.intervals import (FilterPayloadError, IntervalSet, Shrin
 from matchrec.operators.packing import SlotJoinSet, pack, unpack, unpack_intervals
 
 DEFAULT_MAX_PAYLOAD_MB = 256
-SAMPLE_ROWS = 2000  # per node, of the rows the final pull would read
+SAMPLE_ROWS = 5000  # rows per node the statistics and the cost model are estimated from
 
 
 def quote(name: str) -> str:
@@ -141,23 +141,23 @@ class ShardService:
         counts = ", ".join([f"count(*) FILTER (WHERE {c}) AS c{i}" for i, c in enumerate(conds)] + ["count(*) AS n"])
         row = cur.sql(f"SELECT {counts}, approx_count_distinct({pk}) AS parts, min({key}) AS kmin, "
                           f"max({key}) AS kmax FROM {table}").fetchall()[0]
-        sample = cur.sql(f"SELECT {', '.join(cols)} FROM {table} USING SAMPLE 5000 ROWS").to_arrow_table()
-        per_row = sample.nbytes / sample.num_rows if sample.num_rows else 0.0
+        # One sample of the table (the paper's 5,000 events) gives the bytes per row and, for the
+        # cost model, where the rows the final pull reads lie in time and which variables they are
+        bits = " | ".join(f"(CASE WHEN {c} THEN {1 << i} ELSE 0 END)" for i, c in enumerate(conds[:62])) or "0"
+        final = conds[-1] if conds else "TRUE"
+        sample = cur.sql(f"SELECT {', '.join(cols)}, {pk} AS __mr_pk, {key} AS __mr_t, "
+                         f"CAST({bits} AS BIGINT) AS __mr_m, {key} IS NOT NULL AND coalesce(({final}), false) AS __mr_f "
+                         f"FROM (SELECT * FROM {table} USING SAMPLE {SAMPLE_ROWS} ROWS)").to_arrow_table()
+        marks = ["__mr_pk", "__mr_t", "__mr_m", "__mr_f"]
+        per_row = sample.drop_columns(marks).nbytes / sample.num_rows if sample.num_rows else 0.0
         active = (row[-1] - row[-2] + 1) if row[-1] is not None else 0
         if req.get("partition_sql"):  # partitions live for a while, not over the whole time line
             active = cur.sql(f"SELECT sum(hi - lo + 1) FROM (SELECT min({key}) AS lo, max({key}) AS hi FROM {table} "
                              f"WHERE {key} IS NOT NULL GROUP BY {pk})").fetchall()[0][0] or 0
         out = {f"c{i}": [row[i]] for i in range(len(conds))}
-        if req.get("sample"):  # where the rows lie: what the compute node's cost model estimates from
-            bits = " | ".join(f"(CASE WHEN {c} THEN {1 << i} ELSE 0 END)" for i, c in enumerate(conds[:62])) or "0"
-            # each row with the chance that gives about SAMPLE_ROWS of those the final pull reads
-            # (a Bernoulli sample of the table: cheaper than a reservoir over the filtered rows)
-            wanted = row[len(conds) - 1] if conds else row[len(conds)]
-            percent = min(100.0, 100.0 * SAMPLE_ROWS / max(wanted or 1, 1))
-            got = cur.sql(f"SELECT {pk} AS pk, {key} AS t, CAST({bits} AS BIGINT) AS m "
-                          f"FROM (SELECT * FROM {table} USING SAMPLE {percent:.6f} PERCENT (bernoulli)) "
-                          f"WHERE {key} IS NOT NULL AND ({conds[-1] if conds else 'TRUE'})").to_arrow_table()
-            cols = [got.column(c).to_numpy().astype(np.int64) for c in ("pk", "t", "m")]
+        if req.get("sample"):
+            got = sample.select(marks[:3]).filter(sample.column("__mr_f"))
+            cols = [got.column(c).to_numpy().astype(np.int64) for c in marks[:3]]
             order = np.lexsort((cols[1], cols[0]))
             out["sample"] = [pack([np.diff(c[order], prepend=np.int64(0)) for c in cols[:2]] + [cols[2][order]])]
         out.update({"n": [row[len(conds)]], "parts": [row[len(conds) + 1]], "kmin": [row[-2]], "kmax": [row[-1]],
