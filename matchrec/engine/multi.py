@@ -27,7 +27,9 @@ How a workload runs
   * For long streams the stream is cut into slices; each slice's rates are compared with those
     the plan was made for, and the plan is searched again when a rate drifts by more than
     ``planner.cer.RATE_CHANGE``. A slice finds the matches whose last event lies in it, so every
-    match is found once whatever the plan.
+    match is found once whatever the plan; consecutive slices under one plan are evaluated as one
+    range. The plan search gets at most ``SEARCH_SHARE`` of the time the plan it starts from is
+    expected to take: it can only save part of that time.
   * Each query's result is built by ``engine.cer.build_result`` from its matches and the read
     table, then handed through DuckDB as the cursor does, so types and values are the same.
 """
@@ -55,6 +57,9 @@ __all__ = ["ManyResult", "run_many"]
 
 SLICE_EVENTS = 20_000  # events per slice of the stream: rates re-estimated, plan searched again on a drift
 REPLAN_SHARE = 0.25  # a re-plan's budget, as a share of the group's (all re-plans: at most the budget)
+SECONDS_PER_COST = 5e-8  # evaluation seconds per unit of estimated plan cost (measured on bench.multi)
+SEARCH_SHARE = 0.2  # the plan search takes at most this share of the start plan's expected evaluation time
+SEARCH_MIN = 0.02  # ... but at least this many seconds (within the caller's budget)
 DRIFT_MIN_EVENTS = 20  # a class with fewer candidates in both the slice and the plan's rates never drifts
 _READ_WORDS = {"select", "with", "from", "values", "table", "describe", "show", "summarize", "pivot", "unpivot",
                "explain", "("}
@@ -86,8 +91,8 @@ def run_many(con, statements: list[str], *, share: bool = True, reorder: bool = 
 
     ``share`` lets pattern queries over the same source share one read and their common
     sub-patterns, ``reorder`` lets the planner choose each pattern's evaluation order (otherwise
-    elements are bound in the order written), ``budget`` bounds the plan search in seconds,
-    ``slice_events`` the events per slice of the stream between checks for drifting rates
+    elements are bound in the order written), ``budget`` bounds the plan search in seconds (a
+    search also stops at ``SEARCH_SHARE`` of the evaluation time it expects), ``slice_events`` the events per slice of the stream between checks for drifting rates
     (default ``SLICE_EVENTS``). A failing statement raises its error, as it would alone; a statement
     without a result (SET, RESET) gets an empty table.
     """
@@ -138,6 +143,7 @@ class _Run:
                       "match_seconds": 0.0, "events_read": 0, "start_cost": 0.0, "cost": 0.0, "shared_nodes": 0,
                       "nodes": 0, "partial_matches": 0, "candidates": 0}
         self._schemas: dict = {}
+        self._count_schema: pa.Schema | None = None
         self.table_of: dict = {}  # id(item) -> the table its matches' rows index
 
     # ------------------------------------------------------------ classification
@@ -166,6 +172,7 @@ class _Run:
     def flush(self, statements: list, pending: list, tables: list) -> None:
         if not pending:
             return
+        self._count_schema = None  # a statement before this flush may have changed DuckDB's settings
         groups: dict = {}
         settings = self.con.cer_settings
         duck = self.con._duck
@@ -196,8 +203,15 @@ class _Run:
     def result(self, item: _Item) -> pa.Table:
         if item.query.returns == "count":
             table = pa.table({"count": pa.array([item.count], pa.int64())})
-        else:
-            table = E.build_result(item.plan, self.table_of[id(item)], item.matches)
+            # Every count comes back from DuckDB with the same schema: learn it once and build the
+            # other tables with it (a round trip per statement cost about a millisecond).
+            if self._count_schema is None:
+                self._count_schema = self._through_duckdb(table).schema
+            return pa.Table.from_arrays([table.column(0)], schema=self._count_schema)
+        return self._through_duckdb(E.build_result(item.plan, self.table_of[id(item)], item.matches))
+
+    def _through_duckdb(self, table: pa.Table) -> pa.Table:
+        """``table`` as DuckDB returns it to a cursor (types and values as a statement run alone gets)."""
         name = f"__matchrec_many_{secrets.token_hex(6)}"
         self.con.register(name, table)
         try:
@@ -414,9 +428,11 @@ class _Group:
         r.stats["slices"] += len(slices)
         first = slices[0] if slices else (0, 0, 0, 1)
         rates = self.rates(stream, first)
+        scale = stream.n / max(1, first[1] - first[0])  # the model costs one slice; the stream has this many
         model = SH.CostModel(work, rates)
         start = SH.start_plan(work, model, share=r.share, reorder=r.reorder)
-        plan, info = SH.optimise(work, model, start, share=r.share, reorder=r.reorder, budget=self.budget)
+        plan, info = SH.optimise(work, model, start, share=r.share, reorder=r.reorder,
+                                 budget=self.search_budget(model.cost(start) * scale, self.budget))
         r.stats["optimiser_seconds"] += info.seconds
         r.stats["start_cost"] += info.start_cost
         r.stats["cost"] += info.cost
@@ -426,6 +442,7 @@ class _Group:
         replans = skipped = 0
         plan_rates = rates
         allowance = self.budget  # the re-plans together take at most the budget once more
+        pending = None  # consecutive slices under one plan run as one range (fewer, larger batch steps)
         for n, sl in enumerate(slices):
             if n and r.reorder:
                 now = self.rates(stream, sl)
@@ -433,17 +450,24 @@ class _Group:
                     if allowance <= 0:
                         skipped += 1
                     else:
+                        if pending is not None:
+                            ev.run(roots, *pending)
+                            pending = None
                         model = SH.CostModel(work, now)
                         greedy = SH.start_plan(work, model, share=r.share, reorder=True)
                         begin = plan if model.cost(plan) <= model.cost(greedy) else greedy
-                        plan, info2 = SH.optimise(work, model, begin, share=r.share, reorder=True,
-                                                  budget=min(allowance, self.budget * REPLAN_SHARE), seed=n)
+                        left = self.search_budget(model.cost(begin) * (stream.n - sl[0]) / max(1, sl[1] - sl[0]),
+                                                  min(allowance, self.budget * REPLAN_SHARE))
+                        plan, info2 = SH.optimise(work, model, begin, share=r.share, reorder=True, budget=left,
+                                                  seed=n)
                         allowance -= info2.seconds
                         r.stats["optimiser_seconds"] += info2.seconds
                         roots = SH.build_nodes(work, plan, units, self.class_labels)
                         plan_rates = now
                         replans += 1
-            ev.run(roots, sl[2], sl[3])
+            pending = (pending[0], sl[3]) if pending is not None else (sl[2], sl[3])
+        if pending is not None:
+            ev.run(roots, *pending)
         r.stats["replans"] += replans
         if len(slices) > 1:
             self.lines.append(f"  {len(slices)} slices of about {r.slice_events:,} events; re-plans after a rate "
@@ -456,6 +480,14 @@ class _Group:
                           f"{w['candidates']:,} candidates examined, {w['matches']:,} unit matches")
         for item, sink in zip(items, sinks):
             item.count, item.matches = sink.finish()
+
+    @staticmethod
+    def search_budget(cost: float, budget: float) -> float:
+        """Seconds the plan search may take: ``SEARCH_SHARE`` of the time the plan it starts from is
+        expected to take (its estimated cost at ``SECONDS_PER_COST``), at least ``SEARCH_MIN`` and at
+        most ``budget``. A search can at best remove what the evaluation costs, so on a short stream
+        a long search loses more than it wins."""
+        return min(budget, max(SEARCH_MIN, SEARCH_SHARE * cost * SECONDS_PER_COST))
 
     def units_of(self, item: _Item, k: int, units: list, models: list) -> None:
         q, plan = item.query, item.plan
@@ -534,7 +566,8 @@ class _Group:
             how = "; ".join(f"{m} {c:,.0f} in {s} moves" for m, c, s in info.details)
             lines.append(f"  plan: estimated cost {info.start_cost:,.0f} -> {info.cost:,.0f} (start: "
                          f"{'greedy lazy orders' if r.reorder else 'written orders'}); optimiser {info.seconds:.3f} s "
-                         f"of {info.budget:.3f} s budget ({how})")
+                         f"of {info.budget:.3f} s allowed ({how}; a search may take {SEARCH_SHARE:.0%} of the start "
+                         f"plan's expected evaluation time, at most the budget)")
         else:
             lines.append(f"  plan: estimated cost {info.cost:,.0f} ({'greedy lazy' if r.reorder else 'written'} "
                          f"orders, {'sharing every common prefix' if r.share else 'no sharing'}; no search)")

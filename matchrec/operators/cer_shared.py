@@ -381,9 +381,29 @@ class Evaluator:
             ck = s.cks[k.cls]
             sizes.append(np.searchsorted(ck, s.ck[rows[k.next]], "left")
                          - np.searchsorted(ck, s.ck[rows[k.prev]], "right"))
-        combos, freq = np.unique(np.stack(sizes, axis=1), axis=0, return_counts=True)
+        # Matches share few distinct size combinations: weigh each once. The combination is packed
+        # into one integer (sizes are below the row count), since a 1-D unique sorts far faster
+        # than np.unique(axis=0) over rows.
+        sizes = [np.maximum(x, 0).astype(np.int64) for x in sizes]
+        base = max(int(x.max()) for x in sizes) + 1
+        if base ** len(sizes) < 1 << 62:
+            packed = sizes[0].copy()
+            for x in sizes[1:]:
+                packed *= base
+                packed += x
+            codes, freq = np.unique(packed, return_counts=True)
+            combos = []
+            for c in codes.tolist():
+                ms = []
+                for _ in sizes:
+                    c, m = divmod(c, base)
+                    ms.append(m)
+                combos.append(ms[::-1])
+        else:
+            rows_, freq = np.unique(np.stack(sizes, axis=1), axis=0, return_counts=True)
+            combos = rows_.tolist()
         total = 0
-        for ms, f in zip(combos.tolist(), freq.tolist()):
+        for ms, f in zip(combos, freq.tolist()):
             w = f
             for m, k in zip(ms, unit.kleene):
                 w *= subsets(m, k.lo, k.hi)
