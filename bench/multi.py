@@ -31,9 +31,13 @@ one through a cursor (the single-statement engine), timed and compared.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import datetime
+import itertools
 import os
 import platform
+import random
 import sys
 import time
 
@@ -43,6 +47,8 @@ import pyarrow as pa
 from bench import RESULTS, publish
 import matchrec
 from matchrec.engine import multi
+from matchrec.operators import cer_shared as O
+from matchrec.planner import sharing as SH
 
 MODES = [("independent", False, False), ("sharing only", True, False), ("reordering only", False, True),
          ("shared + reordered", True, True)]
@@ -168,6 +174,66 @@ def workload(n_patterns: int, dataset: str, seed: int) -> list[str]:
     return out
 
 
+# ---------------------------------------------------------------- the best order per pattern, by measurement
+@contextlib.contextmanager
+def _captured():
+    """The last shared group's stream, units, workload, cost model and plan, taken from inside
+    ``run_many`` while it runs (a benchmark's look behind the API)."""
+    got: dict = {}
+    optimise, init = SH.optimise, O.Evaluator.__init__
+
+    def spy_optimise(work, model, start, **kw):
+        plan, info = optimise(work, model, start, **kw)
+        got.update(work=work, model=model, plan=plan)
+        return plan, info
+
+    def spy_init(self, stream, units, sinks, *a, **kw):
+        got.update(stream=stream, units=units)
+        init(self, stream, units, sinks, *a, **kw)
+
+    SH.optimise, O.Evaluator.__init__ = spy_optimise, spy_init
+    try:
+        yield got
+    finally:
+        SH.optimise, O.Evaluator.__init__ = optimise, init
+
+
+def unit_work(got: dict, u: int, order: tuple) -> int:
+    """Candidates examined plus partial matches when unit ``u`` runs alone in ``order``."""
+    stream = got["stream"]
+    unit = dataclasses.replace(got["units"][u], pattern=0)
+    roots = SH.build_nodes(SH.Workload([got["work"].units[u]]), SH.Plan([tuple(order)], [0]), [unit],
+                           [""] * len(stream.rows))
+    ev = O.Evaluator(stream, [unit], [O.PatternSink(True, None, set())])
+    if stream.n:
+        ev.run(roots, int(stream.ck[0]), int(stream.ck[-1]) + 1)
+    return ev.work["partial_matches"] + ev.work["candidates"]
+
+
+def oracle(con, stmts: list[str], budget: float, sampled: int = 150, seed: int = 1) -> dict:
+    """Work of each pattern's orders measured one by one: written, greedy lazy, the order the shared
+    plan gives it, and the least over every order (up to 5 elements: all 120; else ``sampled`` random
+    ones plus those three), each unit run alone; and the work of the shared plan itself."""
+    with _captured() as got:
+        r = matchrec.run_many(con, stmts, share=True, reorder=True, budget=budget)
+    rng = random.Random(seed)
+    out = {"written": 0, "greedy": 0, "plan order alone": 0, "best order alone": 0,
+           "shared plan": r.stats["partial_matches"] + r.stats["candidates"], "units": len(got["units"])}
+    work, model, plan = got["work"], got["model"], got["plan"]
+    for u, unit in enumerate(got["units"]):
+        k = len(unit.vars)
+        named = {"written": tuple(range(k)), "greedy": SH.greedy_order(work, model, u),
+                 "plan order alone": tuple(plan.orders[u])}
+        orders = list(itertools.permutations(range(k)))
+        if len(orders) > 120:
+            orders = rng.sample(orders, sampled)
+        seen = {o: unit_work(got, u, o) for o in set(orders) | set(named.values())}
+        for label, o in named.items():
+            out[label] += seen[o]
+        out["best order alone"] += min(seen.values())
+    return out
+
+
 # ---------------------------------------------------------------- runs
 def timed_run(con, stmts, share, reorder, budget, slice_events=None):
     multi._parse.cache_clear()  # every mode parses its statements
@@ -190,7 +256,7 @@ def matching(stats: dict) -> float:
 
 
 def bench_dataset(name: str, n: int, sizes: list[int], budget: float, replan: int | None, alone_max: int,
-                  lines: list) -> dict:
+                  lines: list, oracle_at: int | None = None) -> dict:
     build, type_col = DATASETS[name][:2]
     table = build(n)
     con = matchrec.connect()
@@ -247,6 +313,10 @@ def bench_dataset(name: str, n: int, sizes: list[int], budget: float, replan: in
         summary[size]["work"] = {k: r.stats["candidates"] + r.stats["partial_matches"] for k, r in results.items()}
         summary[size]["matching"] = {k: matching(r.stats) for k, r in results.items()}
         summary[size]["matches"] = sum(int(t.column(0)[0].as_py()) for t in ref)
+        if size == oracle_at:
+            t0 = time.perf_counter()
+            summary[size]["oracle"] = oracle(con, stmts, budget)
+            print(f"{name} {size}: orders measured in {time.perf_counter() - t0:.0f} s", flush=True)
         print(f"{name} {size}: " + ", ".join(f"{k} {v:.2f} s" for k, v in times.items()), flush=True)
     lines.append("")
     tot = ", ".join(f"{size} patterns {summary[size]['matches']:,}" for size in sizes)
@@ -267,6 +337,9 @@ def main(argv=None) -> int:
                         help="traffic: an extra shared+reordered run re-planned per this many events")
     parser.add_argument("--alone-max", type=int, default=50,
                         help="run the statements one by one (and compare) for workloads up to this size")
+    parser.add_argument("--oracle", action="store_true",
+                        help="at the largest size, also measure every pattern's orders one by one (slow: about "
+                             "20 minutes per dataset at 100 patterns)")
     parser.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
     args = parser.parse_args(argv)
     sizes = [int(x) for x in args.patterns.split(",")] if args.patterns else ([10, 20] if args.quick else [10, 50, 100])
@@ -286,7 +359,8 @@ def main(argv=None) -> int:
              f"{args.alone_max} patterns, and its tables are equal too", ""]
     summaries = {}
     for name, n, replan in (("stock", n_stock, None), ("traffic", n_traffic, args.replan)):
-        summaries[name] = bench_dataset(name, n, sizes, args.budget, replan, args.alone_max, lines)
+        summaries[name] = bench_dataset(name, n, sizes, args.budget, replan, args.alone_max, lines,
+                                        max(sizes) if args.oracle else None)
     lines += ["### Ratios", "", "Wall time of independent (and of the other runs) over shared + reordered; "
               "matching: the matching phase alone (`matching s`: without parsing, reading, the optimiser's "
               "search and the result tables), independent over shared + reordered; "
@@ -304,6 +378,21 @@ def main(argv=None) -> int:
                          f"{t['reordering only'] / both:.1f}x | {cur} | {mt:.1f}x | {work:.1f}x |")
     lines.append("")
     biggest = max(sizes)
+    if args.oracle:
+        lines += ["### Work of each pattern's orders, measured", "",
+                  "Each pattern alone (no sharing) in its written order, its greedy lazy order, the order the shared "
+                  "plan gives it, and the least work over its orders (all of them up to 5 elements, else 150 random "
+                  "ones and those three); last, the shared plan's own work. Work: candidates examined plus partial "
+                  "matches, the evaluation's cost without overheads.", "",
+                  "| dataset | patterns | units | written | greedy | plan's order alone | best order alone | shared plan "
+                  "| written / best order alone | written / shared plan |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for name, summary in summaries.items():
+            o = summary[biggest]["oracle"]
+            lines.append(f"| {name} | {biggest} | {o['units']} | {o['written']:,} | {o['greedy']:,} | "
+                         f"{o['plan order alone']:,} | {o['best order alone']:,} | {o['shared plan']:,} | "
+                         f"{o['written'] / max(1, o['best order alone']):.1f}x | "
+                         f"{o['written'] / max(1, o['shared plan']):.1f}x |")
+        lines.append("")
     for name, summary in summaries.items():
         r = summary[biggest]["independent"] / summary[biggest]["shared + reordered"]
         verdict = "met" if r >= 20 else "NOT met"
