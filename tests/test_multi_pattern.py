@@ -200,9 +200,15 @@ def check_workload(seed: int, size: int | None = None, modes=MODES) -> dict:
         stats = {}
         for share, reorder in modes:
             slices = rng.choice([None, None, 5, 17])
+            # filtering before matching: where the planner finds it worth it, or forced onto every
+            # group with WITHIN, so that reading only the anchors' intervals is checked too
+            filtering = rng.choice(["auto", "always"])
+            con.cursor().execute(f"SET matchrec_cer_filtering = {filtering}")
             got = matchrec.run_many(con, stmts, share=share, reorder=reorder, budget=0.03, slice_events=slices)
+            con.cursor().execute("SET matchrec_cer_filtering = auto")
             for i, (g, x) in enumerate(zip(got.tables, want)):
-                assert g.equals(x), (f"seed {seed} mode share={share} reorder={reorder} slices={slices}: statement "
+                assert g.equals(x), (f"seed {seed} mode share={share} reorder={reorder} slices={slices} "
+                                     f"filtering={filtering}: statement "
                                      f"{i} differs\n{stmts[i]}\ngot  {g.to_pylist()[:10]}\nwant {x.to_pylist()[:10]}\n"
                                      + "\n".join(got.report))
             stats[(share, reorder)] = got.stats
@@ -472,3 +478,31 @@ def test_the_search_keeps_the_plan_cost_up_to_date():
         if mv is not None:
             state.set(*mv[:3])
     assert state.total == pytest.approx(model.cost(state.plan), rel=1e-9)
+
+
+def test_a_group_reads_only_the_windows_around_rare_anchors(con):
+    """Rare anchors (type R every 1,000 events in two partitions): the group reads only the rows
+    within each statement's window of them, and every result equals the statement run alone."""
+    con.cursor().execute("""CREATE TABLE sparse AS SELECT i AS ts, i % 2 AS part,
+        CASE WHEN i % 1000 = 7 THEN 'R' WHEN i % 3 = 0 THEN 'A' WHEN i % 3 = 1 THEN 'B' ELSE 'C' END AS type,
+        (i * 31 % 29) * 1.0 AS price FROM range(30000) t(i)""")
+    stmts = ["PATTERN SEQ(A a, R r, B b) FROM sparse WHERE b.price > a.price WITHIN 12 RETURN COUNT(*)",
+             "PATTERN SEQ(R r, ~C n, A a, B b) FROM sparse WITHIN 20 RETURN COUNT(*)",
+             "PATTERN SEQ(B b, A+ k, R r) FROM sparse WITHIN 9 RETURN COUNT(*)",
+             "PATTERN SEQ(R r, A a) FROM sparse PARTITION BY part USE skip-till-next-match WITHIN 30 RETURN r.ts, a.ts",
+             "PATTERN SEQ(A a, B b, R r) FROM sparse USE strict-contiguity WITHIN 5 RETURN COUNT(*)"]
+    want = [alone(con, s) for s in stmts]
+    for share, reorder in MODES:
+        r = matchrec.run_many(con, stmts, share=share, reorder=reorder, budget=0.05)
+        for t, w, s in zip(r.tables, want, stmts):
+            assert t.equals(w), s
+        text = "\n".join(r.report)
+        assert "intervals around" in text and "anchor candidates" in text, text
+        assert r.stats["events_read"] < 3000 * r.stats["groups"], text  # 30 anchors, windows up to 30
+    assert sum(w.num_rows for w in want[3:4]) > 0 and want[0].column(0)[0].as_py() > 0
+    # a statement without WITHIN may match any event: the group reads everything
+    r = matchrec.run_many(con, stmts[:1] + ["PATTERN SEQ(R r, A a) FROM sparse RETURN COUNT(*)"])
+    assert "filtering before matching: off: a statement without WITHIN" in "\n".join(r.report)
+    con.cursor().execute("SET matchrec_cer_filtering = never")
+    r = matchrec.run_many(con, stmts[:2])
+    assert "SET matchrec_cer_filtering = never" in "\n".join(r.report) and r.stats["events_read"] > 10000

@@ -170,11 +170,8 @@ def read_events(duck: duckdb.DuckDBPyConnection, plan: P.CerPlan, info: dict) ->
     registered = None
     try:
         if plan.filtering:
-            registered, intervals = _intervals(duck, plan, info)
-            on = "s.__key BETWEEN iv.lo AND iv.hi"
-            if plan.partition_column:
-                on += " AND iv.p IS NOT DISTINCT FROM s.__part"
-            body = f"SELECT s.* FROM ({body}) s JOIN {registered} iv ON {on}"
+            registered, _ = _intervals(duck, plan, info)
+            body = filter_join(body, registered, bool(plan.partition_column))
         order = (["__part NULLS LAST"] if plan.partition_column else []) + ["__key"] + \
             (["__rid"] if plan.rowid else [])
         pid = ", dense_rank() OVER (ORDER BY __part NULLS LAST) - 1 AS __pid" if plan.partition_column else ""
@@ -191,24 +188,50 @@ def read_events(duck: duckdb.DuckDBPyConnection, plan: P.CerPlan, info: dict) ->
 def _intervals(duck: duckdb.DuckDBPyConnection, plan: P.CerPlan, info: dict) -> tuple[str, int]:
     """Register the intervals ``[t - W, t + W]`` around the anchors' candidates; every event of a
     match lies within W of the match's anchor event, negated events' ranges included."""
-    q = plan.query
     test = " OR ".join(f"({plan.element_test(v)})" for v in plan.anchors)
-    part = quote(plan.partition_column) if plan.partition_column else "NULL"
+    name, candidates, intervals = register_intervals(duck, plan.query.source, plan.key_sql, plan.partition_column,
+                                                     [(test, plan.window)])
+    info["anchor_candidates"] = candidates
+    info["intervals"] = intervals
+    return name, intervals
+
+
+def register_intervals(duck: duckdb.DuckDBPyConnection, source: str, key_sql: str, partition_column: str | None,
+                       anchors: list[tuple[str, int]]) -> tuple[str, int, int]:
+    """Register with DuckDB the union of ``[t - w, t + w]`` around the key ``t`` of every row of
+    ``source`` that meets one of the ``anchors`` (SQL test, window ``w``; the largest window where a
+    row meets several), per partition: columns ``lo``, ``hi`` (and ``p``, the partition value).
+    Returns (view name, rows meeting a test, intervals); ``filter_join`` reads a query through it."""
+    part = quote(partition_column) if partition_column else "NULL"
+    if len({w for _, w in anchors}) == 1:
+        width = str(int(anchors[0][1]))
+    else:
+        width = "greatest(" + ", ".join(f"CASE WHEN {t} THEN {int(w)} END" for t, w in anchors) + ")"
+    test = " OR ".join(f"({t})" for t, _ in anchors)
     cand = duck.sql(
-        f"SELECT p, dense_rank() OVER (ORDER BY p NULLS LAST) AS g, k FROM (SELECT {part} AS p, {plan.key_sql} AS k "
-        f"FROM {q.source} WHERE {plan.key_sql} IS NOT NULL AND ({test})) ORDER BY g, k").to_arrow_table()
+        f"SELECT p, dense_rank() OVER (ORDER BY p NULLS LAST) AS g, k, w FROM (SELECT {part} AS p, {key_sql} AS k, "
+        f"{width} AS w FROM {source} WHERE {key_sql} IS NOT NULL AND ({test})) ORDER BY g, k").to_arrow_table()
     g = cand.column("g").to_numpy().astype(np.int64)
     k = cand.column("k").to_numpy().astype(np.int64)
-    iv = IntervalSet.around(g, k, plan.window, plan.window)
-    info["anchor_candidates"] = len(cand)
-    info["intervals"] = len(iv)
+    w = cand.column("w").to_numpy().astype(np.int64)
+    iv = IntervalSet.around(g, k, w, w)
     columns = {"lo": pa.array(iv.lo, pa.int64()), "hi": pa.array(iv.hi, pa.int64())}
-    if plan.partition_column:
+    if partition_column:
         first = np.searchsorted(g, iv.pk)
         columns["p"] = cand.column("p").take(pa.array(first, pa.int64()))
     name = f"__matchrec_cer_intervals_{secrets.token_hex(6)}"
     duck.register(name, pa.table(columns))
-    return name, len(iv)
+    return name, len(cand), len(iv)
+
+
+def filter_join(body: str, registered: str, partitioned: bool) -> str:
+    """``body`` (a query with ``__key`` and, when ``partitioned``, ``__part``) keeping only the rows
+    inside the intervals ``register_intervals`` registered as ``registered`` (they never overlap, so
+    no row comes twice)."""
+    on = "s.__key BETWEEN iv.lo AND iv.hi"
+    if partitioned:
+        on += " AND iv.p IS NOT DISTINCT FROM s.__part"
+    return f"SELECT s.* FROM ({body}) s JOIN {registered} iv ON {on}"
 
 
 def build_pattern(plan: P.CerPlan, table: pa.Table) -> tuple[Events, Pattern]:

@@ -229,6 +229,7 @@ class _Group:
         self.duck = run.con._duck
         self.settings = run.con.cer_settings
         self.lines: list = []
+        self.filtering = ""  # what filtering before matching did, for the report
 
     def run(self) -> None:
         r = self.run_
@@ -246,7 +247,8 @@ class _Group:
         if p0.partition_column:
             src += f", partition by {p0.partition_column}"
         head = (f"group {r.stats['groups']}: {src}; statements {_list(i.index for i in self.items)}; "
-                f"{len(table):,} events read once in {time.perf_counter() - t0:.3f} s")
+                f"{len(table):,} events read once in {time.perf_counter() - t0:.3f} s (filtering before matching: "
+                f"{self.filtering})")
         self.lines.append(head)
         t1 = time.perf_counter()
         self.prepare(table)
@@ -281,7 +283,57 @@ class _Group:
         body = f"SELECT {', '.join(cols)} FROM {p0.query.source} WHERE {' AND '.join(where)}"
         order = (["__part NULLS LAST"] if p0.partition_column else []) + ["__key"] + (["__rid"] if p0.rowid else [])
         pid = ", dense_rank() OVER (ORDER BY __part NULLS LAST) - 1 AS __pid" if p0.partition_column else ""
-        return self.duck.sql(f"SELECT *{pid} FROM ({body}) ORDER BY {', '.join(order)}").to_arrow_table()
+        registered = self.intervals(plans)
+        try:
+            if registered is not None:
+                body = E.filter_join(body, registered, bool(p0.partition_column))
+            return self.duck.sql(f"SELECT *{pid} FROM ({body}) ORDER BY {', '.join(order)}").to_arrow_table()
+        finally:
+            if registered is not None:
+                self.duck.unregister(registered)
+
+    def intervals(self, plans: list) -> str | None:
+        """Filtering before matching for the whole group: when every statement has a WITHIN and the
+        windows around the candidates of their anchors (per alternative, the element with the fewest
+        candidates: every match binds one) cover little of the key range, register those intervals
+        (``engine.cer.register_intervals``) and return the name, else None. Every event of a match,
+        and every event a negation or strict contiguity looks at, lies within its statement's window
+        of the match's anchor event, so the other rows cannot change any result."""
+        mode = self.settings.filtering
+        if mode == "never":
+            self.filtering = "off (SET matchrec_cer_filtering = never)"
+            return None
+        if any(p.window >= P.NO_WINDOW for p in plans):
+            self.filtering = "off: a statement without WITHIN may match any event"
+            return None
+        p0 = plans[0]
+        # candidates per element: one scan grouped by type, each distinct filter counted per type
+        filters = list(dict.fromkeys(f for p in plans for f in p.filter_sql.values()))
+        rows = self.duck.execute(
+            f"SELECT {p0.type_sql or 'NULL'}, min({p0.key_sql}), max({p0.key_sql}), count(*)"
+            + "".join(f", count(*) FILTER (WHERE {f})" for f in filters)
+            + f" FROM {p0.query.source} WHERE {p0.key_sql} IS NOT NULL GROUP BY 1").fetchall()
+        lows = [r[1] for r in rows if r[1] is not None]
+        span = int(max(r[2] for r in rows if r[2] is not None) - min(lows)) if lows else 0
+        slot = {f: 4 + i for i, f in enumerate(filters)}
+
+        def candidates(p, v) -> int:
+            t, col = p.query.elements[v].type, slot.get(p.filter_sql.get(v), 3)
+            return sum(r[col] for r in rows if t is None or r[0] == t)
+
+        anchors, cover = [], 0.0
+        for p in plans:
+            vars_ = P.anchors_of(p.query, lambda v, p=p: candidates(p, v))
+            anchors.append((" OR ".join(f"({p.element_test(v)})" for v in vars_), p.window))
+            cover += P.interval_cover(sum(candidates(p, v) for v in vars_), p.window, span)
+        if mode != "always" and cover > P.FILTER_COVER:
+            self.filtering = f"off: the anchors' intervals would cover about {min(cover, 1.0):.0%} of the key range"
+            return None
+        name, candidates, n = E.register_intervals(self.duck, p0.query.source, p0.key_sql, p0.partition_column,
+                                                   anchors)
+        self.filtering = (f"{n:,} intervals around {candidates:,} anchor candidates" +
+                          (" (forced by SET matchrec_cer_filtering = always)" if mode == "always" else ""))
+        return name
 
     # ------------------------------------------------------------ classes, conditions, units
     def prepare(self, table: pa.Table) -> None:

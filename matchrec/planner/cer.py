@@ -35,6 +35,7 @@ UNIT_SECONDS = {"microsecond": 1e-6, "microseconds": 1e-6, "us": 1e-6, "millisec
                 "min": 60, "mins": 60, "m": 60, "hour": 3600, "hours": 3600, "h": 3600, "day": 86400,
                 "days": 86400, "d": 86400, "week": 604800, "weeks": 604800}
 NO_WINDOW = 1 << 62
+FILTER_COVER = 0.5  # filtering before matching pays while the intervals cover at most this share
 
 
 @dataclass
@@ -703,25 +704,38 @@ def choose_filtering(plan: CerPlan, settings: CerSettings) -> None:
     if settings.filtering == "never":
         plan.filtering, plan.filtering_reason = False, "off (SET matchrec_cer_filtering = never)"
         return
-    anchors = []
-    for chain in alternatives(q.root):
-        pos = [e.var for e in chain if not e.negated]
-        if pos:
-            anchors.append(min(pos, key=lambda v: (st.estimates.get(v, 0), pos.index(v))))
-    plan.anchors = list(dict.fromkeys(anchors))
+    plan.anchors = anchors_of(q, lambda v: st.estimates.get(v, 0))
     candidates = sum(st.estimates.get(v, 0) for v in plan.anchors)
     if settings.filtering == "always":
         plan.filtering, plan.filtering_reason = True, "forced (SET matchrec_cer_filtering = always)"
         return
     # the share of the key range the intervals around the candidates could cover
-    span = st.key_span
-    cover = 1.0 if span <= 0 else min(1.0, candidates * (2 * plan.window + 1) / span)
-    if cover > 0.5:
+    cover = interval_cover(candidates, plan.window, st.key_span)
+    if cover > FILTER_COVER:
         plan.filtering = False
         plan.filtering_reason = f"the anchors' intervals would cover about {cover:.0%} of the key range"
     else:
         plan.filtering = True
         plan.filtering_reason = f"the anchors' intervals cover at most about {cover:.1%} of the key range"
+
+
+def anchors_of(q: S.CerQuery, candidates) -> list[str]:
+    """Per alternative of the pattern, its positive element with the fewest ``candidates(var)``
+    (the first in the sequence on a tie): every match binds one of them, so reading only the
+    events within the window of their candidates keeps every match."""
+    anchors = []
+    for chain in alternatives(q.root):
+        pos = [e.var for e in chain if not e.negated]
+        if pos:
+            anchors.append(min(pos, key=lambda v: (candidates(v), pos.index(v))))
+    return list(dict.fromkeys(anchors))
+
+
+def interval_cover(candidates: float, window: int, span: int) -> float:
+    """The share of a key range of length ``span`` that intervals ``[t - window, t + window]``
+    around ``candidates`` points could cover (at most)."""
+    return 1.0 if span <= 0 else min(1.0, candidates * (2 * window + 1) / span)
+
 
 
 def pattern_shape(plan: CerPlan):
