@@ -494,6 +494,25 @@ def test_filtering_auto_turns_itself_off_when_intervals_cover_the_stream(con):
     assert "filtering before matching: off, no WITHIN" in explain(con, "EXPLAIN PATTERN SEQ(b x, a y) FROM sparse")
 
 
+def test_filtering_auto_counts_the_rows_of_each_partition(con):
+    """200 cards with an event every 200 key units each and one rare event per card: over the whole
+    key range the 200 intervals of 2 x 1,000 seem to cover everything twice, but each covers only
+    about 1% of its own card's rows."""
+    cur = con.cursor()
+    cur.execute("""CREATE TABLE cards AS SELECT i AS ts, i % 200 AS card,
+        CASE WHEN i // 200 = 3 * (i % 200) + 100 THEN 'r' ELSE 'n' END AS type FROM range(200000) t(i)""")
+    q = "PATTERN SEQ(r x, n y) FROM cards PARTITION BY card WITHIN 1000"
+    text = explain(con, "EXPLAIN ANALYZE " + q)
+    assert "filtering before matching: on" in text and "of the rows (per partition)" in text, text
+    assert int(text.split("events read ")[1].split()[0]) < 200000 / 20, text
+    filtered = rows(con, q + " RETURN x.ts, y.ts")
+    cur.execute("SET matchrec_cer_filtering = never")
+    assert rows(con, q + " RETURN x.ts, y.ts") == filtered and len(filtered) == 1000
+    cur.execute("SET matchrec_cer_filtering = auto")
+    # without PARTITION BY the same candidates' windows do cover the key range: no filtering
+    assert "filtering before matching: off" in explain(con, "EXPLAIN PATTERN SEQ(r x, n y) FROM cards WITHIN 1000")
+
+
 # ---------------------------------------------------------------- planner and EXPLAIN
 def test_explain_shows_the_plan(con):
     _sparse(con)

@@ -326,8 +326,12 @@ class _Group:
             vars_ = P.anchors_of(p.query, lambda v, p=p: candidates(p, v))
             anchors.append((" OR ".join(f"({p.element_test(v)})" for v in vars_), p.window))
             cover += P.interval_cover(sum(candidates(p, v) for v in vars_), p.window, span)
+        what = "key range"
+        if p0.partition_column and mode != "always" and cover > P.FILTER_COVER:
+            cover = P.partitioned_cover(self.duck, p0.query.source, p0.key_sql, p0.partition_column, anchors)
+            what = "rows (per partition)"
         if mode != "always" and cover > P.FILTER_COVER:
-            self.filtering = f"off: the anchors' intervals would cover about {min(cover, 1.0):.0%} of the key range"
+            self.filtering = f"off: the anchors' intervals would cover about {min(cover, 1.0):.0%} of the {what}"
             return None
         name, candidates, n = E.register_intervals(self.duck, p0.query.source, p0.key_sql, p0.partition_column,
                                                    anchors)

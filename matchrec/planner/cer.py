@@ -522,7 +522,7 @@ def plan_query(duck: duckdb.DuckDBPyConnection, q: S.CerQuery, settings: CerSett
     plan = resolve_query(duck, q, settings)
     gather_stats(duck, plan)
     choose_mechanism(plan, settings, mechanisms)
-    choose_filtering(plan, settings)
+    choose_filtering(plan, settings, duck)
     return plan
 
 
@@ -696,7 +696,7 @@ def rate_changes(plan: CerPlan) -> list[str]:
     return out
 
 
-def choose_filtering(plan: CerPlan, settings: CerSettings) -> None:
+def choose_filtering(plan: CerPlan, settings: CerSettings, duck: duckdb.DuckDBPyConnection | None = None) -> None:
     q, st = plan.query, plan.stats
     if plan.window == NO_WINDOW:
         plan.filtering, plan.filtering_reason = False, "no WITHIN: every event may be in a match"
@@ -709,14 +709,20 @@ def choose_filtering(plan: CerPlan, settings: CerSettings) -> None:
     if settings.filtering == "always":
         plan.filtering, plan.filtering_reason = True, "forced (SET matchrec_cer_filtering = always)"
         return
-    # the share of the key range the intervals around the candidates could cover
+    # the share of the key range (of the rows, per partition) the intervals around the candidates could cover
     cover = interval_cover(candidates, plan.window, st.key_span)
+    what = "key range"
+    if plan.partition_column and duck is not None and cover > FILTER_COVER:
+        test = " OR ".join(f"({plan.element_test(v)})" for v in plan.anchors)
+        cover = min(1.0, partitioned_cover(duck, plan.query.source, plan.key_sql, plan.partition_column,
+                                           [(test, plan.window)]))
+        what = "rows (per partition)"
     if cover > FILTER_COVER:
         plan.filtering = False
-        plan.filtering_reason = f"the anchors' intervals would cover about {cover:.0%} of the key range"
+        plan.filtering_reason = f"the anchors' intervals would cover about {cover:.0%} of the {what}"
     else:
         plan.filtering = True
-        plan.filtering_reason = f"the anchors' intervals cover at most about {cover:.1%} of the key range"
+        plan.filtering_reason = f"the anchors' intervals cover at most about {cover:.1%} of the {what}"
 
 
 def anchors_of(q: S.CerQuery, candidates) -> list[str]:
@@ -735,6 +741,23 @@ def interval_cover(candidates: float, window: int, span: int) -> float:
     """The share of a key range of length ``span`` that intervals ``[t - window, t + window]``
     around ``candidates`` points could cover (at most)."""
     return 1.0 if span <= 0 else min(1.0, candidates * (2 * window + 1) / span)
+
+
+def partitioned_cover(duck: duckdb.DuckDBPyConnection, source: str, key_sql: str, partition_column: str,
+                      anchors: list[tuple[str, int]]) -> float:
+    """With PARTITION BY, the share of the rows the intervals of each (anchor test, window) could
+    cover, summed over the anchors: per partition, ``interval_cover`` over the partition's own key
+    range, weighted by its rows. (Over the whole key range, a few candidates in each of many
+    partitions would seem to cover everything, although each covers only its own partition.)"""
+    if not anchors:
+        return 0.0
+    inner = ", ".join(f"count(*) FILTER (WHERE {t}) AS c{i}" for i, (t, _) in enumerate(anchors))
+    outer = " + ".join(f"sum(least(n, CAST(c{i} AS DOUBLE) * {2 * int(w) + 1} * n / (hi - lo + 1)))"
+                       for i, (_, w) in enumerate(anchors))
+    n, covered = duck.execute(
+        f"SELECT sum(n), {outer} FROM (SELECT count(*) AS n, min({key_sql}) AS lo, max({key_sql}) AS hi, {inner} "
+        f"FROM {source} WHERE {key_sql} IS NOT NULL GROUP BY {quote(partition_column)})").fetchall()[0]
+    return float(covered or 0.0) / float(n) if n else 0.0
 
 
 
