@@ -337,13 +337,35 @@ class Evaluator:
             idx = np.repeat(np.arange(start, end), cnt)
             within = np.arange(tot) - np.repeat(cum[start:end] - cnt - base, cnt)
             j = a[idx] + within
-            new_ck = ck[j]
-            sub = _PMs([r[idx] for r in pm.rows] + [rows[j]], np.minimum(pm.lo[idx], new_ck),
-                       np.maximum(pm.hi[idx], new_ck))
-            sub = self.check(node, sub)
-            if len(sub):
-                self.process(node, sub)
+            if node.conds:
+                idx, j = self.survivors(node, pm, idx, rows[j], j)
+            if len(idx):
+                new_ck = ck[j]
+                self.process(node, _PMs([r[idx] for r in pm.rows] + [rows[j]], np.minimum(pm.lo[idx], new_ck),
+                                        np.maximum(pm.hi[idx], new_ck)))
             start = end
+
+    @staticmethod
+    def survivors(node: Node, pm: _PMs, idx: np.ndarray, new_rows: np.ndarray, j: np.ndarray):
+        """The candidate extensions (parent ``idx``, candidate position ``j``) whose conditions at
+        ``node`` hold, each condition on the survivors of the ones before. Only the slots a condition
+        reads are gathered, and only for those survivors: the others are gathered once, afterwards."""
+        new = len(pm.rows)  # the slot the node binds
+        cols = {new: new_rows}
+        for cond, slots in node.conds:
+            b = {}
+            for v, slot in slots.items():
+                c = cols.get(slot)
+                if c is None:
+                    c = cols[slot] = pm.rows[slot][idx]
+                b[v] = c
+            keep = cond.holds(b)
+            if not keep.all():
+                idx, j = idx[keep], j[keep]
+                cols = {slot: c[keep] for slot, c in cols.items()}
+                if not len(idx):
+                    break
+        return idx, j
 
     # ---------------------------------------------------------------- complete matches
     def emit(self, node: Node, u: int, slots: list, pm: _PMs) -> None:
