@@ -177,6 +177,17 @@ def alone(con, sql):
     return con.cursor().execute(sql).fetch_arrow_table()
 
 
+def in_every_mode(con, stmts: list, budget: float):
+    """``run_many`` on ``stmts`` with and without sharing and reordering, each result checked equal
+    to the statement run alone; yields the results."""
+    want = [alone(con, s) for s in stmts]
+    for share, reorder in MODES:
+        r = matchrec.run_many(con, stmts, share=share, reorder=reorder, budget=budget)
+        for t, w, s in zip(r.tables, want, stmts):
+            assert t.equals(w), s
+        yield share, r
+
+
 def check_workload(seed: int, size: int | None = None, modes=MODES) -> dict:
     rng = random.Random(seed)
     con = matchrec.connect()
@@ -455,11 +466,7 @@ def test_kleene_closures_between_two_events_are_counted_in_the_shared_pass(ticks
              "PATTERN SEQ(A a, B+ k, C c) FROM ticks WHERE c.price > a.price WITHIN 20",  # matches: enumerated
              "PATTERN SEQ(A a, B+ k, C c) FROM ticks WHERE avg(k.price) > a.price WITHIN 20 RETURN COUNT(*)",
              "PATTERN SEQ(A a, B+ k) FROM ticks WITHIN 9 RETURN COUNT(*)"]
-    want = [alone(ticks, s) for s in stmts]
-    for share, reorder in MODES:
-        r = matchrec.run_many(ticks, stmts, share=share, reorder=reorder, budget=0.1)
-        for t, w, s in zip(r.tables, want, stmts):
-            assert t.equals(w), s
+    *_, (_, r) = in_every_mode(ticks, stmts, 0.1)
     text = "\n".join(r.report)
     assert text.count("Kleene closure counted between") == 3, text
     assert "Kleene closure (matches returned)" in text and "Kleene closure read by a condition" in text
@@ -491,15 +498,11 @@ def test_a_group_reads_only_the_windows_around_rare_anchors(con):
              "PATTERN SEQ(B b, A+ k, R r) FROM sparse WITHIN 9 RETURN COUNT(*)",
              "PATTERN SEQ(R r, A a) FROM sparse PARTITION BY part USE skip-till-next-match WITHIN 30 RETURN r.ts, a.ts",
              "PATTERN SEQ(A a, B b, R r) FROM sparse USE strict-contiguity WITHIN 5 RETURN COUNT(*)"]
-    want = [alone(con, s) for s in stmts]
-    for share, reorder in MODES:
-        r = matchrec.run_many(con, stmts, share=share, reorder=reorder, budget=0.05)
-        for t, w, s in zip(r.tables, want, stmts):
-            assert t.equals(w), s
+    for _, r in in_every_mode(con, stmts, 0.05):
         text = "\n".join(r.report)
         assert "intervals around" in text and "anchor candidates" in text, text
         assert r.stats["events_read"] < 3000 * r.stats["groups"], text  # 30 anchors, windows up to 30
-    assert sum(w.num_rows for w in want[3:4]) > 0 and want[0].column(0)[0].as_py() > 0
+    assert r.tables[3].num_rows > 0 and r.tables[0].column(0)[0].as_py() > 0  # the results are not empty
     # a statement without WITHIN may match any event: the group reads everything
     r = matchrec.run_many(con, stmts[:1] + ["PATTERN SEQ(R r, A a) FROM sparse RETURN COUNT(*)"])
     assert "filtering before matching: off: a statement without WITHIN" in "\n".join(r.report)
