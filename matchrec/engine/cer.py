@@ -170,7 +170,7 @@ def read_events(duck: duckdb.DuckDBPyConnection, plan: P.CerPlan, info: dict) ->
     registered = None
     try:
         if plan.filtering:
-            registered, _ = _intervals(duck, plan, info)
+            registered = _intervals(duck, plan, info)
             body = filter_join(body, registered, bool(plan.partition_column))
         order = (["__part NULLS LAST"] if plan.partition_column else []) + ["__key"] + \
             (["__rid"] if plan.rowid else [])
@@ -185,7 +185,7 @@ def read_events(duck: duckdb.DuckDBPyConnection, plan: P.CerPlan, info: dict) ->
     return table
 
 
-def _intervals(duck: duckdb.DuckDBPyConnection, plan: P.CerPlan, info: dict) -> tuple[str, int]:
+def _intervals(duck: duckdb.DuckDBPyConnection, plan: P.CerPlan, info: dict) -> str:
     """Register the intervals ``[t - W, t + W]`` around the anchors' candidates; every event of a
     match lies within W of the match's anchor event, negated events' ranges included."""
     test = " OR ".join(f"({plan.element_test(v)})" for v in plan.anchors)
@@ -193,7 +193,7 @@ def _intervals(duck: duckdb.DuckDBPyConnection, plan: P.CerPlan, info: dict) -> 
                                                      [(test, plan.window)])
     info["anchor_candidates"] = candidates
     info["intervals"] = intervals
-    return name, intervals
+    return name
 
 
 def register_intervals(duck: duckdb.DuckDBPyConnection, source: str, key_sql: str, partition_column: str | None,
@@ -201,7 +201,7 @@ def register_intervals(duck: duckdb.DuckDBPyConnection, source: str, key_sql: st
     """Register with DuckDB the union of ``[t - w, t + w]`` around the key ``t`` of every row of
     ``source`` that meets one of the ``anchors`` (SQL test, window ``w``; the largest window where a
     row meets several), per partition: columns ``lo``, ``hi`` (and ``p``, the partition value).
-    Returns (view name, rows meeting a test, intervals); ``filter_join`` reads a query through it."""
+    Returns (the registered name, rows meeting a test, intervals); ``filter_join`` reads a query through it."""
     part = quote(partition_column) if partition_column else "NULL"
     if len({w for _, w in anchors}) == 1:
         width = str(int(anchors[0][1]))

@@ -92,8 +92,8 @@ def run_many(con, statements: list[str], *, share: bool = True, reorder: bool = 
     ``share`` lets pattern queries over the same source share one read and their common
     sub-patterns, ``reorder`` lets the planner choose each pattern's evaluation order (otherwise
     elements are bound in the order written), ``budget`` bounds the plan search in seconds (a
-    search also stops at ``SEARCH_SHARE`` of the evaluation time it expects), ``slice_events`` the events per slice of the stream between checks for drifting rates
-    (default ``SLICE_EVENTS``). A failing statement raises its error, as it would alone; a statement
+    search also stops at ``SEARCH_SHARE`` of the evaluation time it expects), ``slice_events`` the
+    events per slice of the stream between checks for drifting rates (default ``SLICE_EVENTS``). A failing statement raises its error, as it would alone; a statement
     without a result (SET, RESET) gets an empty table.
     """
     t0 = time.perf_counter()
@@ -317,25 +317,23 @@ class _Group:
         span = int(max(r[2] for r in rows if r[2] is not None) - min(lows)) if lows else 0
         slot = {f: 4 + i for i, f in enumerate(filters)}
 
-        def candidates(p, v) -> int:
+        def count(p, v) -> int:
             t, col = p.query.elements[v].type, slot.get(p.filter_sql.get(v), 3)
             return sum(r[col] for r in rows if t is None or r[0] == t)
 
-        anchors, cover = [], 0.0
+        anchors, flat = [], 0.0
         for p in plans:
-            vars_ = P.anchors_of(p.query, lambda v, p=p: candidates(p, v))
+            vars_ = P.anchors_of(p.query, lambda v, p=p: count(p, v))
             anchors.append((" OR ".join(f"({p.element_test(v)})" for v in vars_), p.window))
-            cover += P.interval_cover(sum(candidates(p, v) for v in vars_), p.window, span)
-        what = "key range"
-        if p0.partition_column and mode != "always" and cover > P.FILTER_COVER:
-            cover = P.partitioned_cover(self.duck, p0.query.source, p0.key_sql, p0.partition_column, anchors)
-            what = "rows (per partition)"
-        if mode != "always" and cover > P.FILTER_COVER:
-            self.filtering = f"off: the anchors' intervals would cover about {min(cover, 1.0):.0%} of the {what}"
-            return None
-        name, candidates, n = E.register_intervals(self.duck, p0.query.source, p0.key_sql, p0.partition_column,
-                                                   anchors)
-        self.filtering = (f"{n:,} intervals around {candidates:,} anchor candidates" +
+            flat += P.interval_cover(sum(count(p, v) for v in vars_), p.window, span)
+        if mode != "always":
+            cover, what = P.anchor_cover(self.duck, p0.query.source, p0.key_sql, p0.partition_column, anchors,
+                                         min(flat, 1.0))
+            if cover > P.FILTER_COVER:
+                self.filtering = f"off: the anchors' intervals would cover about {cover:.0%} of the {what}"
+                return None
+        name, found, n = E.register_intervals(self.duck, p0.query.source, p0.key_sql, p0.partition_column, anchors)
+        self.filtering = (f"{n:,} intervals around {found:,} anchor candidates" +
                           (" (forced by SET matchrec_cer_filtering = always)" if mode == "always" else ""))
         return name
 

@@ -413,14 +413,8 @@ class Evaluator:
             for x in sizes[1:]:
                 packed *= base
                 packed += x
-            codes, freq = np.unique(packed, return_counts=True)
-            combos = []
-            for c in codes.tolist():
-                ms = []
-                for _ in sizes:
-                    c, m = divmod(c, base)
-                    ms.append(m)
-                combos.append(ms[::-1])
+            _, first, freq = np.unique(packed, return_index=True, return_counts=True)
+            combos = np.stack([x[first] for x in sizes], axis=1).tolist()
         else:
             rows_, freq = np.unique(np.stack(sizes, axis=1), axis=0, return_counts=True)
             combos = rows_.tolist()

@@ -709,14 +709,9 @@ def choose_filtering(plan: CerPlan, settings: CerSettings, duck: duckdb.DuckDBPy
     if settings.filtering == "always":
         plan.filtering, plan.filtering_reason = True, "forced (SET matchrec_cer_filtering = always)"
         return
-    # the share of the key range (of the rows, per partition) the intervals around the candidates could cover
-    cover = interval_cover(candidates, plan.window, st.key_span)
-    what = "key range"
-    if plan.partition_column and duck is not None and cover > FILTER_COVER:
-        test = " OR ".join(f"({plan.element_test(v)})" for v in plan.anchors)
-        cover = min(1.0, partitioned_cover(duck, plan.query.source, plan.key_sql, plan.partition_column,
-                                           [(test, plan.window)]))
-        what = "rows (per partition)"
+    test = " OR ".join(f"({plan.element_test(v)})" for v in plan.anchors)
+    cover, what = anchor_cover(duck, plan.query.source, plan.key_sql, plan.partition_column, [(test, plan.window)],
+                               interval_cover(candidates, plan.window, st.key_span))
     if cover > FILTER_COVER:
         plan.filtering = False
         plan.filtering_reason = f"the anchors' intervals would cover about {cover:.0%} of the {what}"
@@ -743,12 +738,23 @@ def interval_cover(candidates: float, window: int, span: int) -> float:
     return 1.0 if span <= 0 else min(1.0, candidates * (2 * window + 1) / span)
 
 
+def anchor_cover(duck: duckdb.DuckDBPyConnection | None, source: str, key_sql: str, partition_column: str | None,
+                 anchors: list[tuple[str, int]], flat: float) -> tuple[float, str]:
+    """(The share the intervals around the anchors' candidates could cover, of what), from ``flat``,
+    their cover of the whole key range. With PARTITION BY, when ``flat`` is too large to filter,
+    it is counted again per partition (``partitioned_cover``): over the whole key range a few
+    candidates in each of many partitions seem to cover everything, although each covers only its
+    own partition's rows."""
+    if partition_column and duck is not None and flat > FILTER_COVER:
+        return min(1.0, partitioned_cover(duck, source, key_sql, partition_column, anchors)), "rows (per partition)"
+    return flat, "key range"
+
+
 def partitioned_cover(duck: duckdb.DuckDBPyConnection, source: str, key_sql: str, partition_column: str,
                       anchors: list[tuple[str, int]]) -> float:
-    """With PARTITION BY, the share of the rows the intervals of each (anchor test, window) could
-    cover, summed over the anchors: per partition, ``interval_cover`` over the partition's own key
-    range, weighted by its rows. (Over the whole key range, a few candidates in each of many
-    partitions would seem to cover everything, although each covers only its own partition.)"""
+    """The share of the rows the intervals of each (anchor test, window) could cover, summed over
+    the anchors: per partition, ``interval_cover`` over the partition's own key range, weighted by
+    its rows."""
     if not anchors:
         return 0.0
     inner = ", ".join(f"count(*) FILTER (WHERE {t}) AS c{i}" for i, (t, _) in enumerate(anchors))
