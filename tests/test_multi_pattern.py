@@ -428,20 +428,27 @@ def test_slices_find_each_match_once_whatever_the_plan():
     types = rng.integers(0, 3, n)
     masks = [types == c for c in range(3)]
     stream = O.Stream(key, None, masks, 20)
-    units = [O.Unit(0, ["a", "b", "c"], [0, 1, 2], [], [], 20), O.Unit(1, ["a", "b"], [0, 1], [], [], 7)]
-    work = SH.Workload([SH.UnitModel(u.classes, [], u.window) for u in units])
+    odd = O.Cond(frozenset("ab"), lambda d: (d["a"] + d["b"]) % 3 != 0, lambda b: (b["a"] + b["b"]) % 3 != 0)
+    units = [O.Unit(0, ["a", "b", "c"], [0, 1, 2], [], [], 20), O.Unit(1, ["a", "b"], [0, 1], [], [], 7),
+             O.Unit(2, ["a", "b"], [0, 1], [odd], [], 9)]
+    work = SH.Workload([SH.UnitModel(u.classes, [SH.CondModel(frozenset({0, 1}), ("odd",))] if u.conds else [],
+                                     u.window) for u in units])
     counts = []
     for slices in (n, 100, 7):
-        sinks = [O.PatternSink(True, None, set()), O.PatternSink(True, None, set())]
+        sinks = [O.PatternSink(True, None, set()) for _ in units]
         ev = O.Evaluator(stream, units, sinks, block=64)
         for j, (q0, q1, lo, hi) in enumerate(stream.slices(slices)):
             orders = [tuple(np.random.default_rng(j).permutation(len(u.vars)).tolist()) for u in units]
-            roots = SH.build_nodes(work, SH.Plan(orders, [j % 3, 2]), units, ["A", "B", "C"])
+            roots = SH.build_nodes(work, SH.Plan(orders, [j % 3, 2, 2]), units, ["A", "B", "C"])
             ev.run(roots, lo, hi)
         counts.append([s.finish()[0] for s in sinks])
     ka, kb = key[masks[0]], key[masks[1]]
-    brute_ab = int(((kb[None, :] > ka[:, None]) & (kb[None, :] - ka[:, None] <= 7)).sum())
-    assert counts[0] == counts[1] == counts[2] and counts[0][1] == brute_ab
+    ra, rb = np.flatnonzero(masks[0]), np.flatnonzero(masks[1])
+    after = kb[None, :] > ka[:, None]
+    brute_ab = int((after & (kb[None, :] - ka[:, None] <= 7)).sum())
+    brute_odd = int((after & (kb[None, :] - ka[:, None] <= 9) & ((ra[:, None] + rb[None, :]) % 3 != 0)).sum())
+    # the leaves of these COUNT(*) units are counted, not built: with and without a condition
+    assert counts[0] == counts[1] == counts[2] and counts[0][1:] == [brute_ab, brute_odd]
 
 
 def test_drifting_rates_trigger_re_plans(con):

@@ -57,7 +57,7 @@ __all__ = ["ManyResult", "run_many"]
 
 SLICE_EVENTS = 20_000  # events per slice of the stream: rates re-estimated, plan searched again on a drift
 REPLAN_SHARE = 0.25  # a re-plan's budget, as a share of the group's (all re-plans: at most the budget)
-SECONDS_PER_COST = 5e-8  # evaluation seconds per unit of estimated plan cost (measured on bench.multi)
+SECONDS_PER_COST = 2.5e-8  # evaluation seconds per unit of estimated plan cost (measured on bench.multi)
 SEARCH_SHARE = 0.2  # the plan search takes at most this share of the start plan's expected evaluation time
 SEARCH_MIN = 0.02  # ... but at least this many seconds (within the caller's budget)
 DRIFT_MIN_EVENTS = 20  # a class with fewer candidates in both the slice and the plan's rates never drifts
@@ -407,8 +407,8 @@ class _Group:
         if type_ is None:
             m = np.ones(n, bool)
         else:
-            m = np.asarray(pc.fill_null(pc.equal(self.types, pa.scalar(type_, pa.string())), False).to_numpy(
-                zero_copy_only=False), bool) if n else np.zeros(0, bool)
+            codes, index = self.type_codes()
+            m = codes == index[type_] if type_ in index else np.zeros(n, bool)
         label = type_ if type_ is not None else "*"
         if filter_sql is not None:
             name = self.filter_cols[filter_sql]
@@ -420,6 +420,20 @@ class _Group:
         self.masks.append(m)
         self.class_labels.append(label)
         return got
+
+    def type_codes(self) -> tuple[np.ndarray, dict]:
+        """Each row's type as an integer code (-1: NULL) and the code of each type, found once: one
+        pass over the type column instead of one comparison of every row per class."""
+        got = getattr(self, "_type_codes", None)
+        if got is None or got[0] is not self.types:
+            enc = pc.dictionary_encode(self.types.combine_chunks()) if len(self.types) else None
+            if enc is None:
+                codes, index = np.zeros(0, np.int64), {}
+            else:
+                codes = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
+                index = {t: i for i, t in enumerate(enc.dictionary.to_pylist())}
+            got = self._type_codes = (self.types, codes, index)
+        return got[1], got[2]
 
     # ------------------------------------------------------------ patterns evaluated alone
     def evaluate_alone(self) -> None:
@@ -582,6 +596,7 @@ class _Group:
         n = stream.n
         sample = np.sort(rng.choice(n, min(n, P.SAMPLE_ROWS), replace=False)) if n else np.zeros(0, np.int64)
         cache: dict = {}
+        pools: dict = {}  # class -> its candidates among the sample, found once
         for unit, model in zip(units, models):
             for c, cm in zip(unit.conds, model.conds):
                 names = {p: f"{model.classes[p]}:{i}" for i, p in enumerate(sorted(cm.vars))}
@@ -590,7 +605,7 @@ class _Group:
                 if sel is None:
                     classes = {v: unit.classes[unit.vars.index(v)] for v in c.vars}
                     sel = cache[key] = SH.estimate_selectivity(stream, c, classes, unit.window, rng, sample,
-                                                               P.SAMPLE_TRIALS)
+                                                               P.SAMPLE_TRIALS, pools)
                 cm.sel = sel
 
     @staticmethod

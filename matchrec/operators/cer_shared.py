@@ -267,6 +267,7 @@ class Evaluator:
         self.sinks = sinks
         self.block = max(1, int(block))
         self.work = {"partial_matches": 0, "searches": 0, "candidates": 0, "matches": 0}
+        self._counted: dict = {}  # id(node) -> (node, whether its extensions are only counted)
 
     def run(self, roots: list, lo: int, hi: int) -> None:
         """Every match whose last event has a composite key in [lo, hi)."""
@@ -322,6 +323,10 @@ class Evaluator:
         counts[(pm.hi - pm.lo) > w] = 0  # the parent keeps a larger window than this node's units
         if not counts.any():
             return
+        counted = self.counted_leaf(node)
+        if counted and not node.conds:
+            self.count_ranges(node, pm, a, counts)
+            return
         live = np.flatnonzero(counts)
         if len(live) < len(counts):
             pm, a, counts = pm.take(live), a[live], counts[live]
@@ -339,11 +344,56 @@ class Evaluator:
             j = a[idx] + within
             if node.conds:
                 idx, j = self.survivors(node, pm, idx, rows[j], j)
-            if len(idx):
+            if counted:
+                if len(idx):
+                    late = (pm.hi[idx] < self.lo) & (ck[j] < self.lo)  # the match ends before this range
+                    self.add_counted(node, len(idx) - int(late.sum()))
+            elif len(idx):
                 new_ck = ck[j]
                 self.process(node, _PMs([r[idx] for r in pm.rows] + [rows[j]], np.minimum(pm.lo[idx], new_ck),
                                         np.maximum(pm.hi[idx], new_ck)))
             start = end
+
+    # ---------------------------------------------------------------- leaves counted
+    def counted_leaf(self, node: Node) -> bool:
+        """Whether ``node``'s extensions need only be counted: it has no children, and every unit it
+        finishes counts its matches (COUNT(*)) with nothing left to check on them - no negation, no
+        counted Kleene closure, no deduplication against another alternative, its pattern's window
+        the node's own. Its partial matches are then never built."""
+        got = self._counted.get(id(node))
+        if got is not None and got[0] is node:
+            return got[1]
+        s = self.s
+        counted = not node.children and bool(node.finishing)
+        for u, _ in node.finishing if counted else ():
+            unit = self.units[u]
+            sink = self.sinks[unit.pattern]
+            if (not sink.counting or frozenset(unit.vars) in sink.shared or unit.negs or unit.kleene
+                    or s.clamp(unit.window) != s.clamp(node.window)):
+                counted = False
+                break
+        self._counted[id(node)] = (node, counted)  # the node kept: a re-plan's new node may reuse an id
+        return counted
+
+    def add_counted(self, node: Node, n: int) -> None:
+        if n <= 0:
+            return
+        self.work["partial_matches"] += n
+        self.work["matches"] += n * len(node.finishing)
+        for u, _ in node.finishing:
+            self.sinks[self.units[u].pattern].add_count(n)
+
+    def count_ranges(self, node: Node, pm: _PMs, a: np.ndarray, counts: np.ndarray) -> None:
+        """A counted leaf without conditions: each partial match's candidate range is its number of
+        extensions, less the candidates before the slice when the match would end before it."""
+        ck = self.s.cks[node.cls]
+        self.work["candidates"] += int(counts.sum())
+        early = pm.hi < self.lo
+        if early.any():
+            first = int(np.searchsorted(ck, self.lo, "left"))
+            b = a + counts
+            counts = np.where(early, np.maximum(b - np.maximum(a, first), 0), counts)
+        self.add_counted(node, int(counts.sum()))
 
     @staticmethod
     def survivors(node: Node, pm: _PMs, idx: np.ndarray, new_rows: np.ndarray, j: np.ndarray):

@@ -487,7 +487,8 @@ def optimise(work: Workload, model: CostModel, start: Plan, *, share: bool, reor
     """The cheapest plan found from ``start`` within ``budget`` seconds. Without sharing the units
     are independent and each gets its best order alone (``best_order``). With sharing: simulated
     annealing from ``start`` for half the budget, then (with reordering) tabu search from the units'
-    best orders alone, sharing every common prefix, for the rest. Never costlier than ``start``."""
+    best orders alone, sharing every common prefix, for the rest (annealing then starts from the
+    cheaper of ``start`` and that plan). Never costlier than ``start``."""
     t0 = time.perf_counter()
     info = SearchInfo(budget=budget)
     best, best_cost = start, model.cost(start)
@@ -513,7 +514,10 @@ def optimise(work: Workload, model: CostModel, start: Plan, *, share: bool, reor
         cost = model.cost(second)
         if cost < best_cost:
             best, best_cost, info.method = second, cost, "best orders alone, shared"
-    for method, fn, origin in (("simulated annealing", _annealing, start), ("tabu search", _tabu, second)):
+    # Annealing starts from the cheaper of the two plans: from a much costlier start its moves are
+    # spent walking towards what the best orders alone already give.
+    first = best if reorder else start
+    for method, fn, origin in (("simulated annealing", _annealing, first), ("tabu search", _tabu, second)):
         left = budget - (time.perf_counter() - t0)
         if left <= 0:
             break
@@ -639,16 +643,21 @@ def walk(roots: list):
 
 # ---------------------------------------------------------------- selectivity from the stream
 def estimate_selectivity(stream: O.Stream, cond: O.Cond, classes: dict, window: int, rng: np.random.Generator,
-                         sample: np.ndarray, trials: int) -> float:
+                         sample: np.ndarray, trials: int, pools: dict | None = None) -> float:
     """The fraction of random bindings that satisfy ``cond``: the first variable's event drawn from
     ``sample`` (row numbers of a sample of the stream) among its class's candidates, each other
-    variable's from its class's candidates within the window of it (pairs a match could bind)."""
+    variable's from its class's candidates within the window of it (pairs a match could bind).
+    ``pools`` keeps each class's candidates among the sample between calls over one sample."""
     names = sorted(cond.vars)
     first = names[0]
     rows0 = stream.rows[classes[first]]
-    pool = np.intersect1d(sample, rows0, assume_unique=True)
-    if len(pool) == 0:
-        pool = rows0
+    pool = pools.get(classes[first]) if pools is not None else None
+    if pool is None:
+        pool = np.intersect1d(sample, rows0, assume_unique=True)
+        if len(pool) == 0:
+            pool = rows0
+        if pools is not None:
+            pools[classes[first]] = pool
     if len(pool) == 0:
         return 1.0
     anchor = pool[rng.integers(0, len(pool), trials)]
