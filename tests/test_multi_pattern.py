@@ -532,3 +532,19 @@ def test_a_partitioned_group_counts_the_rows_of_each_partition(con):
         assert t.equals(w)
     assert "intervals around 200 anchor candidates" in "\n".join(r.report), r.report
     assert r.stats["events_read"] < 200000 / 20 and want[0].column(0)[0].as_py() > 500 and want[1].num_rows > 0
+
+
+def test_the_group_read_keeps_exactly_the_rows_some_element_can_take(con):
+    # the types of unfiltered elements are read through one IN list, a filtered element's rows by its
+    # own test; rows of other types and of a NULL type are not read
+    con.cursor().execute("""CREATE TABLE kinds AS SELECT i AS ts, ['A', 'B', 'C', 'D', NULL][i % 5 + 1] AS type,
+        i * 1.0 AS price FROM range(60) t(i)""")
+    con.cursor().execute("SET matchrec_cer_filtering = never")
+    stmts = ["PATTERN SEQ(A a, B b) FROM kinds WITHIN 9 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, C c) FROM kinds WHERE c.price > 20 WITHIN 9 RETURN COUNT(*)"]
+    r = matchrec.run_many(con, stmts)
+    assert r.stats["events_read"] == 12 + 12 + 8  # A, B, and the C rows with price > 20
+    for t, s in zip(r.tables, stmts):
+        assert t.equals(alone(con, s))
+    r = matchrec.run_many(con, stmts + ["PATTERN SEQ(A a, B b) FROM kinds USE strict-contiguity WITHIN 9 RETURN COUNT(*)"])
+    assert r.stats["events_read"] == 60  # strict contiguity looks at every row

@@ -277,9 +277,9 @@ class _Group:
                 self.filter_cols.setdefault(sql, f"__g{len(self.filter_cols)}")
         cols += [f"{sql} AS {name}" for sql, name in self.filter_cols.items()]
         where = [f"{p0.key_sql} IS NOT NULL"]
-        tests = [plan.row_test() for plan in plans]
-        if all(t is not None for t in tests):
-            where.append("(" + " OR ".join(dict.fromkeys(f"({t})" for t in tests)) + ")")
+        test = P.rows_test(plans)
+        if test is not None:
+            where.append(f"({test})")
         body = f"SELECT {', '.join(cols)} FROM {p0.query.source} WHERE {' AND '.join(where)}"
         order = (["__part NULLS LAST"] if p0.partition_column else []) + ["__key"] + (["__rid"] if p0.rowid else [])
         pid = ", dense_rank() OVER (ORDER BY __part NULLS LAST) - 1 AS __pid" if p0.partition_column else ""

@@ -113,12 +113,31 @@ class CerPlan:
     def row_test(self) -> str | None:
         """SQL keeping the rows any element could take or be blocked by; None: every row counts
         (strict contiguity looks at all rows, and an element without type or filter takes any)."""
-        if self.query.strategy == "strict":
+        return rows_test([self])
+
+
+def rows_test(plans: list) -> str | None:
+    """SQL keeping the rows some element of some of ``plans`` (one type column) could take or be
+    blocked by; None: every row counts. The types of elements without a filter go into one IN list:
+    DuckDB scans it about ten times faster than the same equalities joined by OR (a workload of a
+    hundred statements has hundreds of them)."""
+    types: dict = {}
+    others: dict = {}
+    for plan in plans:
+        if plan.query.strategy == "strict":
             return None
-        tests = [self.element_test(v) for v in self.query.elements]
-        if "TRUE" in tests:
-            return None
-        return " OR ".join(f"({t})" for t in dict.fromkeys(tests))
+        for v, e in plan.query.elements.items():
+            if v in plan.filter_sql:
+                others[plan.element_test(v)] = None
+            elif e.type is None:
+                return None
+            else:
+                types[e.type] = None
+    parts = []
+    if types:
+        parts.append(f"{plans[0].type_sql} IN ({', '.join(sql_literal(t) for t in types)})")
+    parts += [f"({t})" for t in others]
+    return " OR ".join(parts) if parts else None
 
 
 # ---------------------------------------------------------------- resolution

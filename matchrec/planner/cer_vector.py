@@ -66,6 +66,8 @@ def compile_condition(e: S.Expr, resolve: Callable[[S.Col], str], columns: Vecto
         n = len(next(iter(b.values())))
         with np.errstate(all="ignore"):
             v, null = fn(b)
+            if null is None and isinstance(v, np.ndarray) and v.dtype == bool and v.shape == (n,):
+                return v  # a fresh comparison result: no copy needed
             out = np.broadcast_to(np.asarray(v).astype(bool), (n,))
             if null is not None:
                 out = out & ~np.broadcast_to(null, (n,))
