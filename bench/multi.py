@@ -137,7 +137,7 @@ def workload(n_patterns: int, dataset: str, seed: int, overlap: str = "prefix") 
     if overlap == "inner":
         return inner_workload(n_patterns, dataset, seed)
     rng = np.random.default_rng(seed)
-    _, type_col, prefix, attr, conds, thresholds = DATASETS[dataset]
+    prefix, _, conds, thresholds = DATASETS[dataset][2:]
     k = FREQUENT + MEDIUM + RARE
     names = [f"{prefix}{i:02d}" for i in range(k)]
     frequent, medium, rare = names[:FREQUENT], names[FREQUENT:FREQUENT + MEDIUM], names[FREQUENT + MEDIUM:]
@@ -169,26 +169,36 @@ def workload(n_patterns: int, dataset: str, seed: int, overlap: str = "prefix") 
                  for m, (j, d) in enumerate(base_conds[:len(types_i) - 1])]
         for j in range(len(base_types), len(types_i)):
             where.append(cond(vars_i[j - 1], vars_i[j])[1])
-        items = [f"{t} {v}" for t, v in zip(types_i, vars_i)]
-        extra = rng.random()
-        if extra < 0.12:  # a negation between two events, sometimes with a condition
-            at = int(rng.integers(1, len(items)))
-            items.insert(at, f"~{rng.choice(medium)} n")
-            if rng.random() < 0.5:
-                where.append(f"n.{attr} > {vars_i[at - 1]}.{attr}")
-        elif extra < 0.2:  # a Kleene closure of a rare type in the middle
-            at = int(rng.integers(1, len(items)))
-            items.insert(at, f"{rng.choice(rare)}+ k")
-        body = f"PATTERN SEQ({', '.join(items)}) FROM {dataset} TYPE {type_col} ORDER BY ts"
-        body += f" WHERE {' AND '.join(where)}" if where else ""
-        out.append(f"{body} WITHIN {WINDOW} RETURN COUNT(*)")
+        out.append(statement(rng, dataset, types_i, vars_i, where))
     return out
+
+
+def statement(rng, dataset: str, types: list, vars_: list, where: list) -> str:
+    """The PATTERN statement of a sequence of types with its conditions; about 12% get a negation
+    and 8% a Kleene closure of a rare type between two of its events."""
+    _, type_col, prefix, attr = DATASETS[dataset][:4]
+    medium = [f"{prefix}{i:02d}" for i in range(FREQUENT, FREQUENT + MEDIUM)]
+    rare = [f"{prefix}{i:02d}" for i in range(FREQUENT + MEDIUM, FREQUENT + MEDIUM + RARE)]
+    items = [f"{t} {v}" for t, v in zip(types, vars_)]
+    where = list(where)
+    extra = rng.random()
+    if extra < 0.12:  # a negation between two events, sometimes with a condition
+        at = int(rng.integers(1, len(items)))
+        items.insert(at, f"~{rng.choice(medium)} n")
+        if rng.random() < 0.5:
+            where.append(f"n.{attr} > {vars_[at - 1]}.{attr}")
+    elif extra < 0.2:  # a Kleene closure of a rare type in the middle
+        at = int(rng.integers(1, len(items)))
+        items.insert(at, f"{rng.choice(rare)}+ k")
+    body = f"PATTERN SEQ({', '.join(items)}) FROM {dataset} TYPE {type_col} ORDER BY ts"
+    body += f" WHERE {' AND '.join(where)}" if where else ""
+    return f"{body} WITHIN {WINDOW} RETURN COUNT(*)"
 
 
 def inner_workload(n_patterns: int, dataset: str, seed: int) -> list[str]:
     """Patterns holding one of n/8 common sub-patterns after events of their own (``--overlap inner``)."""
     rng = np.random.default_rng(seed)
-    _, type_col, prefix, attr, conds, thresholds = DATASETS[dataset]
+    prefix, _, conds, thresholds = DATASETS[dataset][2:]
     k = FREQUENT + MEDIUM + RARE
     names = [f"{prefix}{i:02d}" for i in range(k)]
     frequent, medium, rare = names[:FREQUENT], names[FREQUENT:FREQUENT + MEDIUM], names[FREQUENT + MEDIUM:]
@@ -221,19 +231,7 @@ def inner_workload(n_patterns: int, dataset: str, seed: int) -> list[str]:
             inside = before <= j - 1 and j < before + len(base_types)
             c, d = base_conds[j - 1 - before] if inside else cond()
             where.append(conds[c].format(a=vars_i[j - 1], b=vars_i[j], d=d, e=d / 4))
-        items = [f"{t} {v}" for t, v in zip(types_i, vars_i)]
-        extra = rng.random()
-        if extra < 0.12:  # a negation between two events, sometimes with a condition
-            at = int(rng.integers(1, len(items)))
-            items.insert(at, f"~{rng.choice(medium)} n")
-            if rng.random() < 0.5:
-                where.append(f"n.{attr} > {vars_i[at - 1]}.{attr}")
-        elif extra < 0.2:  # a Kleene closure of a rare type in the middle
-            at = int(rng.integers(1, len(items)))
-            items.insert(at, f"{rng.choice(rare)}+ k")
-        body = (f"PATTERN SEQ({', '.join(items)}) FROM {dataset} TYPE {type_col} ORDER BY ts "
-                f"WHERE {' AND '.join(where)}")
-        out.append(f"{body} WITHIN {WINDOW} RETURN COUNT(*)")
+        out.append(statement(rng, dataset, types_i, vars_i, where))
     return out
 
 
