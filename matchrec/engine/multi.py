@@ -345,6 +345,7 @@ class _Group:
         p0 = self.items[0].plan
         self.pid = table.column("__pid").to_numpy().astype(np.int64) if p0.partition_column and n else None
         self.types = table.column("__type")
+        self.codes, self.code_of = self.type_codes(self.types)
         self.classes: dict = {}  # (type, filter sql) -> id
         self.masks: list = []
         self.class_labels: list = []
@@ -407,8 +408,7 @@ class _Group:
         if type_ is None:
             m = np.ones(n, bool)
         else:
-            codes, index = self.type_codes()
-            m = codes == index[type_] if type_ in index else np.zeros(n, bool)
+            m = self.codes == self.code_of[type_] if type_ in self.code_of else np.zeros(n, bool)
         label = type_ if type_ is not None else "*"
         if filter_sql is not None:
             name = self.filter_cols[filter_sql]
@@ -421,19 +421,15 @@ class _Group:
         self.class_labels.append(label)
         return got
 
-    def type_codes(self) -> tuple[np.ndarray, dict]:
-        """Each row's type as an integer code (-1: NULL) and the code of each type, found once: one
-        pass over the type column instead of one comparison of every row per class."""
-        got = getattr(self, "_type_codes", None)
-        if got is None or got[0] is not self.types:
-            enc = pc.dictionary_encode(self.types.combine_chunks()) if len(self.types) else None
-            if enc is None:
-                codes, index = np.zeros(0, np.int64), {}
-            else:
-                codes = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
-                index = {t: i for i, t in enumerate(enc.dictionary.to_pylist())}
-            got = self._type_codes = (self.types, codes, index)
-        return got[1], got[2]
+    @staticmethod
+    def type_codes(types) -> tuple[np.ndarray, dict]:
+        """Each row's type as an integer code (-1: NULL) and the code of each type: one pass over the
+        type column instead of one comparison of every row per class."""
+        if not len(types):
+            return np.zeros(0, np.int64), {}
+        enc = pc.dictionary_encode(types.combine_chunks())
+        codes = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
+        return codes, {t: i for i, t in enumerate(enc.dictionary.to_pylist())}
 
     # ------------------------------------------------------------ patterns evaluated alone
     def evaluate_alone(self) -> None:
