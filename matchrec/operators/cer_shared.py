@@ -499,6 +499,7 @@ class Evaluator:
         if not g.linked:
             return counts == 0
         ok = np.ones(len(lo), bool)
+        read = set().union(*(c.vars for c in g.linked))  # only these elements' rows are gathered
         live = np.flatnonzero(counts)
         if not len(live):
             return ok
@@ -513,7 +514,7 @@ class Evaluator:
             idx = np.repeat(ids, cnt)
             within = np.arange(tot) - np.repeat(np.cumsum(cnt) - cnt, cnt)
             j = a[idx] + within
-            b_ = {v: r[idx] for v, r in zip(unit.vars, rows)}
+            b_ = {v: r[idx] for v, r in zip(unit.vars, rows) if v in read}
             b_[g.var] = crow[j]
             hit = np.ones(tot, bool)
             for c in g.linked:
