@@ -391,17 +391,31 @@ def test_sharing_lowers_the_estimated_cost_of_overlapping_patterns():
     assert info.cost <= model.cost(shared)
 
 
-def test_best_order_alone_is_the_cheapest_permutation():
+def test_a_search_stops_once_a_stretch_removes_less_evaluation_time_than_it_took():
+    pay = SH._Payoff(1e-3, budget=0.1)  # a unit of cost stands for 1 ms; stretches of 0.01 s
+    assert not pay.spent(0.0, 1000.0)
+    assert not pay.spent(0.005, 990.0)  # within the first stretch: not judged
+    assert not pay.spent(0.011, 980.0)  # 20 units = 20 ms won in 11 ms: go on
+    assert not pay.spent(0.015, 975.0)
+    assert pay.spent(0.022, 972.0)  # 8 units = 8 ms won in 11 ms: stop
+    free = SH._Payoff(0.0, budget=0.1)  # no price of cost: never stops by payoff
+    assert not any(free.spent(t, 1000.0) for t in (0.0, 0.5, 1.0))
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 7])
+def test_best_order_alone_is_the_cheapest_permutation(size):
     import itertools
-    work = synthetic_workload(12, 5, 6, seed=9)
-    model = SH.CostModel(work, SH.Rates([float(7 ** c) for c in range(6)], 36000.0))
+    work = synthetic_workload(12, size, 6, seed=9 + size)
+    model = SH.CostModel(work, SH.Rates([float(7 ** c) for c in range(6)], 3600.0))
     for u, unit in enumerate(work.units):
         w = unit.window
 
         def cost(order):
             return sum(model.node_cost(u, order[:k], w, w) for k in range(1, len(order) + 1))
-        best = min(itertools.permutations(range(5)), key=cost)
-        assert cost(SH.best_order(work, model, u)) == pytest.approx(cost(best))
+        best = min(itertools.permutations(range(size)), key=cost)
+        got = SH.best_order(work, model, u)
+        assert sorted(got) == list(range(size))
+        assert cost(got) == pytest.approx(cost(best))
 
 
 def test_canonical_forms():

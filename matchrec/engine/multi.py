@@ -496,7 +496,8 @@ class _Group:
         model = SH.CostModel(work, rates)
         start = SH.start_plan(work, model, share=r.share, reorder=r.reorder)
         plan, info = SH.optimise(work, model, start, share=r.share, reorder=r.reorder,
-                                 budget=self.search_budget(model.cost(start) * scale, self.budget))
+                                 budget=self.search_budget(model.cost(start) * scale, self.budget),
+                                 seconds_per_cost=SECONDS_PER_COST * scale)
         r.stats["optimiser_seconds"] += info.seconds
         r.stats["start_cost"] += info.start_cost
         r.stats["cost"] += info.cost
@@ -520,10 +521,10 @@ class _Group:
                         model = SH.CostModel(work, now)
                         greedy = SH.start_plan(work, model, share=r.share, reorder=True)
                         begin = plan if model.cost(plan) <= model.cost(greedy) else greedy
-                        left = self.search_budget(model.cost(begin) * (stream.n - sl[0]) / max(1, sl[1] - sl[0]),
-                                                  min(allowance, self.budget * REPLAN_SHARE))
+                        ahead = (stream.n - sl[0]) / max(1, sl[1] - sl[0])  # the rest of the stream in slices
+                        left = self.search_budget(model.cost(begin) * ahead, min(allowance, self.budget * REPLAN_SHARE))
                         plan, info2 = SH.optimise(work, model, begin, share=r.share, reorder=True, budget=left,
-                                                  seed=n)
+                                                  seed=n, seconds_per_cost=SECONDS_PER_COST * ahead)
                         allowance -= info2.seconds
                         r.stats["optimiser_seconds"] += info2.seconds
                         roots = SH.build_nodes(work, plan, units, self.class_labels)

@@ -40,6 +40,7 @@ CANDIDATE_COST = 1.0  # per candidate a node examines (gathered, conditions eval
 NODE_COST = 300.0  # per node: the fixed cost of one batch step, in partial matches
 EXACT_MAX = 9  # units up to this many elements get their best order alone by dynamic programming
 PATIENCE = 100  # moves without a better plan (plus 10 per unit) after which a search stops before its budget
+PAYOFF_STRETCH = 0.002  # seconds: the shortest stretch of moves ``_Payoff`` judges
 
 
 # ---------------------------------------------------------------- canonical texts
@@ -302,26 +303,57 @@ def greedy_order(work: Workload, model: CostModel, u: int) -> tuple:
 def best_order(work: Workload, model: CostModel, u: int) -> tuple:
     """The order of unit ``u`` alone (nothing shared) of least cost: dynamic programming over the
     sets of bound elements (a node's cost depends on its set, its parent's set and its last
-    element); the greedy order for units of more than ``EXACT_MAX`` elements."""
-    k = len(work.units[u].classes)
+    element); the greedy order for units of more than ``EXACT_MAX`` elements. The costs are
+    ``CostModel.node_cost``'s, computed per set of elements once (a workload's start plan runs this
+    for every unit, so it must not go through the model's per-prefix caches)."""
+    unit = work.units[u]
+    k = len(unit.classes)
     if k > EXACT_MAX:
         return greedy_order(work, model, u)
-    w = work.units[u].window
-    best: dict = {0: (0.0, ())}
-    for mask in range(1 << k):
-        got = best.get(mask)
-        if got is None:
-            continue
-        c, order = got
+    full = 1 << k
+    span = model.span
+    reach = min(float(unit.window), span)  # a node's partial matches scale with reach^(size-1)
+    n = [model.counts[c] for c in unit.classes]
+    conds = [(c.mask, c.sel) for c in unit.conds]
+    pm = [0.0] * full  # partial matches of a node binding the set
+    size = [0] * full
+    for mask in range(1, full):
+        low = mask & -mask
+        rest = mask ^ low
+        size[mask] = size[rest] + 1
+        value = n[low.bit_length() - 1]
         for p in range(k):
-            if mask >> p & 1:
+            if rest >> p & 1:
+                value *= n[p] / span
+        value /= math.factorial(size[mask] - 1)
+        for cm, sel in conds:
+            if cm & mask == cm:
+                value *= sel
+        pm[mask] = value * reach ** (size[mask] - 1)
+    best: list = [None] * full
+    best[0] = (0.0, ())
+    for mask in range(1, full):
+        choice = None
+        # Sources in ascending order of their set, ties kept by the first: the order found does not
+        # depend on how the sets are walked.
+        for p in range(k - 1, -1, -1):
+            bit = 1 << p
+            if not mask & bit:
                 continue
-            prefix = order + (p,)
-            nc = c + model.node_cost(u, prefix, w, w)
-            m2 = mask | 1 << p
-            if m2 not in best or nc < best[m2][0]:
-                best[m2] = (nc, prefix)
-    return best[(1 << k) - 1][1]
+            c0, order = best[mask ^ bit]
+            if size[mask] == 1:
+                step = NODE_COST + ROOT_COST * n[p]
+            else:
+                new = 1.0
+                for cm, sel in conds:
+                    if cm & bit and cm & mask == cm:
+                        new *= sel
+                step = NODE_COST + SEARCH_COST * pm[mask ^ bit] + CANDIDATE_COST * pm[mask] / max(new, 1e-9)
+            c = c0 + step
+            if choice is None or c < choice[0]:
+                choice = (c, order + (p,))
+        best[mask] = choice
+    return best[full - 1][1]
 
 
 def start_plan(work: Workload, model: CostModel, *, share: bool, reorder: bool) -> Plan:
@@ -483,12 +515,14 @@ class _Moves:
 
 
 def optimise(work: Workload, model: CostModel, start: Plan, *, share: bool, reorder: bool, budget: float,
-             seed: int = 0) -> tuple[Plan, SearchInfo]:
+             seed: int = 0, seconds_per_cost: float = 0.0) -> tuple[Plan, SearchInfo]:
     """The cheapest plan found from ``start`` within ``budget`` seconds. Without sharing the units
     are independent and each gets its best order alone (``best_order``). With sharing: simulated
     annealing from ``start`` for half the budget, then (with reordering) tabu search from the units'
     best orders alone, sharing every common prefix, for the rest (annealing then starts from the
-    cheaper of ``start`` and that plan). Never costlier than ``start``."""
+    cheaper of ``start`` and that plan). Never costlier than ``start``. With ``seconds_per_cost`` (the
+    evaluation time a unit of cost stands for) a search also stops once a stretch of its moves has
+    removed less evaluation time than the stretch took (``_Payoff``)."""
     t0 = time.perf_counter()
     info = SearchInfo(budget=budget)
     best, best_cost = start, model.cost(start)
@@ -521,7 +555,8 @@ def optimise(work: Workload, model: CostModel, start: Plan, *, share: bool, reor
         left = budget - (time.perf_counter() - t0)
         if left <= 0:
             break
-        plan, steps = fn(model, moves, origin, left / 2 if method != "tabu search" else left)
+        plan, steps = fn(model, moves, origin, left / 2 if method != "tabu search" else left,
+                         _Payoff(seconds_per_cost, budget))
         cost = model.cost(plan)  # from scratch: the incremental total only guided the search
         info.details.append((method, cost, steps))
         if cost < best_cost:
@@ -531,7 +566,33 @@ def optimise(work: Workload, model: CostModel, start: Plan, *, share: bool, reor
     return best, info
 
 
-def _annealing(model: CostModel, moves: _Moves, start: Plan, seconds: float):
+class _Payoff:
+    """Whether a search still pays: it stops once a stretch of its moves (a tenth of the budget, at
+    least ``PAYOFF_STRETCH`` seconds) has lowered the best cost by less evaluation time than the
+    stretch took. Without a price of cost (``seconds_per_cost`` 0) only the budget and the patience
+    stop it."""
+
+    def __init__(self, seconds_per_cost: float, budget: float):
+        self.rate = seconds_per_cost
+        self.stretch = max(PAYOFF_STRETCH, budget / 10)
+        self.mark: tuple | None = None
+
+    def spent(self, now: float, best_cost: float) -> bool:
+        if self.rate <= 0:
+            return False
+        if self.mark is None:
+            self.mark = (now, best_cost)
+            return False
+        t, c = self.mark
+        if now - t < self.stretch:
+            return False
+        if (c - best_cost) * self.rate < now - t:
+            return True
+        self.mark = (now, best_cost)
+        return False
+
+
+def _annealing(model: CostModel, moves: _Moves, start: Plan, seconds: float, payoff: _Payoff):
     t_start = time.perf_counter()
     t_end = t_start + seconds
     state = _State(model, start)
@@ -543,7 +604,7 @@ def _annealing(model: CostModel, moves: _Moves, start: Plan, seconds: float):
     rng = moves.rng
     while since < patience:
         now = time.perf_counter()
-        if now >= t_end:
+        if now >= t_end or payoff.spent(now, best_cost):
             break
         mv = moves.neighbour(state.plan)
         steps += 1
@@ -565,14 +626,18 @@ def _annealing(model: CostModel, moves: _Moves, start: Plan, seconds: float):
     return best, steps
 
 
-def _tabu(model: CostModel, moves: _Moves, start: Plan, seconds: float, sample: int = 16, tenure: int = 8):
+def _tabu(model: CostModel, moves: _Moves, start: Plan, seconds: float, payoff: _Payoff, sample: int = 16,
+          tenure: int = 8):
     t_end = time.perf_counter() + seconds
     state = _State(model, start)
     best, best_cost = state.plan.copy(), state.total
     tabu: deque = deque(maxlen=tenure)
     patience = max(10, (PATIENCE + 10 * len(moves.work.units)) // sample)
     steps = since = 0
-    while since < patience and time.perf_counter() < t_end:
+    while since < patience:
+        now = time.perf_counter()
+        if now >= t_end or payoff.spent(now, best_cost):
+            break
         chosen = None
         for _ in range(sample):
             mv = moves.neighbour(state.plan)
