@@ -480,6 +480,20 @@ def test_drifting_rates_trigger_re_plans(con):
         assert t.equals(alone(con, s))
 
 
+def test_a_drift_that_leaves_the_best_plan_as_it_is_keeps_the_plan(con):
+    # B's rate changes sixfold halfway, but A stays the rarest and C the most frequent: the same orders
+    con.cursor().execute("""CREATE TABLE steady AS SELECT i AS ts,
+        CASE WHEN i % 40 = 0 THEN 'A' WHEN (i < 3000 AND i % 12 = 1) OR (i >= 3000 AND i % 2 = 1) THEN 'B'
+             ELSE 'C' END AS type, (i * 13 % 17) AS price FROM range(6000) t(i)""")
+    stmts = ["PATTERN SEQ(A a, B b, C c) FROM steady WHERE c.price > a.price WITHIN 12 RETURN COUNT(*)",
+             "PATTERN SEQ(C c, B b, A a) FROM steady WITHIN 8 RETURN COUNT(*)"]
+    r = matchrec.run_many(con, stmts, slice_events=1000, budget=0.2)
+    text = "\n".join(r.report)
+    assert r.stats["replans"] == 0 and "searches after a drift kept the plan" in text, text
+    for t, s in zip(r.tables, stmts):
+        assert t.equals(alone(con, s))
+
+
 def test_kleene_closures_between_two_events_are_counted_in_the_shared_pass(ticks):
     stmts = ["PATTERN SEQ(A a, B+ k, C c) FROM ticks WHERE c.price > a.price WITHIN 30 RETURN COUNT(*)",
              "PATTERN SEQ(A x, B+{2,3} k, C y, ~D n, A z) FROM ticks WHERE y.price > x.price WITHIN 40 RETURN COUNT(*)",

@@ -29,7 +29,10 @@ How a workload runs
     ``planner.cer.RATE_CHANGE``. A slice finds the matches whose last event lies in it, so every
     match is found once whatever the plan; consecutive slices under one plan are evaluated as one
     range. The plan search gets at most ``SEARCH_SHARE`` of the time the plan it starts from is
-    expected to take: it can only save part of that time.
+    expected to take: it can only save part of that time. After a drift that time is the
+    evaluation of as many slices as the plan before lasted (no search when that share is below
+    ``SEARCH_MIN``: the cheaper of the plan and the greedy one), and the new plan is taken only
+    when it saves more than ending the current range costs (each node's batch step once more).
   * Each query's result is built by ``engine.cer.build_result`` from its matches and the read
     table, then handed through DuckDB as the cursor does, so types and values are the same.
 """
@@ -504,8 +507,9 @@ class _Group:
         roots = SH.build_nodes(work, plan, units, self.class_labels)
         self.describe(items, units, work, plan, info, roots, slices)
         ev = O.Evaluator(stream, units, sinks)
-        replans = skipped = 0
-        plan_rates = rates
+        replans = skipped = kept = 0
+        plan_rates, planned_at = rates, 0
+        size = len(list(SH.walk(roots)))
         allowance = self.budget  # the re-plans together take at most the budget once more
         pending = None  # consecutive slices under one plan run as one range (fewer, larger batch steps)
         for n, sl in enumerate(slices):
@@ -515,29 +519,47 @@ class _Group:
                     if allowance <= 0:
                         skipped += 1
                     else:
-                        if pending is not None:
-                            ev.run(roots, *pending)
-                            pending = None
+                        t_plan = time.perf_counter()
                         model = SH.CostModel(work, now)
                         greedy = SH.start_plan(work, model, share=r.share, reorder=True)
-                        begin = plan if model.cost(plan) <= model.cost(greedy) else greedy
-                        ahead = (stream.n - sl[0]) / max(1, sl[1] - sl[0])  # the rest of the stream in slices
-                        left = self.search_budget(model.cost(begin) * ahead, min(allowance, self.budget * REPLAN_SHARE))
-                        plan, info2 = SH.optimise(work, model, begin, share=r.share, reorder=True, budget=left,
-                                                  seed=n, seconds_per_cost=SECONDS_PER_COST * ahead)
-                        allowance -= info2.seconds
-                        r.stats["optimiser_seconds"] += info2.seconds
-                        roots = SH.build_nodes(work, plan, units, self.class_labels)
-                        plan_rates = now
-                        replans += 1
+                        held, other = model.cost(plan), model.cost(greedy)
+                        begin, found_cost = (plan, held) if held <= other else (greedy, other)
+                        # A re-plan is expected to hold as long as the plan before it did (rates that
+                        # drifted once drift again), so its search is worth that many slices' evaluation,
+                        # not the rest of the stream's.
+                        ahead = min(n - planned_at, len(slices) - n)
+                        worth = SEARCH_SHARE * found_cost * ahead * SECONDS_PER_COST
+                        found = begin
+                        if worth >= SEARCH_MIN:  # else no search: the cheaper of the plan and the greedy one
+                            left = min(worth, allowance, self.budget * REPLAN_SHARE)
+                            found, info2 = SH.optimise(work, model, begin, share=r.share, reorder=True, budget=left,
+                                                       seed=n, seconds_per_cost=SECONDS_PER_COST * ahead)
+                            found_cost = info2.cost
+                        spent = time.perf_counter() - t_plan  # the whole decision, not only the search
+                        allowance -= spent
+                        r.stats["optimiser_seconds"] += spent
+                        plan_rates, planned_at = now, n
+                        # A new plan ends the range evaluated so far: every node then runs once more.
+                        # It is taken only when it saves more than that over the slices it should hold.
+                        if (held - found_cost) * ahead > SH.NODE_COST * size:
+                            if pending is not None:
+                                ev.run(roots, *pending)
+                                pending = None
+                            plan = found
+                            roots = SH.build_nodes(work, plan, units, self.class_labels)
+                            size = len(list(SH.walk(roots)))
+                            replans += 1
+                        else:
+                            kept += 1
             pending = (pending[0], sl[3]) if pending is not None else (sl[2], sl[3])
         if pending is not None:
             ev.run(roots, *pending)
         r.stats["replans"] += replans
         if len(slices) > 1:
+            more = [f"{kept} searches after a drift kept the plan (too little to gain)"] if kept else []
+            more += [f"{skipped} more drifts after the re-planning budget was spent"] if skipped else []
             self.lines.append(f"  {len(slices)} slices of about {r.slice_events:,} events; re-plans after a rate "
-                              f"drift: {replans}" + (f" ({skipped} more drifts after the re-planning budget was spent)"
-                                                     if skipped else ""))
+                              f"drift: {replans}" + (f" ({'; '.join(more)})" if more else ""))
         w = ev.work
         r.stats["partial_matches"] += w["partial_matches"]
         r.stats["candidates"] += w["candidates"]

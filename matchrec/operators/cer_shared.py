@@ -345,8 +345,9 @@ class Evaluator:
             tot = int(cum[end - 1]) - base
             self.work["candidates"] += tot
             idx = np.repeat(np.arange(start, end), cnt)
-            within = np.arange(tot) - np.repeat(cum[start:end] - cnt - base, cnt)
-            j = a[idx] + within
+            # candidate positions: each range's start, less where its run begins, plus the run position
+            j = np.repeat(a[start:end] - (cum[start:end] - cnt - base), cnt)
+            j += np.arange(tot)
             if node.conds:
                 idx, j = self.survivors(node, pm, idx, rows[j], j)
             if counted:
@@ -512,8 +513,8 @@ class Evaluator:
             cnt = counts[ids]
             tot = int(cnt.sum())
             idx = np.repeat(ids, cnt)
-            within = np.arange(tot) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-            j = a[idx] + within
+            j = np.repeat(a[ids] - (np.cumsum(cnt) - cnt), cnt)
+            j += np.arange(tot)
             b_ = {v: r[idx] for v, r in zip(unit.vars, rows) if v in read}
             b_[g.var] = crow[j]
             hit = np.ones(tot, bool)
