@@ -408,7 +408,8 @@ class Evaluator:
         reads are gathered, and only for those survivors: the others are gathered once, afterwards."""
         new = len(pm.rows)  # the slot the node binds
         cols = {new: new_rows}
-        for cond, slots in node.conds:
+        last = len(node.conds) - 1
+        for n, (cond, slots) in enumerate(node.conds):
             b = {}
             for v, slot in slots.items():
                 c = cols.get(slot)
@@ -418,9 +419,10 @@ class Evaluator:
             keep = cond.holds(b)
             if not keep.all():
                 idx, j = idx[keep], j[keep]
-                cols = {slot: c[keep] for slot, c in cols.items()}
                 if not len(idx):
                     break
+                if n < last:  # the gathered columns serve the next conditions only
+                    cols = {slot: c[keep] for slot, c in cols.items()}
         return idx, j
 
     # ---------------------------------------------------------------- complete matches
