@@ -505,7 +505,8 @@ def main(argv=None) -> int:
              "(variants; see bench/multi.py)",
              "- events/s: the stream's events over the wall time of `run_many` (parse, read, plan, optimiser, "
              "matching, results); every mode returned the same tables; 'one by one (cursor)' runs the statements "
-             f"through a cursor (the single-statement engine: lazy chain, rarest first) for workloads up to "
+             f"through a cursor (the single-statement engine's own choice: the batch operator, rcep for a Kleene "
+             f"closure) for workloads up to "
              f"{args.alone_max} patterns, and its tables are equal too", ""]
     summaries = {}
     for name, n, replan in (("stock", n_stock, None), ("traffic", n_traffic, args.replan)):

@@ -419,7 +419,7 @@ def _differential(con, seed: int, cases: int) -> int:
         _load(con, case)
         cur = con.cursor()
         cur.execute(f"SET matchrec_cer_filtering = {rng.choice(['auto', 'always', 'never'])}")
-        forced = ["auto", "eager", "chain", "tree"] + (["rcep"] if case.strategy == "any" else [])
+        forced = ["auto", "eager", "chain", "tree"] + (["rcep", "batch"] if case.strategy == "any" else [])
         cur.execute(f"SET matchrec_cer_mechanism = {rng.choice(forced)}")
         expected = case.expected()
         got = _got(con, case)
@@ -522,7 +522,10 @@ def test_explain_shows_the_plan(con):
     assert "events 3000; per type" in text and "a 5" in text or "a 6" in text
     assert "filter selectivity" in text and 'DuckDB: coalesce(("x" > 4), FALSE)' in text
     assert "condition z.x > y.x: selectivity" in text
-    assert "mechanism chain, order y, x, z: stable event rates" in text
+    assert "mechanism batch: skip-till-any-match: batch operator" in text
+    con.cursor().execute("SET matchrec_cer_mechanism = chain")  # rarest element first
+    text = explain(con, "EXPLAIN PATTERN SEQ(b x, a y, c z) FROM sparse WHERE x.x > 4 AND z.x > y.x WITHIN 12")
+    assert "mechanism chain, order y, x, z: forced by SET matchrec_cer_mechanism" in text
 
 
 def test_mechanism_choice(con):
@@ -530,11 +533,16 @@ def test_mechanism_choice(con):
     assert "mechanism rcep" in explain(con, "EXPLAIN PATTERN SEQ(a x, b+ y) FROM sparse WITHIN 9")
     assert "mechanism eager" in explain(con, "EXPLAIN PATTERN SEQ(a x, b y) FROM sparse USE skip-till-next-match")
     assert "mechanism eager" in explain(con, "EXPLAIN PATTERN SEQ(a x, b y) FROM sparse USE strict-contiguity")
-    # a type whose rate changes between the halves of the stream: tree
+    # a type whose rate changes between the halves of the stream: the batch operator, told so
     con.cursor().execute("CREATE TABLE drift AS SELECT i AS ts, CASE WHEN i < 500 AND i % 2 = 0 THEN 'a' "
                          "WHEN i % 10 = 0 THEN 'a' ELSE 'b' END AS type FROM range(1000) r(i)")
     text = explain(con, "EXPLAIN PATTERN SEQ(a x, b y) FROM drift WITHIN 3")
-    assert "mechanism tree" in text and "rates vary over time (a: 250 then 50)" in text
+    assert "mechanism batch" in text and "rates vary over time (a: 250 then 50)" in text
+    # AND: the NFAs search it as one partial order (the batch operator would take its permutations)
+    text = explain(con, "EXPLAIN PATTERN AND(a x, b y) FROM drift WITHIN 3")
+    assert "mechanism tree, order x, y: AND, event rates vary" in text
+    text = explain(con, "EXPLAIN PATTERN SEQ(a x, AND(b y, c z)) FROM sparse WITHIN 9")
+    assert "mechanism chain, order " in text and ": AND, stable event rates: lazy chain NFA" in text
     cur = con.cursor()
     cur.execute("SET matchrec_cer_mechanism = eager")
     text = explain(con, "EXPLAIN PATTERN SEQ(a x, b y) FROM drift WITHIN 3")
@@ -549,6 +557,22 @@ def test_forcing_a_mechanism_that_does_not_support_the_pattern(con):
     con.cursor().execute("SET matchrec_cer_mechanism = rcep")
     with pytest.raises(matchrec.NotSupportedError, match="matchrec_cer_mechanism = rcep: .*skip-till-any-match"):
         con.cursor().execute("PATTERN SEQ(a x, b+ y) FROM sparse USE skip-till-next-match WITHIN 9")
+    con.cursor().execute("SET matchrec_cer_mechanism = batch")
+    with pytest.raises(matchrec.NotSupportedError, match="= batch: .*skip-till-any-match only, not strict"):
+        con.cursor().execute("PATTERN SEQ(a x, b y) FROM sparse USE strict-contiguity WITHIN 9")
+
+
+def test_the_batch_operator_reports_its_plan_and_matches_as_the_nfas_do(con):
+    _sparse(con)
+    q = "PATTERN SEQ(b x, a y, ~b n, c z) FROM sparse WHERE x.x > 2 AND z.x > y.x WITHIN 40"
+    text = explain(con, "EXPLAIN ANALYZE " + q)
+    assert "mechanism batch" in text and "batch operator: 1 pattern(s) as 1 unit(s)" in text, text
+    assert "statement 0: order " in text and "evaluation: " in text and "partial matches" in text, text
+    got = rows(con, q + " RETURN x.ts, y.ts, z.ts")
+    assert got and rows(con, q + " RETURN COUNT(*)") == [(len(got),)]
+    for name in ("chain", "tree", "eager"):
+        con.cursor().execute(f"SET matchrec_cer_mechanism = {name}")
+        assert rows(con, q + " RETURN x.ts, y.ts, z.ts") == got, name
 
 
 def test_explain_analyze_reports_reading_and_matches(con):

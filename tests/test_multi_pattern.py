@@ -174,7 +174,20 @@ class Workload:
 
 
 def alone(con, sql):
-    return con.cursor().execute(sql).fetch_arrow_table()
+    """The statement through a cursor, evaluated by the NFA mechanisms (lazy chain, recomputation for
+    Kleene closures, eager NFA), not by the batch operator the cursor picks by default: that is
+    the shared operator ``run_many`` uses, so it would not be an independent reference."""
+    cur = con.cursor()
+    try:
+        for name in ("chain", "rcep", "eager"):
+            cur.execute(f"SET matchrec_cer_mechanism = {name}")
+            try:
+                return cur.execute(sql).fetch_arrow_table()
+            except matchrec.NotSupportedError as err:
+                if "matchrec_cer_mechanism" not in str(err) or name == "eager":
+                    raise
+    finally:
+        cur.execute("SET matchrec_cer_mechanism = auto")
 
 
 def in_every_mode(con, stmts: list, budget: float):

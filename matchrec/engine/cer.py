@@ -103,7 +103,7 @@ def execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSet
     m = mechanisms()
     started = time.perf_counter()
     plan = P.plan_query(duck, query, settings, m)
-    plan.mechanism_source = getattr(m, "label", "")
+    plan.mechanism_source = getattr(m, "label", "") if plan.mechanism != "batch" else ""
     run = CerRun(plan)
     run.info["plan_seconds"] = time.perf_counter() - started
     if query.explain == "explain":
@@ -113,16 +113,23 @@ def execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSet
     table = read_events(duck, plan, run.info)
     run.info["read_seconds"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    events, pattern = build_pattern(plan, table)
-    opts = {"order": plan.order} if plan.order is not None else {}
-    opts["max_partial"] = settings.max_partial_matches
+    if plan.mechanism == "batch":
+        from matchrec.engine import multi  # the batch operator's preparation is run_many's, one statement
+
+        n, matches, run.info["batch"] = multi.evaluate_read(duck, settings, plan, table)
+    else:
+        events, pattern = build_pattern(plan, table)
+        opts = {"order": plan.order} if plan.order is not None else {}
+        opts["max_partial"] = settings.max_partial_matches
+        if query.returns == "count":
+            n = m.count(plan.mechanism, pattern, events, **opts) if len(events) else 0
+        else:
+            matches = m.run(plan.mechanism, pattern, events, max_matches=settings.max_matches, **opts) \
+                if len(events) else []
     if query.returns == "count":
-        n = m.count(plan.mechanism, pattern, events, **opts) if len(events) else 0
         run.info["matches"] = n
         result = pa.table({"count": pa.array([n], pa.int64())})
     else:
-        matches = m.run(plan.mechanism, pattern, events, max_matches=settings.max_matches, **opts) \
-            if len(events) else []
         if len(matches) > settings.max_matches:
             raise OperationalError(f"The pattern has more than {settings.max_matches} matches; raise SET "
                                    f"matchrec_cer_max_matches, or RETURN COUNT(*) to count them without keeping them")
@@ -372,4 +379,5 @@ def explain_text(run: CerRun) -> str:
             lines.append(f"  {info['anchor_candidates']} anchor candidates -> {info['intervals']} intervals")
         lines.append(f"  plan {info.get('plan_seconds', 0):.3f} s, read {info.get('read_seconds', 0):.3f} s, "
                      f"match {info.get('match_seconds', 0):.3f} s, output {info.get('output_seconds', 0):.3f} s")
+        lines += ["  " + x.replace("shared operator:", "batch operator:", 1) for x in info.get("batch", [])]
     return "\n".join(lines)

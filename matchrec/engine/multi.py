@@ -56,7 +56,7 @@ from matchrec.planner import cer as P
 from matchrec.planner import sharing as SH
 from matchrec.planner.cer_vector import VectorColumns, compile_condition
 
-__all__ = ["ManyResult", "run_many"]
+__all__ = ["ManyResult", "run_many", "evaluate_read"]
 
 SLICE_EVENTS = 20_000  # events per slice of the stream: rates re-estimated, plan searched again on a drift
 REPLAN_SHARE = 0.25  # a re-plan's budget, as a share of the group's (all re-plans: at most the budget)
@@ -96,8 +96,9 @@ def run_many(con, statements: list[str], *, share: bool = True, reorder: bool = 
     sub-patterns, ``reorder`` lets the planner choose each pattern's evaluation order (otherwise
     elements are bound in the order written), ``budget`` bounds the plan search in seconds (a
     search also stops at ``SEARCH_SHARE`` of the evaluation time it expects), ``slice_events`` the
-    events per slice of the stream between checks for drifting rates (default ``SLICE_EVENTS``). A failing statement raises its error, as it would alone; a statement
-    without a result (SET, RESET) gets an empty table.
+    events per slice of the stream between checks for drifting rates (default ``SLICE_EVENTS``).
+    A failing statement raises its error, as it would alone; a statement without a result (SET,
+    RESET) gets an empty table.
     """
     t0 = time.perf_counter()
     statements = list(statements)
@@ -137,8 +138,10 @@ class _Item:
 
 
 class _Run:
-    def __init__(self, con, share: bool, reorder: bool, budget: float, slice_events: int):
-        self.con = con
+    def __init__(self, con, share: bool, reorder: bool, budget: float, slice_events: int, *, duck=None,
+                 settings: P.CerSettings | None = None):
+        self.con = con  # None for one statement the cursor has read (``evaluate_read``): ``duck``, ``settings``
+        self._fixed = (duck, settings)
         self.share, self.reorder, self.budget, self.slice_events = share, reorder, budget, slice_events
         self.report: list[str] = []
         self.grouped: set = set()
@@ -148,6 +151,10 @@ class _Run:
         self._schemas: dict = {}
         self._count_schema: pa.Schema | None = None
         self.table_of: dict = {}  # id(item) -> the table its matches' rows index
+
+    def duck_and_settings(self) -> tuple:
+        """The DuckDB connection and CER settings now (a SET between two groups changes them)."""
+        return self._fixed if self.con is None else (self.con._duck, self.con.cer_settings)
 
     # ------------------------------------------------------------ classification
     def kind(self, sql: str) -> str:
@@ -229,8 +236,7 @@ class _Group:
 
     def __init__(self, run: _Run, items: list, budget: float):
         self.run_, self.items, self.budget = run, items, budget
-        self.duck = run.con._duck
-        self.settings = run.con.cer_settings
+        self.duck, self.settings = run.duck_and_settings()
         self.lines: list = []
         self.filtering = ""  # what filtering before matching did, for the report
 
@@ -675,6 +681,25 @@ class _Group:
             lines.append(f"    [{n.label}] window {n.window}: units {len(n.users)}, statements {users}")
         if len(shared) > 40:
             lines.append(f"    ... {len(shared) - 40} more")
+
+
+def evaluate_read(duck, settings: P.CerSettings, plan: P.CerPlan, table: pa.Table,
+                  budget: float = 1.0) -> tuple[int, list | None, list[str]]:
+    """One skip-till-any-match statement over the table the single-statement path read
+    (``engine.cer.read_events``: filters as ``__f_<var>`` columns): the shared operator with one
+    unit per alternative, without sharing, each unit in its best order alone (the batch mechanism).
+    Returns (number of matches, the matches - None when counting - and the report's lines)."""
+    run = _Run(None, share=False, reorder=True, budget=budget, slice_events=SLICE_EVENTS, duck=duck,
+               settings=settings)
+    item = _Item(0, plan.query.text, plan.query, plan)
+    group = _Group(run, [item], budget)
+    group.filter_cols = {sql: f"__f_{var}" for var, sql in plan.filter_sql.items()}
+    group.prepare(table)
+    group.evaluate_alone()
+    group.evaluate_shared()
+    if item.matches is None and plan.query.returns != "count":
+        item.matches = []
+    return item.count, item.matches, group.lines
 
 
 @functools.lru_cache(maxsize=512)

@@ -23,13 +23,13 @@ import numpy as np
 import pyarrow as pa
 
 from matchrec.errors import DataError, NotSupportedError, ProgrammingError, positioned
-from matchrec.operators.cer_reference import Condition, alternatives
+from matchrec.operators.cer_reference import And, Condition, Element, alternatives
 from matchrec.parser import sase as S
 
 SAMPLE_ROWS = 5000
 SAMPLE_TRIALS = 400  # random bindings tried per condition to estimate its selectivity
 RATE_CHANGE = 2.0  # a type whose count differs this much between the halves makes rates "vary"
-MECHANISMS = ("eager", "chain", "tree", "rcep")
+MECHANISMS = ("batch", "eager", "chain", "tree", "rcep")
 UNIT_SECONDS = {"microsecond": 1e-6, "microseconds": 1e-6, "us": 1e-6, "millisecond": 1e-3, "milliseconds": 1e-3,
                 "ms": 1e-3, "second": 1, "seconds": 1, "sec": 1, "secs": 1, "s": 1, "minute": 60, "minutes": 60,
                 "min": 60, "mins": 60, "m": 60, "hour": 3600, "hours": 3600, "h": 3600, "day": 86400,
@@ -43,7 +43,7 @@ class CerSettings:
     """Session settings of CER statements (``SET matchrec_cer_...``)."""
     type_column: str = "type"
     key_column: str = "ts"
-    mechanism: str = "auto"  # auto | eager | chain | tree | rcep
+    mechanism: str = "auto"  # auto | batch | eager | chain | tree | rcep
     max_matches: int = 10_000_000
     # partial matches the eager NFA may hold at once (some 200 bytes each); lazy mechanisms hold none
     max_partial_matches: int = 5_000_000
@@ -670,29 +670,49 @@ def choose_mechanism(plan: CerPlan, settings: CerSettings, mechanisms) -> None:
     pattern = pattern_shape(plan)
     by_estimate = sorted(q.positive, key=lambda v: (st.estimates.get(v, 0), q.positive.index(v)))
     forced = settings.mechanism
-    if forced != "auto":
+    kleene = any(q.elements[v].kleene for v in q.positive)
+    if forced == "batch":
+        if q.strategy != "any":
+            raise NotSupportedError(f"SET matchrec_cer_mechanism = batch: the batch operator evaluates "
+                                    f"skip-till-any-match only, not {S.STRATEGY_NAMES[q.strategy]}")
+        plan.mechanism, plan.reason = forced, "forced by SET matchrec_cer_mechanism" + (
+            "; a Kleene closure it cannot count goes to recomputation (rcep)" if kleene else "")
+    elif forced != "auto":
         why = mechanisms.supports(forced, pattern)
         if why:
             raise NotSupportedError(f"SET matchrec_cer_mechanism = {forced}: {why}")
         plan.mechanism, plan.reason = forced, "forced by SET matchrec_cer_mechanism"
     else:
-        kleene = any(q.elements[v].kleene for v in q.positive)
         if q.strategy == "any" and kleene:
             plan.mechanism = "rcep"
             plan.reason = ("skip-till-any-match with Kleene closure: recomputation shares the closure's "
                            "partial matches instead of enumerating them per run")
+        elif q.strategy == "any" and not _holds_and(q.root):
+            # The lazy order, evaluated over whole arrays at once: each alternative's elements bound
+            # in the order of least estimated work, the candidates of each step found by binary search
+            # and extended in blocks. The chain and tree NFAs make the same searches one partial match
+            # at a time in Python (10 to 100 times slower on benchmark patterns); they stay available
+            # through SET matchrec_cer_mechanism, and take AND, which they search as one partial order
+            # while the batch operator would expand it into its permutations.
+            varying = rate_changes(plan)
+            plan.mechanism = "batch"
+            plan.reason = ("skip-till-any-match: batch operator, each alternative's elements bound in the order of "
+                           "least estimated work (dynamic programming over the sets of bound elements), candidates "
+                           "found by binary search and extended in blocks"
+                           + ("; event rates vary over time (" + "; ".join(varying) + "): the order is chosen again "
+                              "for a stretch of the stream whose rates drift" if varying else ""))
         elif q.strategy == "any":
             varying = rate_changes(plan)
             if varying:
                 plan.mechanism = "tree"
-                plan.reason = "event rates vary over time (" + "; ".join(varying) + "): tree NFA"
+                plan.reason = "AND, event rates vary over time (" + "; ".join(varying) + "): tree NFA"
             else:
                 plan.mechanism = "chain"
-                plan.reason = "stable event rates: lazy chain NFA, rarest element first"
+                plan.reason = "AND, stable event rates: lazy chain NFA, rarest element first"
         else:
             plan.mechanism = "eager"
             plan.reason = f"{S.STRATEGY_NAMES[q.strategy]} decides each event as it arrives: eager NFA"
-        why = mechanisms.supports(plan.mechanism, pattern)
+        why = mechanisms.supports(plan.mechanism, pattern) if plan.mechanism != "batch" else ""
         if why:
             plan.reason = f"{plan.mechanism} would fit, but it does not support this pattern ({why}); eager NFA"
             plan.mechanism = "eager"
@@ -700,6 +720,12 @@ def choose_mechanism(plan: CerPlan, settings: CerSettings, mechanisms) -> None:
             if why:
                 raise NotSupportedError(f"No evaluation mechanism supports this pattern: {why}")
     plan.order = by_estimate if plan.mechanism in ("chain", "tree") else None
+
+
+def _holds_and(node) -> bool:
+    if isinstance(node, Element):
+        return False
+    return isinstance(node, And) or any(_holds_and(x) for x in node.items)
 
 
 def rate_changes(plan: CerPlan) -> list[str]:
