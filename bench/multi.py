@@ -136,6 +136,13 @@ DATASETS = {
 OVERLAPS = {"prefix": "common prefixes", "inner": "common inner sub-patterns", "variants": "variants of base rules"}
 
 
+def type_classes(dataset: str) -> tuple[list, list, list]:
+    """The dataset's type names by rate class: frequent, medium, rare."""
+    prefix = DATASETS[dataset][2]
+    names = [f"{prefix}{i:02d}" for i in range(FREQUENT + MEDIUM + RARE)]
+    return names[:FREQUENT], names[FREQUENT:FREQUENT + MEDIUM], names[FREQUENT + MEDIUM:]
+
+
 def workload(n_patterns: int, dataset: str, seed: int, overlap: str = "prefix") -> list[str]:
     """``n_patterns`` PATTERN statements over ``dataset`` (see the module's docstring)."""
     if overlap == "inner":
@@ -143,10 +150,8 @@ def workload(n_patterns: int, dataset: str, seed: int, overlap: str = "prefix") 
     if overlap == "variants":
         return variant_workload(n_patterns, dataset, seed)
     rng = np.random.default_rng(seed)
-    prefix, _, conds, thresholds = DATASETS[dataset][2:]
-    k = FREQUENT + MEDIUM + RARE
-    names = [f"{prefix}{i:02d}" for i in range(k)]
-    frequent, medium, rare = names[:FREQUENT], names[FREQUENT:FREQUENT + MEDIUM], names[FREQUENT + MEDIUM:]
+    frequent, medium, rare = type_classes(dataset)
+    conds, thresholds = DATASETS[dataset][4:]
 
     def cond(a, b):
         j = int(rng.integers(len(conds)))
@@ -182,9 +187,8 @@ def workload(n_patterns: int, dataset: str, seed: int, overlap: str = "prefix") 
 def statement(rng, dataset: str, types: list, vars_: list, where: list) -> str:
     """The PATTERN statement of a sequence of types with its conditions; about 12% get a negation
     and 8% a Kleene closure of a rare type between two of its events."""
-    _, type_col, prefix, attr = DATASETS[dataset][:4]
-    medium = [f"{prefix}{i:02d}" for i in range(FREQUENT, FREQUENT + MEDIUM)]
-    rare = [f"{prefix}{i:02d}" for i in range(FREQUENT + MEDIUM, FREQUENT + MEDIUM + RARE)]
+    type_col, attr = DATASETS[dataset][1], DATASETS[dataset][3]
+    _, medium, rare = type_classes(dataset)
     items = [f"{t} {v}" for t, v in zip(types, vars_)]
     where = list(where)
     extra = rng.random()
@@ -204,10 +208,8 @@ def statement(rng, dataset: str, types: list, vars_: list, where: list) -> str:
 def inner_workload(n_patterns: int, dataset: str, seed: int) -> list[str]:
     """Patterns holding one of n/8 common sub-patterns after events of their own (``--overlap inner``)."""
     rng = np.random.default_rng(seed)
-    prefix, _, conds, thresholds = DATASETS[dataset][2:]
-    k = FREQUENT + MEDIUM + RARE
-    names = [f"{prefix}{i:02d}" for i in range(k)]
-    frequent, medium, rare = names[:FREQUENT], names[FREQUENT:FREQUENT + MEDIUM], names[FREQUENT + MEDIUM:]
+    frequent, medium, rare = type_classes(dataset)
+    conds, thresholds = DATASETS[dataset][4:]
 
     def cond():
         return int(rng.integers(len(conds))), thresholds[int(rng.integers(len(thresholds)))]
@@ -253,10 +255,8 @@ def variant_workload(n_patterns: int, dataset: str, seed: int) -> list[str]:
     No pattern is an exact copy of its base; what variants share is most of their work, wherever
     it lies in the pattern."""
     rng = np.random.default_rng(seed)
-    prefix, _, conds, thresholds = DATASETS[dataset][2:]
-    k = FREQUENT + MEDIUM + RARE
-    names = [f"{prefix}{i:02d}" for i in range(k)]
-    frequent, medium, rare = names[:FREQUENT], names[FREQUENT:FREQUENT + MEDIUM], names[FREQUENT + MEDIUM:]
+    frequent, medium, rare = type_classes(dataset)
+    conds, thresholds = DATASETS[dataset][4:]
     pools = [frequent, medium]
 
     def common() -> str:
@@ -381,7 +381,7 @@ def matching(stats: dict) -> float:
 def bench_dataset(name: str, n: int, sizes: list[int], budget: float, replan: int | None, alone_max: int,
                   lines: list, oracle_at: int | None = None, overlaps=("prefix",), draws: int = 1) -> dict:
     """Every workload size, overlap and draw over one generated stream; the summary is keyed by
-    (overlap label, size), the label naming the draw after the first (``draw_label``)."""
+    (overlap, draw, size)."""
     build, type_col = DATASETS[name][:2]
     table = build(n)
     con = matchrec.connect()
@@ -437,7 +437,7 @@ def bench_dataset(name: str, n: int, sizes: list[int], budget: float, replan: in
             sec = times["one by one (cursor)"]
             lines.append(f"| {label_o} | {size} | one by one (cursor) | {sec:.2f} | {n / sec:,.0f} | - | - | - | - | - | - | "
                          f"{times['independent'] / sec:.2f}x |")
-        got = summary[label_o, size] = dict(times)
+        got = summary[overlap, draw, size] = dict(times)
         got["work"] = {k: r.stats["candidates"] + r.stats["partial_matches"] for k, r in results.items()}
         got["matching"] = {k: matching(r.stats) for k, r in results.items()}
         got["matches"] = sum(int(t.column(0)[0].as_py()) for t in ref)
@@ -447,7 +447,7 @@ def bench_dataset(name: str, n: int, sizes: list[int], budget: float, replan: in
             print(f"{name} {label_o} {size}: orders measured in {time.perf_counter() - t0:.0f} s", flush=True)
         print(f"{name} {label_o} {size}: " + ", ".join(f"{k} {v:.2f} s" for k, v in times.items()), flush=True)
     lines.append("")
-    tot = ", ".join(f"{describe_label(o)}, {size} patterns {summary[o, size]['matches']:,}" for o, size in summary)
+    tot = ", ".join(f"{describe(o, d)}, {size} patterns {t['matches']:,}" for (o, d, size), t in summary.items())
     lines += [f"- matches (sum of the patterns' counts, equal in every mode, and one by one up to {alone_max} "
               f"patterns): {tot}", ""]
     con.close()
@@ -459,9 +459,8 @@ def draw_label(overlap: str, draw: int) -> str:
     return overlap if draw == 0 else f"{overlap}, draw {draw}"
 
 
-def describe_label(label: str) -> str:
-    kind, _, draw = label.partition(", ")
-    return OVERLAPS[kind] + (f" ({draw})" if draw else "")
+def describe(overlap: str, draw: int) -> str:
+    return OVERLAPS[overlap] + (f" (draw {draw})" if draw else "")
 
 
 def main(argv=None) -> int:
@@ -520,12 +519,12 @@ def main(argv=None) -> int:
               "vs one by one (cursor) | matching: independent / shared+reordered | "
               "work: independent / shared+reordered |", "|---|---|---|---|---|---|---|---|---|"]
     for name, summary in summaries.items():
-        for (overlap, size), t in summary.items():
+        for (overlap, draw, size), t in summary.items():
             both = t["shared + reordered"]
             cur = f"{t['one by one (cursor)'] / both:.1f}x" if "one by one (cursor)" in t else "-"
             work = t["work"]["independent"] / max(1, t["work"]["shared + reordered"])
             mt = t["matching"]["independent"] / max(1e-9, t["matching"]["shared + reordered"])
-            lines.append(f"| {name} | {size} | {overlap} | {t['independent'] / both:.1f}x | "
+            lines.append(f"| {name} | {size} | {draw_label(overlap, draw)} | {t['independent'] / both:.1f}x | "
                          f"{t['sharing only'] / both:.1f}x | "
                          f"{t['reordering only'] / both:.1f}x | {cur} | {mt:.1f}x | {work:.1f}x |")
     lines.append("")
@@ -540,7 +539,7 @@ def main(argv=None) -> int:
                   "| shared plan | written / best order alone | written / shared plan |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for (name, summary), overlap in itertools.product(summaries.items(), overlaps):
-            o = summary[overlap, biggest]["oracle"]
+            o = summary[overlap, 0, biggest]["oracle"]
             lines.append(f"| {name} | {biggest} | {overlap} | {o['units']} | {o['written']:,} | {o['greedy']:,} | "
                          f"{o['plan order alone']:,} | {o['best order alone']:,} | {o['shared plan']:,} | "
                          f"{o['written'] / max(1, o['best order alone']):.1f}x | "
@@ -549,11 +548,11 @@ def main(argv=None) -> int:
     every = []
     for name, summary in summaries.items():
         for draw, overlap in itertools.product(range(args.draws), overlaps):
-            t = summary[draw_label(overlap, draw), biggest]
+            t = summary[overlap, draw, biggest]
             r = t["independent"] / t["shared + reordered"]
             every.append(r)
             verdict = "met" if r >= 20 else "NOT met"
-            lines.append(f"- {name}, {describe_label(draw_label(overlap, draw))}, {biggest} patterns: "
+            lines.append(f"- {name}, {describe(overlap, draw)}, {biggest} patterns: "
                          f"shared+reordered is {r:.1f}x independent (target at least 20x at 100 patterns: {verdict})")
     if args.draws > 1:
         lines += ["", f"Over {args.draws} draws of each workload at {biggest} patterns (a draw's ratio depends "
@@ -562,7 +561,7 @@ def main(argv=None) -> int:
                   "| dataset | overlap | per draw | median | summed times |", "|---|---|---|---|---|"]
         for name, summary in summaries.items():
             for overlap in overlaps:
-                ts = [summary[draw_label(overlap, d), biggest] for d in range(args.draws)]
+                ts = [summary[overlap, d, biggest] for d in range(args.draws)]
                 rs = [t["independent"] / t["shared + reordered"] for t in ts]
                 whole = sum(t["independent"] for t in ts) / sum(t["shared + reordered"] for t in ts)
                 lines.append(f"| {name} | {overlap} | {' / '.join(f'{r:.1f}x' for r in rs)} | "

@@ -697,8 +697,6 @@ def evaluate_read(duck, settings: P.CerSettings, plan: P.CerPlan, table: pa.Tabl
     group.prepare(table)
     group.evaluate_alone()
     group.evaluate_shared()
-    if item.matches is None and plan.query.returns != "count":
-        item.matches = []
     return item.count, item.matches, group.lines
 
 
