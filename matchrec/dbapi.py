@@ -4,12 +4,19 @@ One DuckDB connection backs a matchrec Connection, so every cursor shares its se
 (temporary tables, settings, transactions). A cursor's result stays in DuckDB and is
 streamed as the user fetches; when another cursor of the same connection executes, the
 pending result is first read into memory so both stay valid.
+
+A DuckDB connection serves one call at a time and keeps one pending result, so threads that
+share a Connection take turns: each execute (with every helper query it runs) and each fetch
+holds the connection's re-entrant lock. A fetch takes the lock only for itself, so a thread
+streaming a result never blocks another thread's statement; that statement first buffers it.
 """
 from __future__ import annotations
 
 import datetime
+import functools
 import re
 import secrets
+import threading
 import time
 import warnings
 from dataclasses import fields
@@ -28,7 +35,7 @@ from matchrec.parser.source import Origin
 from matchrec.planner.cer import CER_CHOICES, CerSettings
 
 apilevel = "2.0"
-threadsafety = 1
+threadsafety = 2  # threads may share a connection (calls on it are serialised)
 paramstyle = "qmark"
 
 _SET_RE = re.compile(
@@ -70,9 +77,20 @@ def connect(database: str | duckdb.DuckDBPyConnection = ":memory:", dialect: str
     return Connection(con, dialect, owned=True)
 
 
+def _serialised(method):
+    """``method`` run holding the connection's lock (``self._lock``, shared by its cursors)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return run
+
+
 class Connection:
     def __init__(self, duck: duckdb.DuckDBPyConnection, dialect: str, owned: bool):
         self._duck = duck
+        # Re-entrant: run_many and executemany hold it across the statements they execute.
+        self._lock = threading.RLock()
         self.dialect = dialect.lower()
         self._owned = owned
         self._closed = False
@@ -98,6 +116,7 @@ class Connection:
         self._check()
         return Cursor(self)
 
+    @_serialised
     def commit(self) -> None:
         self._check()
         self._release()
@@ -108,6 +127,7 @@ class Connection:
         except duckdb.Error as err:
             raise map_duckdb_error(err) from None
 
+    @_serialised
     def rollback(self) -> None:
         self._check()
         self._release()
@@ -118,6 +138,7 @@ class Connection:
         except duckdb.Error as err:
             raise map_duckdb_error(err) from None
 
+    @_serialised
     def close(self) -> None:
         if self._closed:
             return
@@ -135,11 +156,13 @@ class Connection:
         self.close()
 
     # -- conveniences
+    @_serialised
     def execute(self, sql: str, parameters=None) -> "Cursor":
         cur = self.cursor()
         cur.execute(sql, parameters)
         return cur
 
+    @_serialised
     def register(self, name: str, obj: Any) -> None:
         """Make a pandas DataFrame, Arrow table or similar queryable under ``name``."""
         self._check()
@@ -149,6 +172,7 @@ class Connection:
         except duckdb.Error as err:
             raise map_duckdb_error(err) from None
 
+    @_serialised
     def unregister(self, name: str) -> None:
         self._check()
         self._release()
@@ -190,6 +214,7 @@ class Cursor:
 
     def __init__(self, connection: Connection):
         self.connection = connection
+        self._lock = connection._lock
         self.arraysize = 1
         self._closed = False
         self._description = None
@@ -223,6 +248,7 @@ class Cursor:
         raise E.NotSupportedError("Stored procedures are not supported")
 
     # -- execution
+    @_serialised
     def execute(self, operation: str, parameters: Sequence | dict | None = None) -> "Cursor":
         self._check()
         if not isinstance(operation, str):
@@ -253,6 +279,7 @@ class Cursor:
             self.elapsed = time.perf_counter() - started
         return self
 
+    @_serialised
     def executemany(self, operation: str, seq_of_parameters: Iterable) -> "Cursor":
         total = 0
         for params in seq_of_parameters:
@@ -433,6 +460,7 @@ class Cursor:
             setattr(settings, attr, raw)
 
     # -- fetching
+    @_serialised
     def fetchone(self):
         self._check_result()
         if self._buffer_rows is not None:
@@ -445,6 +473,7 @@ class Cursor:
             self._finish()
         return row
 
+    @_serialised
     def fetchmany(self, size: int | None = None) -> list:
         self._check_result()
         size = self.arraysize if size is None else size
@@ -459,6 +488,7 @@ class Cursor:
             self._finish()
         return rows
 
+    @_serialised
     def fetchall(self) -> list:
         self._check_result()
         if self._buffer_rows is not None:
@@ -471,6 +501,7 @@ class Cursor:
         self._finish()
         return rows
 
+    @_serialised
     def fetch_arrow_table(self) -> pa.Table:
         """The remaining rows of the result as an Arrow table (exact DuckDB types)."""
         self._check_result()
@@ -494,6 +525,7 @@ class Cursor:
                 return
             yield row
 
+    @_serialised
     def close(self) -> None:
         if self._closed:
             return

@@ -13,7 +13,7 @@ MR = """SELECT * FROM range(10) t(x) MATCH_RECOGNIZE (ORDER BY x MEASURES FIRST(
 
 def test_module_globals():
     assert matchrec.apilevel == "2.0"
-    assert matchrec.threadsafety == 1
+    assert matchrec.threadsafety == 2
     assert matchrec.paramstyle == "qmark"
     for name in ["Warning", "Error", "InterfaceError", "DatabaseError", "DataError", "OperationalError",
                  "IntegrityError", "InternalError", "ProgrammingError", "NotSupportedError"]:

@@ -100,8 +100,18 @@ def run_many(con, statements: list[str], *, share: bool = True, reorder: bool = 
     A failing statement raises its error, as it would alone; a statement without a result (SET,
     RESET) gets an empty table.
     """
-    t0 = time.perf_counter()
     statements = list(statements)
+    # The groups read the connection's DuckDB session directly between the statements its
+    # cursors run: threads sharing the connection wait until the whole run is done.
+    with con._lock:
+        con._check()
+        con._release()  # a cursor's streamed result would not survive the groups' own queries
+        return _run_many(con, statements, share, reorder, budget, slice_events)
+
+
+def _run_many(con, statements: list[str], share: bool, reorder: bool, budget: float,
+              slice_events: int | None) -> ManyResult:
+    t0 = time.perf_counter()
     run = _Run(con, share, reorder, float(budget), int(slice_events or SLICE_EVENTS))
     tables: list = [None] * len(statements)
     pending: list = []
