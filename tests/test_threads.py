@@ -329,6 +329,71 @@ def test_run_many_register_and_executemany_in_threads(con):
     assert not problems, problems
 
 
+def test_run_many_keeps_a_streamed_result_of_another_cursor(con):
+    """run_many's own queries on the session would end a cursor's pending result: it is read first."""
+    make_events(con)
+    cur = con.cursor()
+    cur.execute("SELECT i FROM range(50000) t(i) ORDER BY i")
+    first = cur.fetchmany(10)
+    matchrec.run_many(con, CER[:2])
+    assert [i for i, in first + cur.fetchall()] == list(range(50000))
+
+
+# ---------------------------------------------------------------- a compute node
+REMOTE_QUERIES = [
+    """SELECT * FROM ev MATCH_RECOGNIZE (
+         ORDER BY ts MEASURES A.ts AS a_ts, B.ts AS b_ts, B.price - A.price AS gain
+         PATTERN (A N*? B) WITHIN 9
+         DEFINE A AS type = 'A', B AS type = 'B' AND B.price > A.price, N AS true) ORDER BY a_ts, b_ts""",
+    """SELECT count(*), sum(n) FROM ev MATCH_RECOGNIZE (
+         ORDER BY ts MEASURES COUNT(C.*) AS n
+         PATTERN (D C+ N*? A) WITHIN 12
+         DEFINE D AS type = 'D', C AS type = 'C' AND price >= 3, A AS type = 'A' AND price > 2, N AS true)""",
+    "SELECT type, count(*), sum(price) FROM ev GROUP BY type ORDER BY type",  # pulled whole
+]
+
+
+def test_compute_node_statements_in_threads(tmp_path):
+    """Storage-node tables read by threads of one compute-node connection: the pulled rows, the
+    placeholders swapped per statement and SET pull_strategy are the connection's, shared."""
+    from matchrec.connectors.loader import load
+    from matchrec.connectors.storage_node import StorageNode
+    nodes = [StorageNode(str(tmp_path / f"n{i}.duckdb"), token="secret") for i in range(2)]
+    for node in nodes:
+        threading.Thread(target=node.serve, daemon=True).start()
+    uris = [f"grpc://127.0.0.1:{node.port}" for node in nodes]
+    local = matchrec.connect()
+    remote = None
+    try:
+        make_events(local)
+        load(uris, "ev", "SELECT * FROM ev", local.duckdb_connection, "time", "ts", "type", "secret")
+        expected = [alone(local, sql) for sql in REMOTE_QUERIES]
+        assert all(expected) and expected[1][0][0] > 0
+        remote = matchrec.connect(storage_nodes=uris, token="secret")
+        strategies = ["dfs", "push_down", "pull_all", "push_pull", "naive_dfs", "auto"]
+
+        def worker(k: int):
+            cur = remote.cursor()
+
+            def step(i: int, record) -> None:
+                if k == 0:  # every strategy returns the same rows, whichever statement it meets
+                    cur.execute(f"SET pull_strategy = {strategies[i % len(strategies)]}")
+                sql = REMOTE_QUERIES[(i + k) % len(REMOTE_QUERIES)]
+                cur.execute(sql)
+                if fetch(cur, i % 4) != expected[REMOTE_QUERIES.index(sql)]:
+                    record(f"storage-node query {REMOTE_QUERIES.index(sql)} differs")
+            return 24, step
+
+        problems = hammer(worker(0), worker(1), worker(2), selects(remote, "B", 300))
+        assert not problems, problems
+    finally:
+        if remote is not None:
+            remote.close()
+        local.close()
+        for node in nodes:
+            node.close()
+
+
 # ---------------------------------------------------------------- closing
 def test_closing_the_connection_while_another_thread_reads(con):
     """close waits for the call in progress; the reader then gets InterfaceError, nothing else."""
