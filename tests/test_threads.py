@@ -434,13 +434,14 @@ def test_closing_the_connection_while_another_thread_reads(con):
 # ---------------------------------------------------------------- larger runs
 @pytest.mark.slow
 def test_many_threads_many_statements(con):
+    """Nine threads: plain selects, MATCH_RECOGNIZE, CER and two long streams, all on one connection."""
     make_ticks(con)
     make_events(con)
     expected_mr = {sql: alone(con, sql) for sql in (V_SHAPE, HIGH_LOW, WITHIN)}
     plans = [[(V_SHAPE, expected_mr[V_SHAPE]), ("SELECT 'B'", [("B",)])],
              [(HIGH_LOW, expected_mr[HIGH_LOW]), (WITHIN, expected_mr[WITHIN])],
              [(CER[0], alone(con, CER[0])), (CER[3], alone(con, CER[3]))]]
-    problems = hammer(*(selects(con, v, 20_000) for v in "BCDE"),
-                      *(statements_worker(con, p, 800) for p in plans),
-                      streamed(con, 7, 200_000, 10, 333), streamed(con, 8, 50_000, 40, 4096))
+    problems = hammer(*(selects(con, v, 10_000) for v in "BCDE"),
+                      *(statements_worker(con, p, 200) for p in plans),
+                      streamed(con, 7, 200_000, 5, 333), streamed(con, 8, 50_000, 20, 4096))
     assert not problems, problems
