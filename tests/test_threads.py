@@ -1,9 +1,9 @@
 """Threads sharing one connection: every statement's rows reach the cursor that ran it, whole.
 
 Each test starts its threads together, lets them run thousands of statements (plain SQL,
-MATCH_RECOGNIZE, CER, EXPLAIN, SET, register, executemany, run_many) on cursors of one
-connection, and counts every result that differs from what the statement returns alone, every
-error, and every thread still running after a generous join (a deadlock).
+MATCH_RECOGNIZE, CER, EXPLAIN, SET, register, executemany, run_many, storage-node tables) on
+cursors of one connection, and counts every result that differs from what the statement returns
+alone, every error, and every thread still running after a generous join (a deadlock).
 """
 from __future__ import annotations
 
