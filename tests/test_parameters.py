@@ -203,6 +203,12 @@ def test_errors_point_at_the_statement_as_written(con):
     with pytest.raises(matchrec.ProgrammingError) as info:
         cur.execute("EXPLAIN " + sql, ["a'b", 1])
     assert "__mr" not in str(info.value) and "Line 2, Col 15" in str(info.value)
+    with pytest.raises(matchrec.ProgrammingError, match="Not enough parameters") as info:
+        cur.execute("EXPLAIN " + sql, ["a'b"])
+    assert "Line 2, Col 24" in str(info.value)
+    with pytest.raises(matchrec.ProgrammingError, match="mapping") as info:
+        cur.execute("EXPLAIN " + sql, {"v": 1})
+    assert "Line 1, Col 74" in str(info.value) and "EXPLAIN SELECT" in str(info.value)
 
 
 @pytest.fixture(scope="module")

@@ -196,7 +196,10 @@ class StatementRunner:
             stripped, origin = rewrite(sql, [(0, m.end(), "")])
         else:
             stripped = sql
-        marked = parameters.mark(stripped, params, self.dialect) if params else None
+        try:
+            marked = parameters.mark(stripped, params, self.dialect) if params else None
+        except Error as err:
+            raise parameters.unmark_error(err, None, origin, sql) from None
         if marked is None or not marked.values:
             return self._prepare(marked.text if marked else stripped, explain, {}, {})
         nodes = marked.nodes()

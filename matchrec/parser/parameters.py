@@ -287,11 +287,11 @@ def bind_spec(spec, nodes: dict[str, exp.Expression], texts: dict[str, str]):
     return dataclasses.replace(spec, measures=measures, definitions=definitions)
 
 
-def unmark_error(err: Error, marked: Marked, origin: Origin, source: str) -> Error:
+def unmark_error(err: Error, marked: Marked | None, origin: Origin, source: str) -> Error:
     """``err``, raised on the marked text, pointing into ``source`` (the statement as written,
     which ``origin`` maps the marked text to)."""
     def clean(message: str) -> str:
-        for marker, written in marked.written.items():
+        for marker, written in (marked.written if marked else {}).items():
             message = message.replace(marker, written)
         return message
 
