@@ -14,6 +14,8 @@ import uuid
 
 import duckdb
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import matchrec
 from matchrec.parser.query import SUPPORTED_DIALECTS
@@ -115,6 +117,32 @@ def test_named_and_numbered_parameters_with_hostile_values(duck):
     _untouched(duck)
 
 
+# the characters that end, escape or comment out SQL somewhere, plus any other text
+_HOSTILE_TEXT = st.text(st.one_of(st.sampled_from(list("'\"`\\$?;-/*#\n\r\t\x00{}[]()@:eE0xXuUNZ% ")),
+                                  st.characters(blacklist_categories=("Cs",))), max_size=24)
+
+
+def _round_trip(duck, dialect: str, value: str) -> None:
+    cur = matchrec.connect(duck, dialect=dialect).cursor()
+    cur.execute("""SELECT echo FROM (SELECT 1 AS id) MATCH_RECOGNIZE (ORDER BY id MEASURES ? AS echo
+                   PATTERN (A) DEFINE A AS ? = ?) m WHERE echo = ? AND length(echo) = ?""",
+                [value, value, value, value, len(value)])
+    assert cur.fetchall() == [(value,)], (dialect, value)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dialect=st.sampled_from(SUPPORTED_DIALECTS), value=_HOSTILE_TEXT)
+def test_random_hostile_strings_round_trip(duck, dialect, value):
+    _round_trip(duck, dialect, value)
+
+
+@pytest.mark.slow
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dialect=st.sampled_from(SUPPORTED_DIALECTS), value=_HOSTILE_TEXT)
+def test_random_hostile_strings_round_trip_exhaustive(duck, dialect, value):
+    _round_trip(duck, dialect, value)
+
+
 TYPED = [
     0, 1, -1, 2 ** 31 - 1, -2 ** 31, 2 ** 31, -2 ** 31 - 1, 2 ** 63 - 1, -2 ** 63, 2 ** 63, 2 ** 64 - 1, 2 ** 64,
     2 ** 127 - 1, -2 ** 127, 2 ** 127, 2 ** 128 - 1,
@@ -166,6 +194,8 @@ def test_values_that_cannot_be_represented_get_a_clear_error(con):
         cur.execute(one, [2 ** 128])
     with pytest.raises(matchrec.DataError, match="NaN"):
         cur.execute(one, [decimal.Decimal("sNaN")])
+    with pytest.raises(matchrec.DataError, match="[Pp]arameter 2.*not valid Unicode.*position 1"):
+        cur.execute(one.replace("? AS v", "? AS v, ? AS w"), ["ok", "a\ud800b"])
     with pytest.raises(matchrec.ProgrammingError, match="type object"):
         cur.execute(one, [object()])
     with pytest.raises(matchrec.DataError, match="does not fit"):

@@ -51,7 +51,6 @@ class Marked:
     """A statement whose placeholders were replaced by markers."""
     text: str
     origin: Origin  # offsets of ``text`` -> offsets of the statement as written
-    source: str  # the statement as written
     values: dict[str, object] = field(default_factory=dict)  # marker -> Python value
     written: dict[str, str] = field(default_factory=dict)  # marker -> the placeholder as written
     labels: dict[str, str] = field(default_factory=dict)  # marker -> "parameter 2", "parameter $name"
@@ -75,7 +74,7 @@ def mark(sql: str, params, dialect: str) -> Marked:
     tag = secrets.token_hex(4)
     skip = _pattern_ranges(tokens)
     edits: list[tuple[int, int, str]] = []
-    marked = Marked(text=sql, origin=Origin.identity(len(sql)), source=sql)
+    marked = Marked(text=sql, origin=Origin.identity(len(sql)))
     positional = 0
     i = 0
     while i < len(tokens):
@@ -234,6 +233,10 @@ def literal(value) -> exp.Expression:
     if isinstance(value, decimal.Decimal):
         return _decimal(value)
     if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise DataError(f"The string is not valid Unicode text: {err.reason} at position {err.start}") from None
         return exp.Literal.string(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return exp.Anonymous(this="FROM_HEX", expressions=[exp.Literal.string(bytes(value).hex())])
