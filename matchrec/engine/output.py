@@ -11,6 +11,7 @@ column-wise forms are shortcuts that the differential tests hold to it.
 """
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Callable
 
@@ -193,7 +194,7 @@ class _Vector:
         if isinstance(node, ir.MatchNumber):
             return pa.array(self.m.number[self.i])
         if isinstance(node, ir.Const):
-            return pa.array([node.value] * len(self.i))
+            return _constant(node.value, len(self.i))
         if isinstance(node, ir.Agg):
             return self.aggregate(node)
         if isinstance(node, (ir.Op, ir.Fallback)):
@@ -390,6 +391,17 @@ def _op_sql(op: str, n: int) -> str | None:
         default = f" ELSE {a[-1]}" if n % 2 else ""
         return f"(CASE {whens}{default} END)"
     return None
+
+
+def _constant(value, n: int) -> pa.Array:
+    """A constant column; values Arrow does not infer as DuckDB exports them (integers beyond
+    64 bits, UUIDs) get DuckDB's Arrow types."""
+    if isinstance(value, uuid.UUID):
+        return pa.array([str(value)] * n, pa.string())
+    if isinstance(value, int) and not isinstance(value, bool) and not -2 ** 63 <= value < 2 ** 63:
+        typ = pa.uint64() if 0 <= value < 2 ** 64 else pa.decimal128(38, 0)
+        return _to_arrow([value] * n, typ, "constant")
+    return pa.array([value] * n)
 
 
 def _cast(arr, typ: pa.DataType, name: str):

@@ -7,12 +7,9 @@ nested in other clauses' inputs run first.
 """
 from __future__ import annotations
 
-import datetime
 import re
-import decimal
 import secrets
 import time
-import uuid
 from dataclasses import dataclass, field
 
 import duckdb
@@ -21,12 +18,12 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from matchrec.connectors.duckdb_source import (DuckDBOracle, FallbackEvaluator, describe, quote_ident,
-                                               quote_literal, read_batches)
+from matchrec.connectors.duckdb_source import DuckDBOracle, FallbackEvaluator, describe, quote_ident, read_batches
 from matchrec.engine.errors import map_duckdb_error
 from matchrec.engine.executor import Settings, Stats, run_plan
 from matchrec.engine import reading
-from matchrec.errors import NotSupportedError, ProgrammingError, positioned
+from matchrec.errors import Error, NotSupportedError, ProgrammingError, positioned
+from matchrec.parser import parameters
 from matchrec.parser.query import Clause, SplitQuery, split, tokenize
 from matchrec.parser.source import Origin, rewrite
 from matchrec.planner.fastpath import fast_plan
@@ -56,85 +53,6 @@ class Prepared:
 
 _STORED_OBJECT = re.compile(r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\w*\s+)?(VIEW|MACRO|FUNCTION)\b", re.I)
 _EXPLAIN = re.compile(r"\s*EXPLAIN\s+(ANALY[SZ]E\s+)?", re.I)
-
-
-# ------------------------------------------------------------------ parameters
-def render_literal(value) -> str:
-    """A SQL literal for a Python parameter value (used when parameters must be inlined)."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            return f"CAST('{value}' AS DOUBLE)"
-        return f"CAST({value!r} AS DOUBLE)"
-    if isinstance(value, decimal.Decimal):
-        return f"CAST('{value}' AS DECIMAL(38,{max(0, -value.as_tuple().exponent)}))" \
-            if value.is_finite() else f"CAST('{value}' AS DOUBLE)"
-    if isinstance(value, str):
-        return quote_literal(value)
-    if isinstance(value, datetime.datetime):
-        kind = "TIMESTAMPTZ" if value.tzinfo is not None else "TIMESTAMP"
-        return f"CAST('{value.isoformat(sep=' ')}' AS {kind})"
-    if isinstance(value, datetime.date):
-        return f"CAST('{value.isoformat()}' AS DATE)"
-    if isinstance(value, datetime.time):
-        return f"CAST('{value.isoformat()}' AS TIME)"
-    if isinstance(value, datetime.timedelta):
-        micros = (value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds
-        return f"TO_MICROSECONDS({micros})"
-    if isinstance(value, uuid.UUID):
-        return f"CAST('{value}' AS UUID)"
-    if isinstance(value, (bytes, bytearray)):
-        return "FROM_HEX('" + bytes(value).hex() + "')"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(render_literal(v) for v in value) + "]"
-    raise NotSupportedError(f"Cannot use a parameter of type {type(value).__name__} in a MATCH_RECOGNIZE query")
-
-
-def inline_parameters(sql: str, params, dialect: str) -> tuple[str, Origin]:
-    """Replace ``?`` / ``$n`` / ``$name`` placeholders by literals (MATCH_RECOGNIZE queries only)."""
-    tokens = tokenize(sql, dialect)
-    edits = []
-    positional = 0
-    named = isinstance(params, dict)
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        text = sql[tok.start:tok.end + 1]
-        start, end = tok.start, tok.end + 1
-        # ``$1`` / ``$name`` arrive as one token or as '$' followed by an adjacent token
-        if tok.token_type == TokenType.PARAMETER and text == "$" and i + 1 < len(tokens) \
-                and tokens[i + 1].start == tok.end + 1:
-            i += 1
-            end = tokens[i].end + 1
-            text = sql[start:end]
-        i += 1
-        if tok.token_type == TokenType.PLACEHOLDER and text == "?":
-            if named:
-                raise ProgrammingError("Query uses '?' placeholders but parameters were given as a mapping")
-            if positional >= len(params):
-                raise positioned(ProgrammingError, f"Not enough parameters: the query needs more than {len(params)}",
-                                 sql, start)
-            edits.append((start, end, render_literal(params[positional])))
-            positional += 1
-        elif text.startswith("$") and len(text) > 1 and tok.token_type != TokenType.STRING:
-            name = text[1:]
-            if name.isdigit() and not named:
-                k = int(name) - 1
-                if not 0 <= k < len(params):
-                    raise positioned(ProgrammingError, f"Parameter {text} is not given", sql, start)
-                edits.append((start, end, render_literal(params[k])))
-            elif named and name in params:
-                edits.append((start, end, render_literal(params[name])))
-            elif named:
-                raise positioned(ProgrammingError, f"Parameter {text} is not given", sql, start)
-    if not named and positional and positional != len(params):
-        raise ProgrammingError(f"The query has {positional} '?' placeholders but {len(params)} parameters were given")
-    return rewrite(sql, edits)
 
 
 # ------------------------------------------------------------------ SQL helpers
@@ -264,18 +182,37 @@ class StatementRunner:
             self.materialized.add(name)
 
     def prepare(self, sql: str, params=None) -> Prepared:
-        """Run every MATCH_RECOGNIZE of ``sql`` and return the DuckDB statement that finishes it."""
-        source = sql
-        origin = Origin.identity(len(sql))
-        if params:
-            sql, origin = inline_parameters(sql, params, self.dialect)
+        """Run every MATCH_RECOGNIZE of ``sql`` and return the DuckDB statement that finishes it.
+
+        Parameters never enter text that the dialect's tokenizer reads: placeholders become
+        marker identifiers first, and the values replace them only in the parsed expressions
+        and in the DuckDB SQL the statement is translated to (see parser.parameters).
+        """
         explain = None
+        origin = Origin.identity(len(sql))
         m = _EXPLAIN.match(sql)
         if m:
             explain = "analyze" if m.group(1) else "plain"
-            sql2, step = rewrite(sql, [(0, m.end(), "")])
-            sql, origin = sql2, step.compose(origin)
-        # Errors inside the statement point into the text after parameters were inlined.
+            stripped, origin = rewrite(sql, [(0, m.end(), "")])
+        else:
+            stripped = sql
+        try:
+            marked = parameters.mark(stripped, params, self.dialect) if params else None
+        except Error as err:
+            raise parameters.unmark_error(err, None, origin, sql) from None
+        if marked is None or not marked.values:
+            return self._prepare(marked.text if marked else stripped, explain, {}, {})
+        nodes = marked.nodes()
+        literals = {marker: parameters.duckdb_sql(node) for marker, node in nodes.items()}
+        try:
+            return self._prepare(marked.text, explain, nodes, literals)
+        except duckdb.Error as err:
+            raise parameters.unmark_error(map_duckdb_error(err), marked, marked.origin.compose(origin),
+                                          sql) from None
+        except Error as err:
+            raise parameters.unmark_error(err, marked, marked.origin.compose(origin), sql) from None
+
+    def _prepare(self, sql: str, explain: str | None, nodes: dict, literals: dict[str, str]) -> Prepared:
         query = split(sql, self.dialect)
         source = query.source
         stored = _STORED_OBJECT.match(query.text)
@@ -283,10 +220,14 @@ class StatementRunner:
             raise NotSupportedError(
                 f"CREATE {stored.group(1).upper()} cannot store a query with MATCH_RECOGNIZE: DuckDB would have to "
                 "re-run it without matchrec. Use CREATE TABLE ... AS to keep the result.")
+        if nodes:
+            for clause in query.clauses:
+                clause.spec = parameters.bind_spec(clause.spec, nodes, literals)
         prepared = Prepared(sql="", explain=explain)
         tag = secrets.token_hex(4)
         prefixes = cte_prefixes(query)
-        done: dict[str, str] = {}
+        # markers left in the DuckDB SQL of inputs and of the outer statement become the values
+        done: dict[str, str] = dict(literals)
         for clause in query.clauses:
             self._run_clause(query, clause, prefixes, done, prepared, tag, dry=(explain == "plain"))
         outer = to_duckdb(query.text, self.dialect, query.origin, source)

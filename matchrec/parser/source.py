@@ -1,7 +1,7 @@
 """Text rewriting that remembers where every character came from.
 
 The parser rewrites query text in small steps (MATCH_RECOGNIZE clauses replaced by
-placeholders, RUNNING/FINAL made parseable for sqlglot, parameters inlined). An ``Origin``
+placeholders, RUNNING/FINAL made parseable for sqlglot, parameters replaced by markers). An ``Origin``
 maps offsets in a rewritten text back to offsets in the text the user wrote, so that errors
 found late still point at the right line and column.
 """
