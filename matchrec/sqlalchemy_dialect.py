@@ -88,6 +88,12 @@ class MatchrecDialect(duckdb_engine.Dialect):
     execution_ctx_cls = PGExecutionContext  # psycopg2's context reads server notices, which DuckDB has not
     supports_statement_cache = False
 
+    def __init__(self, *args: Any, dbapi: Any = None, **kwargs: Any):
+        # the psycopg2 dialect underneath checks the DB-API module's version as psycopg2's (SQLAlchemy 2.0
+        # refuses anything below 2.7), so matchrec is handed over once that check is behind
+        super().__init__(*args, dbapi=None, **kwargs)
+        self.dbapi = dbapi
+
     @classmethod
     def import_dbapi(cls):
         return matchrec
