@@ -20,7 +20,8 @@ def shell(monkeypatch, tmp_path):
     from IPython.core.interactiveshell import InteractiveShell
     instance = InteractiveShell.instance()
     yield instance
-    instance.run_line_magic("sql", "--close-all") if "sql" in instance.magics_manager.magics["line"] else None
+    if "sql" in instance.magics_manager.magics["line"]:
+        instance.run_line_magic("sql", "--close-all")
     InteractiveShell.clear_instance()
 
 
