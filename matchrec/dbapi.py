@@ -43,6 +43,7 @@ _SET_RE = re.compile(
     re.I | re.S)
 SETTINGS = {f"matchrec_{f.name}": f.name for f in fields(Settings)}
 SETTINGS["pull_strategy"] = "pull_strategy"  # the name storage-node users know from the literature
+DEFAULT_BATCH_SIZE = 131072  # DuckDB's default batch size for Arrow readers and tables
 _CHOICES = {"pull_strategy": ("auto", "pull_all", "push_down", "naive_dfs", "dfs", "push_pull"),
             "round_trips": ("auto", "always", "never")}
 
@@ -228,6 +229,7 @@ class Cursor:
         self.pull_stats: list = []  # per MATCH_RECOGNIZE read from storage nodes: connectors.remote.PullStats
         self.cer_run = None  # engine.cer.CerRun of the last CER statement (plan and counters)
         self.elapsed = 0.0
+        self._stream: _ResultStream | None = None  # the reader to_arrow_reader() handed out, while it reads DuckDB
 
     # -- PEP 249 attributes
     @property
@@ -518,6 +520,81 @@ class Cursor:
         self._finish()
         return table
 
+    # -- results as DuckDB's Python API gives them (same names and defaults as DuckDB 2.0)
+    def to_arrow_table(self, batch_size: int = DEFAULT_BATCH_SIZE) -> pa.Table:
+        """The remaining rows as an Arrow table (``batch_size`` is accepted for DuckDB's signature)."""
+        _check_batch_size(batch_size)
+        return self.fetch_arrow_table()
+
+    def to_arrow_reader(self, batch_size: int = DEFAULT_BATCH_SIZE) -> pa.RecordBatchReader:
+        """A ``pyarrow.RecordBatchReader`` streaming the remaining rows in batches of at most ``batch_size``.
+
+        The rows belong to the reader from then on (fetchone() returns None, as in DuckDB); they are read
+        from DuckDB as the reader is consumed. Running another statement on the connection first reads
+        what is left into memory, so the reader stays valid.
+        """
+        _check_batch_size(batch_size)
+        self._check_result()
+        if self._pending and self._buffer_rows is None:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    duck_reader = self.connection._duck.to_arrow_reader(batch_size)
+            except duckdb.Error as err:
+                raise map_duckdb_error(err) from None
+            self._stream = _ResultStream(self, duck_reader)
+            self._pending = False
+            self._buffer_rows = []
+            return pa.RecordBatchReader.from_batches(duck_reader.schema, self._stream.batches())
+        table = self.fetch_arrow_table()
+        return pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=batch_size))
+
+    def arrow(self, batch_size: int = DEFAULT_BATCH_SIZE) -> pa.RecordBatchReader:
+        """DuckDB 2.0's ``arrow()``: the same reader as :meth:`to_arrow_reader` (not a table)."""
+        return self.to_arrow_reader(batch_size)
+
+    def fetch_record_batch(self, rows_per_batch: int = DEFAULT_BATCH_SIZE) -> pa.RecordBatchReader:
+        """DuckDB's older name of :meth:`to_arrow_reader`, kept for code written against it."""
+        return self.to_arrow_reader(rows_per_batch)
+
+    def df(self, *, date_as_object: bool = False):
+        """The remaining rows as a pandas DataFrame (DATE columns as datetime64 unless ``date_as_object``)."""
+        try:
+            import pandas  # noqa: F401 - fail before the rows are consumed
+        except ImportError:
+            raise E.NotSupportedError("df() needs pandas: pip install pandas") from None
+        self._check_result()
+        if self._pending and self._buffer_rows is None:
+            # DuckDB's own conversion, so dtypes are exactly what a DuckDB user gets
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    frame = self.connection._duck.df(date_as_object=date_as_object)
+            except duckdb.Error as err:
+                raise map_duckdb_error(err) from None
+            self._finish()
+            return frame
+        return self.fetch_arrow_table().to_pandas(date_as_object=date_as_object)
+
+    fetchdf = df
+    fetch_df = df
+
+    def pl(self, batch_size: int = DEFAULT_BATCH_SIZE, *, lazy: bool = False):
+        """The remaining rows as a polars DataFrame (a LazyFrame with ``lazy=True``); polars is optional."""
+        _check_batch_size(batch_size)
+        try:
+            import polars
+        except ImportError:
+            raise E.NotSupportedError("pl() needs polars: pip install polars") from None
+        frame = polars.from_arrow(self.fetch_arrow_table())
+        return frame.lazy() if lazy else frame
+
+    def fetchnumpy(self) -> dict:
+        """The remaining rows as a dict of column name to numpy array."""
+        table = self.fetch_arrow_table()
+        return {name: column.to_numpy(zero_copy_only=False) for name, column in zip(table.column_names,
+                                                                                      table.columns)}
+
     def __iter__(self):
         while True:
             row = self.fetchone()
@@ -554,6 +631,8 @@ class Cursor:
 
     def _buffer(self) -> None:
         """Read the rest of a pending DuckDB result into memory (another statement is about to run)."""
+        if self._stream is not None:
+            self._stream.spill()
         if self._pending:
             try:
                 rows = self.connection._duck.fetchall()
@@ -574,6 +653,8 @@ class Cursor:
         self._unregister()
 
     def _reset(self) -> None:
+        if self._stream is not None:
+            self._stream.spill()  # a reader handed out earlier keeps its rows
         if self._pending and self.connection._active is self:
             self.connection._active = None
         self._pending = False
@@ -583,12 +664,66 @@ class Cursor:
         self._buffer_rows = None
 
     def _unregister(self) -> None:
+        if self._stream is not None:
+            return  # the reader may still scan the registered result tables
         for name in self._registered:
             try:
                 self.connection._duck.unregister(name)
             except duckdb.Error:
                 pass
         self._registered = []
+
+
+def _check_batch_size(size) -> None:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise E.ProgrammingError(f"The batch size must be a positive integer, got {size!r}")
+
+
+class _ResultStream:
+    """The batches of a pending DuckDB result that a cursor handed out as a RecordBatchReader.
+
+    DuckDB's reader keeps the connection busy until it is drained, so before another statement runs the
+    rest is read into memory (spill) and the user's reader continues from there.
+    """
+
+    def __init__(self, cursor: Cursor, duck_reader: pa.RecordBatchReader):
+        self.cursor = cursor
+        self.duck_reader: pa.RecordBatchReader | None = duck_reader
+        self.spilled: list[pa.RecordBatch] | None = None
+        cursor.connection._active = cursor
+
+    def batches(self):
+        while self.duck_reader is not None:
+            try:
+                batch = self.duck_reader.read_next_batch()
+            except StopIteration:
+                self._done()
+                break
+            except duckdb.Error as err:
+                self._done()
+                raise map_duckdb_error(err) from None
+            yield batch
+        while self.spilled:
+            yield self.spilled.pop(0)
+
+    def spill(self) -> None:
+        if self.duck_reader is not None:
+            try:
+                self.spilled = list(self.duck_reader)
+            except duckdb.Error:
+                self.spilled = []
+            self._done()
+
+    def _done(self) -> None:
+        if self.duck_reader is not None:
+            self.duck_reader.close()
+            self.duck_reader = None
+        cursor = self.cursor
+        if cursor._stream is self:
+            cursor._stream = None
+            if cursor.connection._active is cursor:
+                cursor.connection._active = None
+            cursor._unregister()
 
 
 # ---------------------------------------------------------------- PEP 249 type objects and constructors

@@ -32,6 +32,10 @@ HELP = """\
 .maxrows N            Rows shown by the table mode (0: all; default 40)
 .maxwidth N           Widest column of the table mode, in characters (default 40)
 .mode table|csv|line  Result format (csv and line print every row)
+.plot FILE [time=C partition=C match=C classifier=C]
+                      Write the match timeline of the last query (run again) to
+                      FILE (.html or .svg); the query needs ALL ROWS PER MATCH with
+                      MATCH_NUMBER() and CLASSIFIER() measures
 .read FILE            Run the SQL statements and dot commands of FILE
 .schema [TABLE]       CREATE statements of all tables and views, or of one
 .tables [PATTERN]     Names of tables and views (PATTERN as in LIKE)
@@ -171,6 +175,7 @@ class Shell:
         self.failed = False
         self.done = False
         self._depth = 0
+        self.last_query: str | None = None  # the last statement that returned rows, for .plot
 
     # -- input
     def run_script(self, text: str) -> bool:
@@ -242,6 +247,8 @@ class Shell:
             try:
                 cur.execute(sql)
                 if cur.description is not None and _shows_result(sql):
+                    if cur.description[0][0] != "explain_key":
+                        self.last_query = sql
                     self._print_result(cur)
             finally:
                 cur.close()
@@ -320,6 +327,7 @@ class Shell:
             ".exit": self._cmd_quit, ".quit": self._cmd_quit, ".help": self._cmd_help, ".timer": self._cmd_timer,
             ".tables": self._cmd_tables, ".schema": self._cmd_schema, ".mode": self._cmd_mode,
             ".maxrows": self._cmd_maxrows, ".maxwidth": self._cmd_maxwidth, ".read": self._cmd_read,
+            ".plot": self._cmd_plot,
         }.get(name)
         if handler is None:
             return self._error(f'Unknown command {name}: enter ".help" for the list of commands')
@@ -409,6 +417,30 @@ class Shell:
             columns = self._query("SELECT column_name, data_type FROM duckdb_columns() "
                                   "WHERE schema_name = ? AND table_name = ? ORDER BY column_index", [schema, name])
             print(f"{name}(" + ", ".join(f"{c} {t}" for c, t in columns) + ");", file=self.out)
+
+    def _cmd_plot(self, arg: str):
+        usage = "Usage: .plot FILE [time=COLUMN] [partition=COLUMN] [match=COLUMN] [classifier=COLUMN]"
+        words = arg.split()
+        if not words:
+            return self._error(usage)
+        path, columns = os.path.expanduser(words[0].strip("'\"")), {}
+        for word in words[1:]:
+            key, _, value = word.partition("=")
+            if key not in ("time", "partition", "match", "classifier") or not value:
+                return self._error(usage)
+            columns[key] = value
+        if self.last_query is None:
+            return self._error("No query to plot: run a query with ALL ROWS PER MATCH, MATCH_NUMBER() and "
+                               "CLASSIFIER() first")
+        from matchrec import plot
+        cur = self.con.cursor()
+        try:
+            # the shell streams results without keeping them, so the query runs once more
+            drawn = plot.timeline(cur.execute(self.last_query), **columns)
+        finally:
+            cur.close()
+        written = drawn.save(path)
+        print(f"{drawn.matches} matches in {drawn.partitions} partitions written to {written}", file=self.out)
 
     def _cmd_read(self, arg: str):
         path = os.path.expanduser(arg.strip().strip("'\""))
