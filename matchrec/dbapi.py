@@ -526,6 +526,7 @@ class Cursor:
         _check_batch_size(batch_size)
         return self.fetch_arrow_table()
 
+    @_serialised
     def to_arrow_reader(self, batch_size: int = DEFAULT_BATCH_SIZE) -> pa.RecordBatchReader:
         """A ``pyarrow.RecordBatchReader`` streaming the remaining rows in batches of at most ``batch_size``.
 
@@ -557,6 +558,7 @@ class Cursor:
         """DuckDB's older name of :meth:`to_arrow_reader`, kept for code written against it."""
         return self.to_arrow_reader(rows_per_batch)
 
+    @_serialised
     def df(self, *, date_as_object: bool = False):
         """The remaining rows as a pandas DataFrame (DATE columns as datetime64 unless ``date_as_object``)."""
         try:
@@ -693,15 +695,20 @@ class _ResultStream:
         cursor.connection._active = cursor
 
     def batches(self):
-        while self.duck_reader is not None:
-            try:
-                batch = self.duck_reader.read_next_batch()
-            except StopIteration:
-                self._done()
-                break
-            except duckdb.Error as err:
-                self._done()
-                raise map_duckdb_error(err) from None
+        # Each batch is read holding the connection's lock: another thread's statement spills the
+        # rest between two batches, never in the middle of one.
+        while True:
+            with self.cursor._lock:
+                if self.duck_reader is None:
+                    break
+                try:
+                    batch = self.duck_reader.read_next_batch()
+                except StopIteration:
+                    self._done()
+                    break
+                except duckdb.Error as err:
+                    self._done()
+                    raise map_duckdb_error(err) from None
             yield batch
         while self.spilled:
             yield self.spilled.pop(0)
