@@ -141,13 +141,17 @@ class ShardService:
         running = _Running()
         self._request.running = running
         stop = threading.Event()
+        asking = threading.Lock()  # the call's context is freed once the body returns: never ask after
 
         def watch():
             while not stop.wait(poll):
-                try:
-                    gone = is_cancelled()
-                except Exception:  # noqa: BLE001 - a finished call may no longer answer
-                    return
+                with asking:
+                    if stop.is_set():
+                        return
+                    try:
+                        gone = is_cancelled()
+                    except Exception:  # noqa: BLE001
+                        return
                 if gone:  # again on every poll: a query started between two polls is stopped too
                     running.cancel()
         watcher = threading.Thread(target=watch, daemon=True, name="matchrec-cancel-watch")
@@ -159,7 +163,8 @@ class ShardService:
                 raise RequestCancelled() from None
             raise
         finally:
-            stop.set()
+            with asking:
+                stop.set()
             self._request.running = None
             running.close()  # an unfinished result would keep its transaction open (a load's CHECKPOINT waits)
         if running.cancelled:

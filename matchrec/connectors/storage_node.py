@@ -41,6 +41,8 @@ from matchrec.errors import ProgrammingError
 from matchrec.operators.intervals import FilterPayloadError
 
 MAX_REQUEST_BYTES = 1 << 20  # a request's JSON; SQL fragments are far smaller, payloads travel as Arrow
+PAYLOAD_READERS = 2  # requests receiving payloads at once: gRPC and Arrow hold each message whole while it is read
+PAYLOAD_WAIT_SECONDS = 30.0  # longest a request waits for its turn to send a payload before it is refused as busy
 CANCEL_POLL_SECONDS = 0.05  # how often a running request checks that its caller still waits
 
 
@@ -91,6 +93,7 @@ class StorageNode(fl.FlightServerBase):
         self.con.execute("SET lock_configuration = true")
         self.max_payload = max_payload_mb * 1024 * 1024
         self.budget = PayloadBudget(2 * self.max_payload)
+        self.readers = threading.BoundedSemaphore(PAYLOAD_READERS)
         self.lock = threading.Lock()  # DDL of loads against concurrent readers
         self.service = ShardService(self.con, self.max_payload)
         self.log = log if log is not None else sys.stderr
@@ -136,8 +139,23 @@ class StorageNode(fl.FlightServerBase):
             raise RequestError("request needs an op")
         return req
 
-    def _blobs(self, reader, held: list[int]) -> list[bytes]:
-        """The uploaded payloads; ``held[0]`` counts the bytes taken from the budget."""
+    def _blobs(self, reader, held: list[int], context) -> list[bytes]:
+        """The uploaded payloads; ``held[0]`` counts the bytes taken from the budget. Only
+        ``PAYLOAD_READERS`` requests read at once: a message not yet read stays with its sender
+        (gRPC's flow control), so many large uploads together cannot exhaust the node's memory."""
+        waited = 0.0
+        while not self.readers.acquire(timeout=0.05):
+            waited += 0.05
+            if context.is_cancelled():
+                raise RequestCancelled()
+            if waited > PAYLOAD_WAIT_SECONDS:
+                raise NodeBusy("other requests are sending payloads; retry later")
+        try:
+            return self._read_blobs(reader, held)
+        finally:
+            self.readers.release()
+
+    def _read_blobs(self, reader, held: list[int]) -> list[bytes]:
         blobs, total = [], 0
         try:
             for chunk in reader:
@@ -237,7 +255,7 @@ class StorageNode(fl.FlightServerBase):
 
         def work():
             req = self._request(descriptor)
-            blobs = self._blobs(reader, held)
+            blobs = self._blobs(reader, held, context)
             if req["op"] == "build_index":
                 with self.lock:
                     return self.service.answer(req, blobs)
