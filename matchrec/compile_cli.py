@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from matchrec.engine.project import compile_text, load_project, select
-from matchrec.run_cli import add_selection_arguments
+from matchrec.engine.project import compile_text, select
+from matchrec.run_cli import add_selection_arguments, load_or_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,6 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    project = load_project(args.project)
+    project = load_or_report(args.project)
+    if project is None:
+        return 1
     sys.stdout.write(compile_text(project, select(project, args.select, args.exclude)))
     return 0

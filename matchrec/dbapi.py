@@ -50,20 +50,25 @@ _CHOICES = {"pull_strategy": ("auto", "pull_all", "push_down", "naive_dfs", "dfs
 
 def connect(database: str | duckdb.DuckDBPyConnection = ":memory:", dialect: str = "duckdb",
             read_only: bool = False, config: dict | None = None, storage_nodes: list[str] | None = None,
-            token: str | None = None, node_timeout: float = 60.0) -> "Connection":
+            token: str | None = None, node_timeout: float = 60.0,
+            tls_root_certs: str | bytes | None = None) -> "Connection":
     """Open a matchrec connection on a DuckDB database file, ``:memory:``, or an existing connection.
 
     ``dialect`` is the SQL dialect queries are written in (duckdb, trino, snowflake, oracle, ...).
     With ``storage_nodes`` (``["grpc://host:port", ...]``) the connection is a compute node: the
     tables of the nodes can be queried by name, and MATCH_RECOGNIZE reads them with the pull
     strategy of ``SET pull_strategy`` (default auto: dual filtering where it is proven safe).
+    ``token`` defaults to ``$MATCHREC_NODE_TOKEN``; ``grpc+tls://`` nodes are trusted through the
+    system's authorities or ``tls_root_certs`` (a PEM file or its bytes; default
+    ``$MATCHREC_NODE_TLS_ROOT_CERTS``).
     """
     dialect_of(dialect)
     if storage_nodes is not None:
         if isinstance(storage_nodes, str):
             storage_nodes = [u for u in storage_nodes.split(",") if u.strip()]
         from matchrec.connectors.remote import RemoteStore
-        remote = RemoteStore([u.strip() for u in storage_nodes], token=token, timeout=node_timeout)
+        remote = RemoteStore([u.strip() for u in storage_nodes], token=token, timeout=node_timeout,
+                             tls_root_certs=tls_root_certs)
         con = connect(database, dialect, read_only, config)
         con._attach_remote(remote)
         return con
@@ -309,6 +314,7 @@ class Cursor:
             return
         if con.remote is not None:
             con.remote.retries = con.settings.node_retries
+            con.remote.retry_backoff = con.settings.node_retry_backoff_ms / 1000
             if con._materialized:
                 con._placeholders()
         if not has_match_recognize(sql):
@@ -436,7 +442,7 @@ class Cursor:
                 raise E.ProgrammingError(f"SET {name} takes one of {', '.join(_CHOICES[attr])}, got {raw!r}")
             setattr(settings, attr, raw.lower())
             return
-        minimum = 0 if attr in ("fast_path", "prefilter", "node_retries") else 1
+        minimum = 0 if attr in ("fast_path", "prefilter", "node_retries", "node_retry_backoff_ms") else 1
         setattr(settings, attr, _integer_setting(name, raw, minimum))
 
     def _set_cer(self, name: str, m: re.Match) -> None:

@@ -12,8 +12,8 @@ import sys
 from typing import TextIO
 
 from matchrec.cli import error_text
-from matchrec.engine.project import (SUMMARY_COLUMNS, ModelResult, Progress, RunResult, format_errors, load_project,
-                                     run_project, select, summary_rows)
+from matchrec.engine.project import (SUMMARY_COLUMNS, ModelResult, Progress, ProjectLoadError, RunResult, format_errors,
+                                     load_project, located, run_project, select, summary_rows)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,9 +43,22 @@ def _positive(text: str) -> int:
     return value
 
 
+def load_or_report(folder: str):
+    """The project in ``folder``, or None after printing each of its load errors as ``file:line:col: ...``."""
+    try:
+        return load_project(folder)
+    except ProjectLoadError as err:
+        print("\n".join(error_text(located(e)) for e in err.errors), file=sys.stderr)
+        if len(err.errors) > 1:
+            print(f"{len(err.errors)} errors in the project; nothing was built", file=sys.stderr)
+        return None
+
+
 def run(args) -> int:
     import matchrec
-    project = load_project(args.project)
+    project = load_or_report(args.project)
+    if project is None:
+        return 1
     keys = select(project, args.select, args.exclude)
     con = matchrec.connect(args.db)
     try:

@@ -448,3 +448,78 @@ def test_run_errors_point_into_the_model_file(tmp_path, text, needle):
     line, col = position(text, needle)
     assert error.startswith("model bad (bad.sql): ") and f"Line {line}, Col {col}." in error, error
     assert error.rstrip().splitlines()[-2].strip() == text.splitlines()[line - 1].strip()
+
+
+# ---------------------------------------------------------------- a target folder outside; every load error
+def test_target_path_outside_the_project_is_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cases = {"up": '"../stolen"', "absolute": repr(str(elsewhere)).replace("'", '"'), "linked": '"out/parquet"'}
+    for name, value in cases.items():
+        root = make(tmp_path, {"a.sql": "SELECT 1 AS x"}, name)
+        (root / "out").symlink_to(elsewhere, target_is_directory=True)
+        (root / "matchrec_project.toml").write_text(f'name = "p"\ntarget-path = {value}\n')
+        with pytest.raises(matchrec.ProgrammingError) as info:
+            P.load_project(root)
+        message = str(info.value)
+        assert message.startswith("matchrec_project.toml: target-path") and "outside the project folder" in message
+        assert "(line 2)" in message, message
+    inside = make(tmp_path, {"a.sql": "{{ config(materialized='parquet') }} SELECT 1 AS x",
+                             "matchrec_project.toml": 'target-path = "build/../out2"\n'}, "inside")
+    project = P.load_project(inside)
+    assert project.target.resolve() == (inside / "out2").resolve()
+    assert run(inside).ok and (inside / "out2" / "a.parquet").exists()
+    assert not list(elsewhere.iterdir())
+
+
+BROKEN = {
+    "matchrec_project.toml": 'name = "broken"\ncolour = "red"\n',
+    "bad-name.sql": "SELECT 1",
+    "x/dup.sql": "SELECT 1",
+    "y/dup.sql": "SELECT 2",
+    "unknown.sql": "SELECT *\nFROM {{ ref('nowhere') }}",
+    "two_faults.sql": "SELECT {{ var('x') }},\n  {% if true %} 1 {% endif %}",
+    "a.sql": "SELECT * FROM {{ ref('b') }}",
+    "b.sql": "SELECT * FROM {{ ref('a') }}",
+    "c.sql": "SELECT * FROM {{ ref('d') }}",
+    "d.sql": "SELECT * FROM {{ ref('e') }}",
+    "e.sql": "SELECT * FROM\n  {{ ref('c') }}",
+    "fine.sql": "SELECT 42 AS answer",
+}
+
+
+def test_every_load_error_is_reported(tmp_path):
+    root = make(tmp_path, BROKEN)
+    with pytest.raises(P.ProjectLoadError) as info:
+        P.load_project(root)
+    errors = info.value.errors
+    where = sorted(f"{e.file}:{e.line}:{e.col}" if e.col else f"{e.file}:{e.line}" for e in errors)
+    unknown_at = position(BROKEN["unknown.sql"], "'nowhere'")
+    var_at = position(BROKEN["two_faults.sql"], "var(")
+    if_at = position(BROKEN["two_faults.sql"], "{% if")
+    endif_at = position(BROKEN["two_faults.sql"], "{% endif")
+    expected = ["matchrec_project.toml:2", "bad-name.sql:None", "y/dup.sql:None", f"unknown.sql:{unknown_at[0]}:"
+                f"{unknown_at[1]}", f"two_faults.sql:{var_at[0]}:{var_at[1]}", f"two_faults.sql:{if_at[0]}:{if_at[1]}",
+                f"two_faults.sql:{endif_at[0]}:{endif_at[1]}"]
+    for place in expected:
+        assert place in where, (place, where)
+    text = str(info.value)
+    assert "unknown key 'colour'" in text and "plain identifier" in text and "Two models named 'dup'" in text
+    assert "Unknown model 'nowhere'" in text and "Unknown template construct" in text
+    assert len(re.findall(r"Dependency cycle: (\w+) -> (\w+) -> \1\b", text)) == 1
+    assert len(re.findall(r"Dependency cycle: (\w+) -> (\w+) -> (\w+) -> \1\b", text)) == 1
+    assert len(errors) == 9, [str(e).splitlines()[0] for e in errors]
+
+
+def test_cli_prints_every_load_error_with_its_place(tmp_path, capsys):
+    root = make(tmp_path, BROKEN)
+    assert main(["run", str(root)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err
+    line, col = position(BROKEN["unknown.sql"], "'nowhere'")
+    assert f"Error: unknown.sql:{line}:{col}: Unknown model 'nowhere' in ref()" in err
+    assert "Error: matchrec_project.toml:2: unknown key 'colour'; known keys:" in err
+    assert "Error: y/dup.sql: Two models named 'dup'" in err
+    assert err.count("Error: two_faults.sql:") == 3 and "9 errors in the project; nothing was built" in err
+    assert main(["compile", str(root)]) == 1
+    assert "9 errors in the project" in capsys.readouterr().err

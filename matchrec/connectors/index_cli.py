@@ -13,17 +13,21 @@ import pyarrow as pa
 import pyarrow.flight as fl
 
 from matchrec.connectors.acer import DEFAULT_BLOCK
+from matchrec.connectors.credentials import (add_client_arguments, call_headers, connect_node, resolve_token,
+                                             root_certificates)
 
 
 def build_index(nodes: list[str], table: str, attributes: list[str], type_column: str = "type",
-                time_column: str = "ts", block_size: int = DEFAULT_BLOCK, token: str | None = None) -> list[dict]:
+                time_column: str = "ts", block_size: int = DEFAULT_BLOCK, token: str | None = None,
+                tls_root_certs: str | bytes | None = None) -> list[dict]:
     """Build the index on every node in turn; returns each node's summary (rows, blocks, clusters)."""
-    options = fl.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())] if token else None)
+    options = fl.FlightCallOptions(headers=call_headers(resolve_token(token)))
+    roots = root_certificates(tls_root_certs)
     request = {"op": "build_index", "table": table, "attributes": attributes, "type_column": type_column,
                "time_column": time_column, "block_size": block_size}
     out = []
     for uri in nodes:
-        client = fl.connect(uri)
+        client = connect_node(uri, roots)
         try:
             writer, reader = client.do_exchange(fl.FlightDescriptor.for_command(json.dumps(request)), options=options)
             empty = pa.table({"blob": pa.array([], pa.large_binary())})
@@ -43,7 +47,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--type-column", default="type", help="the event type column clusters are made of")
     parser.add_argument("--time-column", default="ts", help="the time column (integer, date or timestamp)")
     parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK, help="events per block")
-    parser.add_argument("--token", default=None)
+    add_client_arguments(parser)
 
 
 def run(args) -> int:
@@ -51,7 +55,7 @@ def run(args) -> int:
     attributes = [a.strip() for a in args.attributes.split(",") if a.strip()]
     try:
         summaries = build_index(nodes, args.table, attributes, args.type_column, args.time_column,
-                                args.block_size, args.token)
+                                args.block_size, resolve_token(args.token, args.token_file), args.tls_root_certs)
     except fl.FlightServerError as err:
         print(f"Error: a node refused to build the index: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1

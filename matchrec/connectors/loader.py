@@ -16,13 +16,15 @@ import duckdb
 import pyarrow as pa
 import pyarrow.flight as fl
 
+from matchrec.connectors.credentials import (add_client_arguments, call_headers, connect_node, resolve_token,
+                                             root_certificates)
 from matchrec.connectors.duckdb_source import read_batches
 from matchrec.connectors.storage_node import quote
 
 
 def load(nodes: list[str], table: str, source_sql: str, con: duckdb.DuckDBPyConnection, partition: str,
          time_column: str | None = None, type_column: str | None = None, token: str | None = None,
-         progress=None) -> list[int]:
+         progress=None, tls_root_certs: str | bytes | None = None) -> list[int]:
     """Send the rows of ``source_sql`` to ``nodes`` as table ``table``; returns rows per node."""
     n = len(nodes)
     if partition == "random":
@@ -38,11 +40,12 @@ def load(nodes: list[str], table: str, source_sql: str, con: duckdb.DuckDBPyConn
     else:
         raise ValueError(f"unknown partitioning {partition}: random, time or type")
     con.execute(f"CREATE OR REPLACE TEMP TABLE __mr_spread AS SELECT *, {assign} AS __mr_node FROM ({source_sql})")
-    options = fl.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())] if token else None)
+    options = fl.FlightCallOptions(headers=call_headers(resolve_token(token)))
+    roots = root_certificates(tls_root_certs)
     counts = []
     for i, uri in enumerate(nodes):
         reader = read_batches(con, f"SELECT * EXCLUDE (__mr_node) FROM __mr_spread WHERE __mr_node = {i}", 1 << 17)
-        client = fl.connect(uri)
+        client = connect_node(uri, roots)
         descriptor = fl.FlightDescriptor.for_command(json.dumps({"op": "load", "table": table, "replace": True}))
         writer, _ = client.do_put(descriptor, reader.schema, options=options)
         rows = 0
@@ -69,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partition", choices=("random", "time", "type"), default="random")
     parser.add_argument("--time-column", default="ts")
     parser.add_argument("--type-column", default="type")
-    parser.add_argument("--token", default=None)
+    add_client_arguments(parser)
 
 
 def run(args) -> int:
@@ -95,7 +98,8 @@ def run(args) -> int:
 
     try:
         counts = load(nodes, args.table, source_sql, con, args.partition, args.time_column, args.type_column,
-                      args.token, progress if sys.stderr.isatty() else None)
+                      resolve_token(args.token, args.token_file), progress if sys.stderr.isatty() else None,
+                      args.tls_root_certs)
     except (fl.FlightError, pa.ArrowException, OSError) as err:
         print(f"\nError: loading failed: {str(err).splitlines()[0]}. Check that every node runs and the token.",
               file=sys.stderr)

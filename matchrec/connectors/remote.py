@@ -27,14 +27,19 @@ MATCH_RECOGNIZE with one of the pull strategies:
 Every request goes to all nodes at once. A node that fails or times out raises
 ``OperationalError`` naming it (after ``node_retries`` further attempts: requests without a
 session are stateless); a result is never assembled from some of the nodes. A node that lost
-a session's state (it restarted) fails the query the same way.
+a session's state (it restarted) fails the query the same way. Attempts are spaced by
+exponential backoff (``retry_backoff`` seconds, doubling, at most ``MAX_BACKOFF``), each on a
+fresh connection, so retries outlast a node's restart instead of failing within milliseconds
+against a channel that still remembers the outage.
 """
 from __future__ import annotations
 
 import json
 import math
+import random
 import re
 import secrets
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,6 +49,7 @@ import pyarrow as pa
 import pyarrow.flight as fl
 
 from matchrec.errors import OperationalError, ProgrammingError
+from matchrec.connectors.credentials import call_headers, connect_node, resolve_token, root_certificates
 from matchrec.connectors.shard import unpack_candidates
 from matchrec.operators.intervals import IntervalSet, ShrinkingWindowFilter, WindowJoinFilter
 from matchrec.operators.packing import SlotJoinSet, pack_intervals, unpack
@@ -52,6 +58,8 @@ from matchrec.planner.intervals import IntervalPlan
 STRATEGIES = ("auto", "pull_all", "push_down", "naive_dfs", "dfs", "push_pull")
 ROUND_TRIPS = ("auto", "always", "never")
 _IDENT = re.compile(r'^\s*(?:"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_$]*))\s*$')
+DEFAULT_BACKOFF = 0.1  # seconds before the first retry; each further one waits twice as long
+MAX_BACKOFF = 5.0
 
 
 @dataclass
@@ -109,19 +117,29 @@ def _blob_table(blobs: list[bytes]) -> pa.Table:
 
 
 class Node:
-    def __init__(self, uri: str, token: str | None, timeout: float):
+    def __init__(self, uri: str, token: str | None, timeout: float, root_certs: bytes | None = None):
         self.uri = uri
-        self.options = fl.FlightCallOptions(
-            timeout=timeout, headers=[(b"authorization", f"Bearer {token}".encode())] if token else None)
+        self.root_certs = root_certs
+        self.options = fl.FlightCallOptions(timeout=timeout, headers=call_headers(token))
+        self.client = connect_node(uri, root_certs)
+        self._lock = threading.Lock()
+
+    def reconnect(self) -> None:
+        """A new channel: gRPC's own would wait out its reconnect backoff (a second or more) after an outage."""
+        fresh = connect_node(self.uri, self.root_certs)
+        with self._lock:
+            old, self.client = self.client, fresh
         try:
-            self.client = fl.connect(uri)
-        except Exception as err:  # noqa: BLE001 - bad URIs surface as several Arrow error types
-            raise OperationalError(f"Cannot connect to storage node {uri}: {err}") from None
+            old.close()
+        except Exception:  # noqa: BLE001
+            pass
 
     def exchange(self, request: dict, blobs: list[bytes]) -> tuple[pa.Table, int, int]:
         command = json.dumps(request).encode()
         descriptor = fl.FlightDescriptor.for_command(command)
-        writer, reader = self.client.do_exchange(descriptor, options=self.options)
+        with self._lock:
+            client = self.client
+        writer, reader = client.do_exchange(descriptor, options=self.options)
         payload = _blob_table(blobs)
         writer.begin(payload.schema)
         if blobs:
@@ -148,14 +166,17 @@ class Node:
 class RemoteStore:
     max_reply = 1 << 34  # bytes a packed candidate reply may unpack to
 
-    def __init__(self, uris: list[str], token: str | None = None, timeout: float = 60.0):
+    def __init__(self, uris: list[str], token: str | None = None, timeout: float = 60.0,
+                 tls_root_certs: str | bytes | None = None):
         if not uris:
             raise ProgrammingError("storage_nodes needs at least one grpc://host:port address")
-        self.token = token
+        token = resolve_token(token)
         self.timeout = timeout
-        self.nodes = [Node(u, token, timeout) for u in uris]
+        roots = root_certificates(tls_root_certs)
+        self.nodes = [Node(u, token, timeout, roots) for u in uris]
         self.pool = ThreadPoolExecutor(max_workers=max(2, len(self.nodes)))
         self.retries = 0
+        self.retry_backoff = DEFAULT_BACKOFF
         self.schemas: dict[str, pa.Schema] = {}
         self.indexed: set[str] = set()  # tables with an ACER index on some node
         self.bandwidth = None  # bytes/s over all nodes together, probed lazily
@@ -202,11 +223,17 @@ class RemoteStore:
                                        "matchrec.connect(storage_nodes=..., token=...)") from None
             except (fl.FlightError, pa.ArrowException, OSError) as err:
                 if attempt + 1 < attempts:
+                    time.sleep(self.backoff(attempt))
+                    try:
+                        node.reconnect()
+                    except OperationalError:
+                        pass  # the next attempt reports the node as failed
                     continue
                 kind = "timed out" if isinstance(err, fl.FlightTimedOutError) else "failed"
+                tried = f" after {attempts} attempts" if attempts > 1 else ""
                 raise OperationalError(
-                    f"Storage node {node.uri} {kind} during the query ({_short(err)}); no partial result was used. "
-                    "Check that the node runs, or SET matchrec_node_retries to retry.") from None
+                    f"Storage node {node.uri} {kind} during the query{tried} ({_short(err)}); no partial result was "
+                    "used. Check that the node runs, or SET matchrec_node_retries to retry.") from None
             if stats is not None:
                 t = stats.nodes.setdefault(node.uri, NodeTraffic())
                 t.sent += sent
@@ -215,6 +242,11 @@ class RemoteStore:
                 t.seconds += time.perf_counter() - started
             return table
         raise AssertionError("unreachable")
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds to wait before retry ``attempt + 1``: doubling from ``retry_backoff``, capped,
+        with +-20 % jitter so compute nodes that lost the same node do not return in step."""
+        return min(MAX_BACKOFF, self.retry_backoff * (2 ** attempt)) * random.uniform(0.8, 1.2)
 
     def _load_catalog(self) -> None:
         for node, table in zip(self.nodes, self.call_all({"op": "tables"})):

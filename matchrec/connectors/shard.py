@@ -17,11 +17,14 @@ rows that survive for the round's variable (``var``) and later rounds of the ses
 only the rows kept, and a ``pull`` naming the variables to ``union`` returns the kept rows that
 pass its time filter and ends the session. ``expect`` lists the variables the caller knows the
 node keeps; when they are not there (restart, expiry) the request fails with ``SessionLost``.
-SQL fragments in a request must each parse as one expression that reads no relation.
+SQL fragments in a request must each parse as one expression that reads no relation, nested at
+most ``MAX_NESTING`` deep. A request runs inside ``ShardService.cancellable``: once its caller is
+gone, the DuckDB queries it runs are interrupted and it ends with ``RequestCancelled``.
 """
 from __future__ import annotations
 
 import re
+import threading
 from contextlib import contextmanager
 
 import duckdb
@@ -39,6 +42,8 @@ from matchrec.operators.packing import SlotJoinSet, pack, unpack, unpack_interva
 
 DEFAULT_MAX_PAYLOAD_MB = 256
 SAMPLE_ROWS = 5000  # rows per node the statistics and the cost model are estimated from
+MAX_NESTING = 200  # parentheses in one SQL fragment: deeper would exhaust the parser's recursion
+MAX_PROBE_BYTES = 16 << 20  # filler one bandwidth probe may ask for
 
 
 def quote(name: str) -> str:
@@ -49,14 +54,40 @@ class RequestError(ValueError):
     """A request the node refuses; the message goes back to the caller."""
 
 
+class RequestCancelled(Exception):
+    """The caller of a request timed out or went away; its work was stopped."""
+
+
+def _nesting(sql: str) -> int:
+    """The deepest parenthesis nesting of ``sql`` outside string literals and quoted names."""
+    depth = deepest = 0
+    quote_char = None
+    for ch in sql:
+        if quote_char:
+            if ch == quote_char:
+                quote_char = None
+        elif ch in "'\"":
+            quote_char = ch
+        elif ch in "([":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]":
+            depth -= 1
+    return deepest
+
+
 def check_fragment(sql: str) -> str:
     """``sql`` if it is a single scalar expression that reads no other relation."""
     if not isinstance(sql, str) or len(sql) > 100_000:
         raise RequestError("SQL fragment must be a string of at most 100000 characters")
+    if _nesting(sql) > MAX_NESTING:
+        raise RequestError(f"SQL fragment nests more than {MAX_NESTING} parentheses deep")
     try:
         trees = sqlglot.parse(f"SELECT {sql}", read="duckdb")
     except sqlglot.errors.SqlglotError as err:
-        raise RequestError(f"SQL fragment does not parse: {str(err)[:200]}") from None
+        raise RequestError(f"SQL fragment does not parse: {str(err).splitlines()[0][:200]}") from None
+    except RecursionError:  # deep nesting without parentheses (NOT NOT ..., - - ...)
+        raise RequestError("SQL fragment nests too deeply") from None
     if len(trees) != 1 or not isinstance(trees[0], exp.Select) or trees[0].args.get("from_") is not None:
         raise RequestError("SQL fragment must be one expression")
     tree = trees[0]
@@ -85,15 +116,64 @@ class ShardService:
         self.max_payload = max_payload
         self.sessions = SessionStore()
         self.indexes = acer.IndexCache()
+        self._request = threading.local()  # the running request's cursors, per serving thread
 
     def _cursor(self):
-        return self.con.cursor()
+        cur = self.con.cursor()
+        running = getattr(self._request, "running", None)
+        if running is not None:
+            running.adopt(cur)
+        return cur
+
+    def _one_row(self, sql: str, params: list) -> tuple:
+        """One row of a catalogue query, its cursor closed at once (an open result holds a
+        transaction that would stop an index build's CHECKPOINT later in the same request)."""
+        cur = self.con.cursor()
+        try:
+            return cur.execute(sql, params).fetchone()
+        finally:
+            cur.close()
+
+    @contextmanager
+    def cancellable(self, is_cancelled, poll: float):
+        """Run the body as one request: a watcher polls ``is_cancelled`` every ``poll`` seconds and,
+        once it is true, interrupts the DuckDB cursors the request opened (and any it opens later)."""
+        running = _Running()
+        self._request.running = running
+        stop = threading.Event()
+        asking = threading.Lock()  # the call's context is freed once the body returns: never ask after
+
+        def watch():
+            while not stop.wait(poll):
+                with asking:
+                    if stop.is_set():
+                        return
+                    try:
+                        gone = is_cancelled()
+                    except Exception:  # noqa: BLE001
+                        return
+                if gone:  # again on every poll: a query started between two polls is stopped too
+                    running.cancel()
+        watcher = threading.Thread(target=watch, daemon=True, name="matchrec-cancel-watch")
+        watcher.start()
+        try:
+            yield
+        except duckdb.InterruptException:
+            if running.cancelled:
+                raise RequestCancelled() from None
+            raise
+        finally:
+            with asking:
+                stop.set()
+            self._request.running = None
+            running.close()  # an unfinished result would keep its transaction open (a load's CHECKPOINT waits)
+        if running.cancelled:
+            raise RequestCancelled()
 
     def _table(self, name) -> str:
         if not isinstance(name, str):
             raise RequestError("table name must be a string")
-        rows = self.con.cursor().execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'", [name]).fetchone()
+        rows = self._one_row("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'", [name])
         if not rows[0]:
             raise RequestError(f"no table {name} on this node")
         return quote(name)
@@ -103,8 +183,8 @@ class ShardService:
         if op == "tables":
             return self._tables()
         if op == "probe":
-            n = int(req.get("bytes", 0))
-            if not 0 <= n <= self.max_payload:
+            n = req.get("bytes", 0)
+            if not isinstance(n, int) or not 0 <= n <= min(self.max_payload, MAX_PROBE_BYTES):
                 raise RequestError("probe size out of range")
             return pa.table({"blob": pa.array([b"\0" * n], pa.large_binary())})
         if op == "stats":
@@ -304,9 +384,8 @@ class ShardService:
     # -- push_pull: rounds over the rows a session kept
 
     def _version(self, name: str) -> tuple:
-        row = self.con.cursor().execute(
-            "SELECT table_oid, estimated_size FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'",
-            [name]).fetchone()
+        row = self._one_row(
+            "SELECT table_oid, estimated_size FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'", [name])
         return tuple(row)
 
     def _open_session(self, req: dict, name: str):
@@ -455,6 +534,40 @@ class ShardService:
         if rows.num_rows != len(ids):
             raise SessionLost("rows of this query session are gone from the table. Run the query again")
         return _compact(pa.concat_tables([rows, keyless]) if keyless.num_rows else rows)
+
+
+class _Running:
+    """The DuckDB cursors of one running request, and whether its caller has gone."""
+
+    def __init__(self):
+        self.cursors: list = []
+        self.cancelled = False
+        self.lock = threading.Lock()
+
+    def adopt(self, cur) -> None:
+        with self.lock:
+            if self.cancelled:
+                raise RequestCancelled()
+            self.cursors.append(cur)
+
+    def close(self) -> None:
+        with self.lock:
+            cursors, self.cursors = self.cursors, []
+        for cur in cursors:
+            try:
+                cur.close()
+            except duckdb.Error:
+                pass
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.cancelled = True
+            cursors = list(self.cursors)
+        for cur in cursors:
+            try:
+                cur.interrupt()
+            except duckdb.Error:
+                pass
 
 
 def _session_rows(session, union, tf) -> np.ndarray:

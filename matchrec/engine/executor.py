@@ -69,6 +69,7 @@ class Settings:
     pull_strategy: str = "auto"  # auto | pull_all | push_down | naive_dfs | dfs | push_pull
     round_trips: str = "auto"  # dual filtering rounds: auto (cost model) | always | never
     node_retries: int = 0  # further attempts at a request a node failed or timed out on
+    node_retry_backoff_ms: int = 100  # wait before the first retry; doubled for each further one (at most 5 s)
 
 
 @dataclass

@@ -30,8 +30,12 @@ Decisions, for where a dbt or DuckDB user could expect either way:
   already exist; with a ``sources`` list in the project file, only the listed ones may be used.
 - **Project file** (optional): ``matchrec_project.toml`` in the project folder, read with
   ``tomllib`` (no YAML, to stay free of dependencies): ``name``, ``schema``, ``target-path``
-  (default ``target``, relative to the project folder) and ``sources`` (list of names, each
-  ``table`` or ``schema.table``). Unknown keys are errors.
+  (default ``target``, relative to the project folder, and inside it: ``..``, an absolute path
+  elsewhere or a symbolic link out are errors, as a run writes there) and ``sources`` (list of
+  names, each ``table`` or ``schema.table``). Unknown keys are errors.
+- **Load errors** are collected, not stopped at: a bad project file, bad file names, duplicate
+  names, each model's template errors and every dependency cycle are reported together
+  (``ProjectLoadError.errors``), each with its file and, where known, line and column.
 - **Materializations**: ``table`` (default) is built under a temporary name and swapped in by a
   transaction (drop the old relation, rename the new table), so a failing model leaves the
   previous table untouched. ``view`` is replaced in one transaction. ``parquet`` writes
@@ -109,7 +113,8 @@ class Model:
     def error(self, message: str, offset: int | None = None, end: int | None = None,
               cls: type[E.Error] = E.ProgrammingError) -> E.Error:
         """An error about this model's file, pointing at ``text[offset:end]`` when an offset is known."""
-        return E.positioned(cls, f"{self.rel}: {message}", self.text if offset is not None else None, offset, end)
+        err = E.positioned(cls, f"{self.rel}: {message}", self.text if offset is not None else None, offset, end)
+        return _in_file(err, self.rel, message, self.text if offset is not None else None, offset)
 
     def run_error(self, message: str, offset: int | None = None, cls: type[E.Error] = E.ProgrammingError) -> E.Error:
         """An error of this model during a run: names the model and its file."""
@@ -145,13 +150,44 @@ class Project:
         return out
 
 
+class ProjectLoadError(E.ProgrammingError):
+    """Every error found while loading a project; ``errors`` holds each one (with ``file``,
+    and ``line`` and ``col`` where known)."""
+
+    def __init__(self, errors: list[E.Error]):
+        self.errors = errors
+        super().__init__("\n".join(str(e) for e in errors))
+
+
+def _in_file(err: E.Error, file: str, problem: str, source: str | None = None, offset: int | None = None,
+             line: int | None = None) -> E.Error:
+    """``err`` marked with the file it is about and, when known, its line and column there."""
+    err.file, err.bare = file, problem  # type: ignore[attr-defined]
+    err.line, err.col = (E.line_col(source, offset) if source is not None and offset is not None  # type: ignore
+                         else (line, None))
+    return err
+
+
+def located(err: E.Error) -> str:
+    """``err`` as ``file:line:col: problem`` (plus the line and a caret when it points into a file)."""
+    file = getattr(err, "file", None)
+    if not file:
+        return str(err)
+    place = ":".join(str(x) for x in (file, getattr(err, "line", None), getattr(err, "col", None)) if x)
+    text = f"{place}: {err.bare}"  # type: ignore[attr-defined]
+    shown = str(err).split("\n", 1)
+    return text + ("\n" + shown[1] if len(shown) > 1 and getattr(err, "col", None) else "")
+
+
 def load_project(root: str | os.PathLike) -> Project:
-    """Read the project folder: project file, models, templates, dependency graph (cycles are errors)."""
+    """Read the project folder: project file, models, templates, dependency graph (cycles are errors).
+    Every error found is reported together, as one ``ProjectLoadError``."""
     root = Path(root)
     if not root.is_dir():
         raise E.ProgrammingError(f"Project folder {str(root)!r} does not exist or is not a folder")
-    settings = _read_project_file(root)
-    target = root / settings.get("target-path", "target")
+    errors: list[E.Error] = []
+    settings = _read_project_file(root, errors)
+    target = _target_folder(root, settings, errors)
     project = Project(root=root, models={}, order=[], name=settings.get("name", root.resolve().name),
                       schema=settings.get("schema"), target=target, declared_sources=settings.get("sources"))
     for path in _model_files(root, target):
@@ -160,60 +196,99 @@ def load_project(root: str | os.PathLike) -> Project:
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as err:
-            raise E.ProgrammingError(f"{rel}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+            problem = f"not UTF-8 text ({err.reason} at byte {err.start})"
+            errors.append(_in_file(E.ProgrammingError(f"{rel}: {problem}"), rel, problem))
+            continue
         model = Model(name=name, path=path, rel=rel, text=text)
         if not _IDENT.fullmatch(name):
-            raise E.ProgrammingError(f"{rel}: a model's file name must be a plain identifier (letters, digits, "
-                                     f"underscores, not starting with a digit): {name!r} is not")
+            problem = (f"a model's file name must be a plain identifier (letters, digits, underscores, not starting "
+                       f"with a digit): {name!r} is not")
+            errors.append(_in_file(E.ProgrammingError(f"{rel}: {problem}"), rel, problem))
+            continue
         other = project.models.get(model.key)
         if other is not None:
-            raise E.ProgrammingError(f"Two models named {name!r}: {other.rel} and {rel} (model names are the file "
-                                     "names without .sql, compared without case)")
+            problem = (f"Two models named {name!r}: {other.rel} and {rel} (model names are the file names without "
+                       ".sql, compared without case)")
+            errors.append(_in_file(E.ProgrammingError(problem), rel, problem))
+            continue
         project.models[model.key] = model
-    if not project.models:
+    if not project.models and not errors:
         raise E.ProgrammingError(f"No models: no .sql file under {str(root)!r}")
     reserved = _reserved_words()
     for model in project.models.values():
         model.relation = _relation_name(model.name, project.schema, reserved)
     for model in project.models.values():
-        _compile_model(model, project, reserved)
+        try:
+            _compile_model(model, project, reserved, errors)
+        except E.ProgrammingError as err:
+            errors.append(err)
+    errors += _cycles(project)
+    if errors:
+        raise ProjectLoadError(errors)
     project.order = _topological_order(project)
     return project
 
 
-def _read_project_file(root: Path) -> dict:
+def _target_folder(root: Path, settings: dict, errors: list[E.Error]) -> Path:
+    """The target folder, which must lie inside the project (a run writes and replaces files there)."""
+    target = root / settings.get("target-path", "target")
+    inside = root.resolve()
+    resolved = target.resolve()
+    if resolved != inside and inside not in resolved.parents:
+        problem = (f"target-path {settings.get('target-path')!r} lies outside the project folder (it resolves to "
+                   f"{str(resolved)!r}); a run writes there, so it must be a folder inside the project")
+        line = settings.get("_lines", {}).get("target-path")
+        errors.append(_in_file(E.ProgrammingError(f"{PROJECT_FILE}: {problem}" + (f" (line {line})" if line else "")),
+                               PROJECT_FILE, problem, line=line))
+        return root / "target"
+    return target
+
+
+def _read_project_file(root: Path, errors: list[E.Error]) -> dict:
+    """The project file's settings; each error in it is added to ``errors`` (the setting is then left out)."""
+    def fail(problem: str, line: int | None = None, file: str = PROJECT_FILE, more: str = "") -> None:
+        at = f" (line {line})" if line else ""
+        errors.append(_in_file(E.ProgrammingError(f"{file}: {problem}{at}{more}"), file, problem + more, line=line))
+
     for other in ("matchrec_project.yml", "matchrec_project.yaml"):
         if (root / other).exists() and not (root / PROJECT_FILE).exists():
-            raise E.ProgrammingError(f"{other}: the project file is TOML; write it as {PROJECT_FILE}")
+            fail(f"the project file is TOML; write it as {PROJECT_FILE}", file=other)
     path = root / PROJECT_FILE
     if not path.exists():
         return {}
-    text = path.read_text(encoding="utf-8")
     try:
+        text = path.read_text(encoding="utf-8")
         data = tomllib.loads(text)
+    except UnicodeDecodeError as err:
+        fail(f"not UTF-8 text ({err.reason} at byte {err.start})")
+        return {}
     except tomllib.TOMLDecodeError as err:
-        raise E.ProgrammingError(f"{PROJECT_FILE}: {err}") from None
+        fail(str(err))
+        return {}
 
-    def where(key: str) -> str:
+    def line_of(key: str) -> int | None:
         m = re.search(r"^[ \t]*\"?" + re.escape(key) + r"\"?\s*=", text, re.M)
-        return f" (line {text.count(chr(10), 0, m.start()) + 1})" if m else ""
+        return text.count(chr(10), 0, m.start()) + 1 if m else None
 
+    out = {"_lines": {}}
     for key, value in data.items():
         if key not in _PROJECT_KEYS:
-            raise E.ProgrammingError(f"{PROJECT_FILE}: unknown key {key!r}{where(key)}; known keys: "
-                                     f"{', '.join(_PROJECT_KEYS)}")
-        if not isinstance(value, _PROJECT_KEYS[key]):
-            raise E.ProgrammingError(f"{PROJECT_FILE}: {key} must be a {_PROJECT_KEYS[key].__name__}{where(key)}")
-    for source in data.get("sources", []):
-        if not isinstance(source, str) or not _RELATION.fullmatch(source.strip()):
-            raise E.ProgrammingError(f"{PROJECT_FILE}: sources must be relation names such as 'events' or "
-                                     f"'raw.events', got {source!r}{where('sources')}")
-    if "schema" in data and not _IDENT.fullmatch(data["schema"]):
-        raise E.ProgrammingError(f"{PROJECT_FILE}: schema must be a plain identifier, got {data['schema']!r}"
-                                 f"{where('schema')}")
-    if "sources" in data:
-        data["sources"] = [_normalise(s) for s in data["sources"]]
-    return data
+            fail(f"unknown key {key!r}", line_of(key), more=f"; known keys: {', '.join(_PROJECT_KEYS)}")
+        elif not isinstance(value, _PROJECT_KEYS[key]):
+            fail(f"{key} must be a {_PROJECT_KEYS[key].__name__}", line_of(key))
+        else:
+            out[key] = value
+            out["_lines"][key] = line_of(key)
+    bad = [s for s in out.get("sources", []) if not isinstance(s, str) or not _RELATION.fullmatch(s.strip())]
+    if bad:
+        fail(f"sources must be relation names such as 'events' or 'raw.events', got {bad[0]!r}", line_of("sources"))
+        del out["sources"]
+    if "schema" in out and not _IDENT.fullmatch(out["schema"]):
+        fail(f"schema must be a plain identifier, got {out['schema']!r}", line_of("schema"))
+        del out["schema"]
+    if "sources" in out:
+        out["sources"] = [_normalise(s) for s in out["sources"]]
+    return out
 
 
 def _model_files(root: Path, target: Path) -> list[Path]:
@@ -253,10 +328,12 @@ def _normalise(relation: str) -> str:
 _OPEN = re.compile(r"\{\{|\{%|\{#")
 
 
-def _compile_model(model: Model, project: Project, reserved: frozenset[str]) -> None:
-    """Expand the templates of ``model`` into ``model.sql``; record refs, sources and config."""
+def _compile_model(model: Model, project: Project, reserved: frozenset[str], errors: list[E.Error]) -> None:
+    """Expand the templates of ``model`` into ``model.sql``; record refs, sources and config. An
+    error in one template construct is added to ``errors`` and the next one is read all the same."""
     text = model.text
     edits: list[tuple[int, int, str]] = []
+    found: list[E.Error] = []
     pos = 0
     while True:
         m = _OPEN.search(text, pos)
@@ -267,16 +344,23 @@ def _compile_model(model: Model, project: Project, reserved: frozenset[str]) -> 
         close = {"{{": "}}", "{%": "%}", "{#": "#}"}[kind]
         end = text.find(close, m.end())
         if end < 0:
-            raise model.error(f"{kind} is not closed by {close}", start, start + 2)
+            errors += found + [model.error(f"{kind} is not closed by {close}", start, start + 2)]
+            return
         end += 2
+        pos = end
         if kind == "{%":
-            raise model.error("Template statements ({% ... %}) are not supported: only {{ ref() }}, "
-                              "{{ source() }} and {{ config() }}", start, end)
-        if kind == "{#":
+            found.append(model.error("Template statements ({% ... %}) are not supported: only {{ ref() }}, "
+                                     "{{ source() }} and {{ config() }}", start, end))
+        elif kind == "{#":
             edits.append((start, end, "\n" * text.count("\n", start, end)))
         else:
-            edits.append((start, end, _expand(model, project, reserved, start, end)))
-        pos = end
+            try:
+                edits.append((start, end, _expand(model, project, reserved, start, end)))
+            except E.ProgrammingError as err:
+                found.append(err)
+    if found:
+        errors += found
+        return
     sql, origin = rewrite(text, edits)
     model.sql, model.origin = _single_statement(model, sql, origin), origin
     if not model.sql.strip() or _only_comments(model.sql):
@@ -468,7 +552,6 @@ def _strip_comments(sql: str) -> str:
 
 # ---------------------------------------------------------------- the dependency graph
 def _topological_order(project: Project) -> list[str]:
-    _check_cycles(project)
     children = project.children()
     waiting = {k: len(m.refs) for k, m in project.models.items()}
     heap = [k for k, n in waiting.items() if n == 0]
@@ -484,9 +567,11 @@ def _topological_order(project: Project) -> list[str]:
     return order
 
 
-def _check_cycles(project: Project) -> None:
+def _cycles(project: Project) -> list[E.Error]:
+    """An error for every dependency cycle met by a depth-first walk (a ref that closes a cycle)."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     path: list[str] = []
+    found: list[E.Error] = []
 
     def visit(key: str) -> None:
         state[key] = 1
@@ -497,10 +582,11 @@ def _check_cycles(project: Project) -> None:
                 first, second = project.models[cycle[0]], project.models[cycle[1]]
                 names = " -> ".join(project.models[k].name for k in cycle)
                 if len(cycle) == 2:
-                    raise first.error(f"Model {first.name!r} refers to itself", first.refs[first.key])
-                raise first.error(f"Dependency cycle: {names} (each model refers to the next)",
-                                  first.refs[second.key])
-            if parent not in state:
+                    found.append(first.error(f"Model {first.name!r} refers to itself", first.refs[first.key]))
+                else:
+                    found.append(first.error(f"Dependency cycle: {names} (each model refers to the next)",
+                                             first.refs[second.key]))
+            elif parent not in state:
                 visit(parent)
         path.pop()
         state[key] = 2
@@ -508,6 +594,7 @@ def _check_cycles(project: Project) -> None:
     for key in sorted(project.models):
         if key not in state:
             visit(key)
+    return found
 
 
 def ancestors(project: Project, key: str) -> set[str]:
