@@ -15,6 +15,10 @@ Three forms, all matched on the executors by the same engine as on DuckDB:
   run by Spark over the matches. ``EXPLAIN`` and ``EXPLAIN ANALYZE`` in front of the statement
   return the plan (and the measured rows, shuffle bytes and time) as a DataFrame.
 
+They run on local sessions, on clusters (``ship(builder, archive)`` sends executors a packed
+Python with matchrec, see ``matchrec.spark_env``) and through Spark Connect: only DataFrame
+operations, no SparkContext, RDDs or broadcast variables.
+
 Errors in a body are raised before any job runs, as ``AnalysisError``: both a matchrec
 ``ProgrammingError`` (or ``NotSupportedError``) and a pyspark ``AnalysisException``, with the
 line and column in the text the user wrote.
