@@ -138,7 +138,6 @@ def duckdb_path(db: str, sql: str, runs: int, table: str, key: str | None) -> di
 
 # ------------------------------------------------------------------ a Spark master (child process)
 def spark_session(master: str, driver_memory: str):
-    import matchrec.spark  # noqa: F401 - sets PYSPARK_PYTHON, read when the SparkContext starts
     from pyspark.sql import SparkSession
     cores = int(master[master.index("[") + 1:-1])
     spark = (SparkSession.builder.master(master).appName("matchrec-bench")

@@ -22,6 +22,7 @@ SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("load", "matchrec.connectors.loader", "spread a table over storage nodes"),
     ("index", "matchrec.connectors.index_cli", "build the ACER range-bitmap index of a table on storage nodes"),
     ("run", "matchrec.run_cli", "build a folder of SQL models (dbt-style) into a DuckDB database"),
+    ("spark-env", "matchrec.spark_env", "pack a relocatable Python with matchrec for Spark's spark.archives"),
     ("compile", "matchrec.compile_cli", "print the SQL each model of a project would run, in dependency order"),
 ]
 

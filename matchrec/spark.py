@@ -15,6 +15,10 @@ Three forms, all matched on the executors by the same engine as on DuckDB:
   run by Spark over the matches. ``EXPLAIN`` and ``EXPLAIN ANALYZE`` in front of the statement
   return the plan (and the measured rows, shuffle bytes and time) as a DataFrame.
 
+They run on local sessions, on clusters (``ship(builder, archive)`` sends executors a packed
+Python with matchrec, see ``matchrec.spark_env``) and through Spark Connect: only DataFrame
+operations, no SparkContext, RDDs or broadcast variables.
+
 Errors in a body are raised before any job runs, as ``AnalysisError``: both a matchrec
 ``ProgrammingError`` (or ``NotSupportedError``) and a pyspark ``AnalysisException``, with the
 line and column in the text the user wrote.
@@ -30,11 +34,8 @@ import pyarrow as pa
 from matchrec import errors as E
 from matchrec.connectors import spark_matching as M
 
-__all__ = ["register", "match_recognize", "sql", "AnalysisError", "last_runs", "matchrec_error", "release"]
-
-# Spark starts Python workers with PYSPARK_PYTHON, read when the SparkContext is created: import
-# matchrec.spark before building the session (the default is the interpreter importing it).
-M.python_for_workers()
+__all__ = ["register", "match_recognize", "sql", "ship", "AnalysisError", "last_runs", "matchrec_error",
+           "release"]
 
 _ERROR_CLASSES: dict[type, type] = {}
 
@@ -69,6 +70,9 @@ def matchrec_error(err: BaseException) -> E.Error | None:
     import re
     if isinstance(err, E.Error):
         return err
+    missing = _missing_matchrec(str(err))
+    if missing is not None:
+        return missing
     found = None
     for m in re.finditer(r"^(matchrec(?:\.\w+)*)\.(\w+): (.*)$", str(err), re.M):
         found = m
@@ -85,6 +89,24 @@ def matchrec_error(err: BaseException) -> E.Error | None:
     message = text[found.start(3):]
     message = message.split("\n\tat org.apache")[0].split("\n SQLSTATE")[0].strip()
     return _plain(cls, message)
+
+
+def _missing_matchrec(text: str) -> E.OperationalError | None:
+    """The error of an executor whose Python cannot run matchrec, from a failed job's text."""
+    import re
+    m = re.search(r"No module named '(matchrec|duckdb|pyarrow|numba|sqlglot|lark|numpy|pandas)[.']", text)
+    if m:
+        return E.OperationalError(
+            f"The Python of a Spark executor has no {m.group(1)} (its workers cannot import it): ship matchrec "
+            "to the executors with matchrec.spark.ship(SparkSession.builder, 'matchrec-env.tar.gz') (archive "
+            "made by 'matchrec spark-env'), or install matchrec in the Python the workers run")
+    m = re.search(r'Cannot run program "([^"]+)"', text)
+    if m:
+        return E.OperationalError(
+            f"A Spark executor cannot start the Python interpreter {m.group(1)!r} (set by PYSPARK_PYTHON or "
+            "spark.pyspark.python): point it at a Python that exists on every worker, or ship one with "
+            "matchrec.spark.ship(SparkSession.builder, 'matchrec-env.tar.gz')")
+    return None
 
 
 def _plain(cls, message: str) -> E.Error:
@@ -118,6 +140,9 @@ _CACHED: list = []  # DataFrames matchrec persisted; they back the DataFrames it
 def cache(df):
     """Persist ``df`` (memory, spilling to disk) until ``release()``."""
     from pyspark import StorageLevel
+
+    from matchrec.connectors.spark_metrics import before_cache
+    before_cache(df)
     out = df.persist(StorageLevel.MEMORY_AND_DISK)
     _CACHED.append(out)
     return out
@@ -157,10 +182,104 @@ def _spark_schema(schema: pa.Schema):
 
 
 def _parallelism(spark) -> int:
+    default = _prepare(spark)
     conf = spark.conf.get("spark.matchrec.partitions", None)
     if conf:
         return max(1, int(conf))
-    return max(2, 2 * spark.sparkContext.defaultParallelism)
+    return max(2, 2 * default)
+
+
+_READY: dict[str, int] = {}  # application id -> default parallelism, once its executors ran matchrec
+
+
+def _prepare(spark) -> int:
+    """Before a session's first matchrec job: its Python workers run an interpreter that imports
+    matchrec (checked with one small job, so a worker without it fails here with a clear error
+    instead of inside a query); returns the session's default parallelism."""
+    from matchrec.connectors.spark_metrics import collect, is_connect
+    app = spark.conf.get("spark.app.id", None) or str(id(spark))
+    if app in _READY:
+        return _READY[app]
+    if not is_connect(spark):
+        _default_python(spark)
+    # spark.range spreads its rows over the default parallelism: one probe row per task
+    probe = spark.range(0, 1 << 16).mapInArrow(M.probe_task(), "tasks long")
+    try:
+        tasks = sum(r[0] for r in collect(probe))
+    except Exception as err:  # noqa: BLE001 - a worker that cannot start comes back as many classes
+        missing = _missing_matchrec(str(err))
+        if missing is None:
+            raise
+        raise missing from None
+    _READY[app] = max(1, tasks)
+    return _READY[app]
+
+
+def _default_python(spark) -> None:
+    """A local session whose user chose no interpreter runs its workers with this one (Spark's own
+    default, ``python3`` from PATH, seldom has pyarrow and never this environment's matchrec).
+    Other masters keep what the user or the cluster configured."""
+    import os
+    import sys
+    sc = spark.sparkContext
+    if (sc.master.startswith("local") and "PYSPARK_PYTHON" not in os.environ
+            and not sc.getConf().get("spark.pyspark.python", None) and sc.pythonExec == "python3"):
+        sc.pythonExec = sys.executable
+
+
+# ------------------------------------------------------------------ shipping matchrec to executors
+ARCHIVE_NAME = "matchrec_env"  # the folder each executor unpacks the archive into
+
+
+def ship(builder, archive: str | None = None):
+    """Set up ``builder`` (a ``SparkSession.Builder``, before ``getOrCreate()``) so executors run
+    matchrec from a packed environment: ``archive`` is made by ``matchrec spark-env OUT.tar.gz``
+    (built into the user cache on first use when omitted). Spark unpacks it on every executor
+    (``spark.archives``); their Python workers start its interpreter, found through the executors'
+    PATH, and the driver's Python workers (the table function's analysis) start this interpreter
+    under the same name. Returns ``builder``.
+    """
+    import os
+    import shlex
+    import sys
+    import tempfile
+
+    from matchrec import spark_env
+    try:
+        from pyspark import SparkContext
+        if SparkContext._active_spark_context is not None:
+            raise E.ProgrammingError("ship() must run before the SparkSession is created: the workers' "
+                                     "interpreter is fixed when the session starts")
+    except ImportError:  # pragma: no cover - pyspark is a requirement of this module
+        pass
+    chosen = os.environ.get("PYSPARK_PYTHON")
+    if chosen and chosen != spark_env.LAUNCHER:
+        raise E.ProgrammingError(f"PYSPARK_PYTHON is set to {chosen!r}; ship() starts the executors with the "
+                                 "packed interpreter instead: unset PYSPARK_PYTHON, or keep it and install "
+                                 "matchrec in that Python on every worker")
+    if archive is None:
+        import matchrec
+        cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "matchrec")
+        os.makedirs(cache, exist_ok=True)
+        archive = os.path.join(cache, f"spark-env-{matchrec.__version__}-py{sys.version_info[0]}"
+                                      f"{sys.version_info[1]}.tar.gz")
+        if not os.path.exists(archive):
+            spark_env.build(archive)
+    archive = os.path.abspath(archive)
+    if not os.path.exists(archive):
+        raise E.ProgrammingError(f"no archive at {archive}: make it with 'matchrec spark-env {archive}'")
+    # the driver: the launcher's name stands for this interpreter, in a private folder (a script,
+    # not a link: a virtual environment's interpreter finds its environment from its own path)
+    here = tempfile.mkdtemp(prefix="matchrec-python-")
+    launcher = os.path.join(here, spark_env.LAUNCHER)
+    with open(launcher, "w") as f:
+        f.write(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    os.chmod(launcher, 0o755)
+    os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
+    os.environ["PYSPARK_PYTHON"] = spark_env.LAUNCHER
+    executor_path = f"./{ARCHIVE_NAME}/bin:/usr/local/bin:/usr/bin:/bin"
+    return (builder.config("spark.archives", f"{archive}#{ARCHIVE_NAME}")
+            .config("spark.executorEnv.PATH", executor_path))
 
 
 # ------------------------------------------------------------------ the DataFrame form
@@ -184,7 +303,6 @@ def match_recognize(df, body: str, dialect: str = "spark", *, interval_filter: s
 
 def _match(df, body: M.Body, interval_filter: str = "auto"):
     """(DataFrame of matches, ClauseReport) for one body over ``df``."""
-    M.python_for_workers()
     spark = _session(df)
     input_schema = _arrow_schema(df.schema)
     analysis = M.analyze(body, input_schema)
@@ -232,6 +350,8 @@ def _column(df, ref):
 def _time_split(df, analysis: M.Analysis, out_struct, out_arrow: pa.Schema, n: int, report: ClauseReport):
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, LongType, StructField, StructType
+
+    from matchrec.connectors.spark_metrics import collect, to_arrow
     spark = _session(df)
     body = analysis.body
     rid = f"{M.HIDDEN}rid"
@@ -239,8 +359,8 @@ def _time_split(df, analysis: M.Analysis, out_struct, out_arrow: pa.Schema, n: i
     based = cache(df.withColumn(rid, F.monotonically_increasing_id()))
     in_schema = _arrow_schema(based.schema)
     # 1. key statistics and a sample for cuts of equal row counts
-    stats = based.mapInArrow(M.key_task(analysis.key_sql, in_schema, 97),
-                             "n long, nulls long, lo long, hi long, sample binary").collect()
+    stats = collect(based.mapInArrow(M.key_task(analysis.key_sql, in_schema, 97),
+                                     "n long, nulls long, lo long, hi long, sample binary"))
     rows = sum(r["n"] for r in stats)
     if sum(r["nulls"] for r in stats):
         based.unpersist()
@@ -257,8 +377,8 @@ def _time_split(df, analysis: M.Analysis, out_struct, out_arrow: pa.Schema, n: i
     back = M.prev_rows(body) or 0
     starts = np.asarray(cuts, np.int64) - window
     if back and cuts:
-        below = based.mapInArrow(M.below_cuts_task(analysis.key_sql, in_schema, cuts, back),
-                                 "cut int, key long").collect()
+        below = collect(based.mapInArrow(M.below_cuts_task(analysis.key_sql, in_schema, cuts, back),
+                                         "cut int, key long"))
         for i in range(len(cuts)):
             keys = sorted((r["key"] for r in below if r["cut"] == i), reverse=True)
             earliest = keys[back - 1] if len(keys) >= back else (keys[-1] if keys else cuts[i])
@@ -287,7 +407,7 @@ def _time_split(df, analysis: M.Analysis, out_struct, out_arrow: pa.Schema, n: i
         result = matched.drop(*hidden)
     else:
         matched = cache(matched)
-        ends = matched.select(*(f"{M.HIDDEN}{c}" for c in ("sk", "sr", "ek", "er"))).distinct().toArrow()
+        ends = to_arrow(matched.select(*(f"{M.HIDDEN}{c}" for c in ("sk", "sr", "ek", "er"))).distinct())
         chosen = M.choose_past_last(*(ends.column(i).to_numpy() for i in range(4)))
         report.lines.append(f"time split: {ends.num_rows} candidate matches (one per start row), {len(chosen)} "
                             "chosen by AFTER MATCH SKIP PAST LAST ROW")
@@ -306,7 +426,8 @@ def _partition_keys(spark, k: int) -> list[int]:
     """For each range id 0..k-1 a long that Spark's hash partitioning into k tasks sends to task
     id, so every range gets its own task (range ids hashed directly collide)."""
     from pyspark.sql import functions as F
-    rows = spark.range(0, 64 * k).select("id", F.pmod(F.hash("id"), F.lit(k)).alias("p")).toArrow()
+    from matchrec.connectors.spark_metrics import to_arrow
+    rows = to_arrow(spark.range(0, 64 * k).select("id", F.pmod(F.hash("id"), F.lit(k)).alias("p")))
     ids, parts = rows.column(0).to_numpy(), rows.column(1).to_numpy()
     out = []
     for target in range(k):
@@ -332,8 +453,8 @@ def _sql(spark, statement: str, dialect: str, interval_filter: str):
 
     from matchrec.engine.statement import cte_prefixes, replace_identifiers, to_duckdb
     from matchrec.parser.query import has_match_recognize, split
+    from matchrec.connectors.spark_metrics import ShuffleMeter
     from matchrec.parser.source import Origin
-    M.python_for_workers()
     m = re.match(r"\s*EXPLAIN(\s+ANALYZE)?\b", statement, re.I)
     explain = ("analyze" if m.group(1) else "plain") if m else None
     text = statement[m.end():] if m else statement
@@ -345,6 +466,10 @@ def _sql(spark, statement: str, dialect: str, interval_filter: str):
                                      "DataFrame.explain() for other statements")
         return spark.sql(out)
     query = split(pad + text, dialect)
+    _prepare(spark)
+    # EXPLAIN ANALYZE meters the whole call: the jobs run while the DataFrame is built (statistics,
+    # interval filtering rounds) as well as the query, on both sides of the filtering comparison
+    meter = ShuffleMeter(spark) if explain == "analyze" else None
     prefixes = cte_prefixes(query, write="spark")
     views: dict[str, str] = {}
     tag = secrets.token_hex(4)
@@ -380,7 +505,7 @@ def _sql(spark, statement: str, dialect: str, interval_filter: str):
     if explain == "analyze" and any(r.filtering is not None and r.filtering.used for r in _LAST):
         # the shuffle the filtering saved: the same statement again without it (measured after)
         unfiltered = lambda: _sql(spark, text, dialect, "off")  # noqa: E731
-    return _explain(spark, final, explain == "analyze", unfiltered)
+    return _explain(spark, final, meter, unfiltered)
 
 
 def _first_line(err) -> str:
@@ -388,14 +513,14 @@ def _first_line(err) -> str:
     return text.splitlines()[0][:500] if text else type(err).__name__
 
 
-def _explain(spark, final, analyze: bool, unfiltered=None):
-    from matchrec.connectors.spark_metrics import ShuffleMeter
+def _explain(spark, final, meter, unfiltered=None):
+    from matchrec.connectors.spark_metrics import ShuffleMeter, count
     lines = []
     reports = list(_LAST)
+    analyze = meter is not None
     if analyze:
-        meter = ShuffleMeter(spark)
         t0 = time.perf_counter()
-        rows = final.count()
+        rows = count(final)
         seconds = time.perf_counter() - t0
         moved = meter.delta()
         without = None
@@ -403,7 +528,7 @@ def _explain(spark, final, analyze: bool, unfiltered=None):
             meter = ShuffleMeter(spark)
             t1 = time.perf_counter()
             plain = unfiltered()
-            plain_rows = plain.count()
+            plain_rows = count(plain)
             without = (meter.delta(), time.perf_counter() - t1, plain_rows)
             _LAST[:] = reports
     for i, r in enumerate(_LAST):
@@ -414,7 +539,7 @@ def _explain(spark, final, analyze: bool, unfiltered=None):
         lines.append(f"Analyze: {rows} result rows in {seconds:.3f} s (+{sum(r.jobs_seconds for r in _LAST):.3f} s "
                      "of planning jobs before the query)")
         lines.append(f"  shuffle: {moved.written} bytes written, {moved.read} bytes read, {moved.records} records "
-                     f"written, over {moved.stages} stages")
+                     f"written, over {moved.stages} stages (the whole statement, planning jobs included)")
         for r in _LAST:
             if r.filtering is not None and r.filtering.shuffle is not None:
                 s = r.filtering.shuffle
@@ -432,7 +557,7 @@ def _explain(spark, final, analyze: bool, unfiltered=None):
 # ------------------------------------------------------------------ the SQL table function
 def register(spark, name: str = "match_recognize") -> None:
     """Register the table function ``name`` in ``spark`` (see the module docstring)."""
-    M.python_for_workers()
+    _prepare(spark)
     spark.udtf.register(name, _table_function())
 
 
@@ -463,7 +588,6 @@ def _table_function():
                 raise _spark_error(E.ProgrammingError("The second argument of match_recognize must be the "
                                                       "MATCH_RECOGNIZE body as a constant string"))
             lang = dialect.value if dialect is not None and isinstance(dialect.value, str) else "spark"
-            M.python_for_workers()
             try:
                 b = M.Body.parse(body.value, lang)
                 schema = _arrow_schema(table.dataType)

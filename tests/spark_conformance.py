@@ -84,7 +84,6 @@ def check(case: dict, run) -> tuple[bool, str]:
 
 
 def spark_session(master: str = "local[2]"):
-    import matchrec.spark  # noqa: F401 - sets PYSPARK_PYTHON before the session starts
     from pyspark.sql import SparkSession
     spark = (SparkSession.builder.master(master).appName("matchrec-tests")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")

@@ -273,3 +273,16 @@ def test_example_pipeline_runs_and_agrees_with_duckdb(spark, tmp_path, capsys):
     want = con.execute(example.QUERY.replace("FROM reports", f"FROM read_parquet('{src}')")).fetchall()
     assert want and rows_match(want, got)
     assert "matches in" in capsys.readouterr().out
+
+
+def test_local_sessions_run_this_interpreter_and_a_missing_matchrec_is_named(spark):
+    import sys
+    _view(spark, events(n=50), "ev")
+    ms.sql(spark, QUERIES[0])  # the first call prepares the session
+    assert spark.sparkContext.pythonExec == sys.executable
+    failed = Exception("org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+                       "ModuleNotFoundError: No module named 'matchrec'")
+    err = ms.matchrec_error(failed)
+    assert isinstance(err, matchrec.OperationalError) and "ship(" in str(err) and "Traceback" not in str(err)
+    err = ms.matchrec_error(Exception('java.io.IOException: Cannot run program "/opt/py/bin/python": error=2'))
+    assert isinstance(err, matchrec.OperationalError) and "'/opt/py/bin/python'" in str(err)

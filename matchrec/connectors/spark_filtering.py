@@ -4,8 +4,8 @@ The rounds are those of the storage-node strategy (``RemoteStore.filter_rounds``
 counts, rounds in ascending count, time interval sets sent as shrinking window filters, join
 filters for equality conditions, the cost model), and each partition answers them with the same
 ``ShardService`` a storage node runs, over its rows loaded into an in-memory DuckDB. A round is a
-Spark job: its request and payloads go to the tasks by broadcast, the small replies come back to
-the driver. The final pull is not collected: it is a ``mapInArrow`` over the cached input that
+Spark job (DataFrame operations only, so it runs under Spark Connect too): its request and
+payloads travel with the task function, the small replies come back to the driver. The final pull is not collected: it is a ``mapInArrow`` over the cached input that
 keeps only rows inside the final time interval set, and only those rows are shuffled to the
 matching stage.
 """
@@ -19,6 +19,7 @@ import pyarrow as pa
 from matchrec.connectors.remote import PullStats, RemoteStore
 from matchrec.connectors.shard import DEFAULT_MAX_PAYLOAD_MB, ShardService
 from matchrec.connectors.spark_matching import conform
+from matchrec.connectors.spark_metrics import collect
 
 TABLE = "events"
 MIN_ROWS = 200_000  # below this, the jobs of the rounds cost more than any shuffle they save (auto)
@@ -52,14 +53,14 @@ def _load(batches, schema: pa.Schema):
     return con
 
 
-def answer_task(request_json: str, blobs_bc, schema: pa.Schema):
+def answer_task(request_json: str, blobs: list[bytes], schema: pa.Schema):
     """A ``mapInArrow`` function: the partition answers one request (reply as Arrow IPC bytes)."""
     import json
 
     def run(batches):
         con = _load(batches, schema)
         try:
-            reply = ShardService(con, DEFAULT_MAX_PAYLOAD_MB << 20).answer(json.loads(request_json), blobs_bc.value)
+            reply = ShardService(con, DEFAULT_MAX_PAYLOAD_MB << 20).answer(json.loads(request_json), blobs)
         finally:
             con.close()
         sink = pa.BufferOutputStream()
@@ -70,14 +71,22 @@ def answer_task(request_json: str, blobs_bc, schema: pa.Schema):
     return run
 
 
-def pull_task(request_json: str, blobs_bc, schema: pa.Schema):
+def rows_task():
+    """A ``mapInArrow`` function: one row per partition, with its row count."""
+    def run(batches):
+        n = sum(b.num_rows for b in batches)
+        yield pa.RecordBatch.from_pydict({"n": [n]}, schema=pa.schema([("n", pa.int64())]))
+    return run
+
+
+def pull_task(request_json: str, blobs: list[bytes], schema: pa.Schema):
     """A ``mapInArrow`` function: the partition's rows inside the final time interval set."""
     import json
 
     def run(batches):
         con = _load(batches, schema)
         try:
-            rows = ShardService(con, DEFAULT_MAX_PAYLOAD_MB << 20).answer(json.loads(request_json), blobs_bc.value)
+            rows = ShardService(con, DEFAULT_MAX_PAYLOAD_MB << 20).answer(json.loads(request_json), blobs)
         finally:
             con.close()
         yield from conform(rows, schema).to_batches()
@@ -92,11 +101,11 @@ class _Partition:
 class SparkShards(RemoteStore):
     """The storage-node strategy's driver side over the partitions of a cached DataFrame."""
 
-    def __init__(self, df, schema: pa.Schema):
+    def __init__(self, df, schema: pa.Schema, partitions: int):
         self.df = df
         self.spark = df.sparkSession
         self.schema = schema
-        self.nodes = [_Partition(i) for i in range(df.rdd.getNumPartitions())]
+        self.nodes = [_Partition(i) for i in range(partitions)]
         self.retries = 0
         self.bandwidth = None
         self.rtt = 0.0
@@ -108,11 +117,8 @@ class SparkShards(RemoteStore):
         import json
         blobs = blobs or []
         started = time.perf_counter()
-        bc = self.spark.sparkContext.broadcast(blobs)
-        try:
-            rows = self.df.mapInArrow(answer_task(json.dumps(request), bc, self.schema), "reply binary").collect()
-        finally:
-            bc.unpersist()
+        # the payloads travel inside the task function (Spark broadcasts a large one by itself)
+        rows = collect(self.df.mapInArrow(answer_task(json.dumps(request), blobs, self.schema), "reply binary"))
         replies = [pa.ipc.open_stream(pa.py_buffer(r["reply"])).read_all() for r in rows]
         elapsed = time.perf_counter() - started
         if stats is not None:
@@ -132,8 +138,7 @@ class SparkShards(RemoteStore):
 
     def final_rows(self, request: dict, blobs: list[bytes]):
         import json
-        bc = self.spark.sparkContext.broadcast(blobs)
-        return self.df.mapInArrow(pull_task(json.dumps(request), bc, self.schema), self.df.schema)
+        return self.df.mapInArrow(pull_task(json.dumps(request), blobs, self.schema), self.df.schema)
 
 
 def _traffic():
@@ -161,11 +166,13 @@ def filter_rows(df, analysis, mode: str):
     meter = ShuffleMeter(df.sparkSession)
     from matchrec.spark import cache
     cached = cache(df)
-    shards = SparkShards(cached, analysis.input_schema)
     stats = PullStats(strategy="dfs")
     t0 = time.perf_counter()
+    # one job gives both the row count (auto mode) and the partitions that play storage nodes
+    sizes = collect(cached.mapInArrow(rows_task(), "n long"))
+    shards = SparkShards(cached, analysis.input_schema, max(1, len(sizes)))
     if mode == "auto":
-        rows = cached.count()
+        rows = sum(r[0] for r in sizes)
         report.rows_in = rows
         if rows < MIN_ROWS:
             report.reason = f"not used ({rows} rows: below {MIN_ROWS}, the rounds' jobs would cost more)"

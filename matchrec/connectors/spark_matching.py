@@ -429,6 +429,12 @@ def choose_past_last(sk, sr, ek, er) -> np.ndarray:
     return np.asarray(chosen, np.int64)
 
 
-def python_for_workers() -> None:
-    """Executors must run the driver's interpreter (the one with matchrec, pyarrow and DuckDB)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+def probe_task():
+    """A ``mapInArrow`` function yielding one row per task; unpickling it on an executor imports
+    matchrec, so a worker without matchrec fails this small job."""
+    def run(batches):
+        import duckdb  # noqa: F401 - the executor's Python must hold matchrec's dependencies too
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pydict({"tasks": [1]}, schema=pa.schema([("tasks", pa.int64())]))
+    return run

@@ -1,8 +1,14 @@
-"""Shuffle bytes of Spark jobs, read from the application's status store (works with the UI off).
+"""Shuffle bytes of the Spark jobs matchrec runs, for EXPLAIN ANALYZE.
 
-A meter takes the totals of every stage Spark has recorded when it is created; ``delta()``
-gives what the stages completed since then wrote and read. Jobs of other threads in the same
-application in the meantime would be counted too.
+On a classic session a meter reads the application's status store (works with the UI off): it
+takes the totals of every stage Spark has recorded when it is created, and ``delta()`` gives
+what the stages completed since then wrote and read; jobs of other threads in the same
+application in the meantime would be counted too. A Spark Connect client has no status store:
+there every action matchrec runs goes through ``collect``/``count``/``to_arrow`` here, which add
+the shuffle metrics of the executed plan (its Exchange nodes) to the meters open at the time.
+Those metrics stop at a cached DataFrame (its plan runs inside the scan of the cache), so while a
+Connect meter is open ``before_cache`` runs each DataFrame matchrec is about to cache once on its
+own, and the meter sees its shuffles: both sides of a comparison then pay and count the same work.
 """
 from __future__ import annotations
 
@@ -15,6 +21,11 @@ class Shuffle:
     read: int = 0
     records: int = 0
     stages: int = 0
+
+
+def is_connect(spark) -> bool:
+    """True for a Spark Connect session (no JVM, no SparkContext in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def _totals(spark) -> dict[tuple[int, int], tuple[int, int, int]]:
@@ -31,12 +42,24 @@ def _totals(spark) -> dict[tuple[int, int], tuple[int, int, int]]:
     return out
 
 
+_OPEN: list["ShuffleMeter"] = []  # Connect meters taking what actions report
+
+
 class ShuffleMeter:
     def __init__(self, spark):
         self.spark = spark
-        self.before = _totals(spark)
+        self.connect = is_connect(spark)
+        self.seen = Shuffle()
+        if self.connect:
+            _OPEN.append(self)
+        else:
+            self.before = _totals(spark)
 
     def delta(self) -> Shuffle:
+        if self.connect:
+            if self in _OPEN:
+                _OPEN.remove(self)
+            return self.seen
         after = _totals(self.spark)
         s = Shuffle()
         for key, (w, r, n) in after.items():
@@ -47,3 +70,53 @@ class ShuffleMeter:
                 s.records += n - n0
                 s.stages += 1
         return s
+
+
+def _observe(df) -> None:
+    if not _OPEN:
+        return
+    info = getattr(df, "executionInfo", None)
+    metrics = info.metrics if info is not None else None
+    if metrics is None:
+        return
+    got = Shuffle()
+    for node in metrics.extract_graph()[1].values():
+        values = {m.name: m.value for m in node.metrics}
+        if "shuffleBytesWritten" in values:
+            got.written += int(values["shuffleBytesWritten"])
+            got.records += int(values.get("shuffleRecordsWritten", 0))
+            got.read += int(values.get("remoteBytesRead", 0)) + int(values.get("localBytesRead", 0))
+            got.stages += 1
+    for meter in _OPEN:
+        meter.seen.written += got.written
+        meter.seen.read += got.read
+        meter.seen.records += got.records
+        meter.seen.stages += got.stages
+
+
+def collect(df) -> list:
+    rows = df.collect()
+    _observe(df)
+    return rows
+
+
+def to_arrow(df):
+    table = df.toArrow()
+    _observe(df)
+    return table
+
+
+def count(df) -> int:
+    """``df.count()``, metered on Connect (where ``count`` runs on a DataFrame of its own)."""
+    if not _OPEN:
+        return df.count()
+    counted = df.groupBy().count()
+    rows = counted.collect()
+    _observe(counted)
+    return int(rows[0][0])
+
+
+def before_cache(df) -> None:
+    """Meter what computing ``df`` shuffles, on Connect while a meter is open (see the docstring)."""
+    if _OPEN:
+        count(df)
