@@ -99,6 +99,9 @@ def test_step_setting_is_validated(cur):
         cur.execute("SET matchrec_max_steps = 0")
     with pytest.raises(matchrec.ProgrammingError, match="matchrec_max_memory_mb"):
         cur.execute("SET matchrec_max_memory_mb = lots")
+    cur.execute("SET matchrec_max_memory_mb = 64")
+    cur.execute("SET matchrec_max_steps = 1_000")
+    assert (cur.connection.settings.max_memory_mb, cur.connection.settings.max_steps) == (64, 1000)
 
 
 # ---------------------------------------------------------------- sizes before expansion
