@@ -25,6 +25,7 @@ from typing import Any, Iterable, Sequence
 import duckdb
 import pyarrow as pa
 
+from matchrec import budget as work
 from matchrec import errors as E
 from matchrec.engine.errors import map_duckdb_error
 from matchrec.engine.executor import Settings
@@ -275,6 +276,15 @@ class Cursor:
         except (KeyboardInterrupt, MemoryError):
             self._reset()
             raise
+        except work.BudgetExceeded:  # arrived just as its statement ended
+            self._reset()
+            raise work.memory_error(con.settings.max_memory_mb) from None
+        except RuntimeError as err:
+            self._reset()
+            if "interrupted" in str(err).lower():  # DuckDB's own answer to Ctrl-C
+                raise KeyboardInterrupt() from None
+            raise E.InternalError(f"Internal error while executing the query ({type(err).__name__}: {err}). "
+                                  "Please report it with the query.") from err
         except RecursionError:
             self._reset()
             raise E.OperationalError("The query is too deeply nested to process") from None
@@ -339,7 +349,8 @@ class Cursor:
             self._duck_execute(text, params)
             return
         runner = StatementRunner(con._duck, con.settings, con.dialect, con.remote, con._materialized)
-        prepared = runner.prepare(sql, params)
+        with work.statement(con.settings):
+            prepared = runner.prepare(sql, params)
         self._registered = list(prepared.registered)
         self.stats = [(run.plan, run.stats) for run in prepared.runs]
         self.pull_stats = [run.pull for run in prepared.runs if run.pull is not None]
@@ -355,7 +366,8 @@ class Cursor:
         con = self.connection
         if con.remote is not None:
             raise E.NotSupportedError("CER statements read local DuckDB tables; storage-node tables are not supported")
-        run = cer.execute(con._duck, parse(sql), con.cer_settings)
+        with work.statement(con.settings):
+            run = cer.execute(con._duck, parse(sql), con.cer_settings)
         self.cer_run = run
         if run.explain is not None:
             self._description = [("explain_key", "VARCHAR", None, None, None, None, None),

@@ -19,6 +19,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from matchrec import budget as work
 from matchrec.errors import DataError, OperationalError
 from matchrec.operators.cer_reference import Events, Pattern, reference_matches
 from matchrec.operators.intervals import IntervalSet
@@ -100,6 +101,11 @@ class CerRun:
 
 
 def execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSettings) -> CerRun:
+    with work.statement():  # the caller's budget when it has one (the cursor's settings)
+        return _execute(duck, query, settings)
+
+
+def _execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSettings) -> CerRun:
     m = mechanisms()
     started = time.perf_counter()
     plan = P.plan_query(duck, query, settings, m)

@@ -31,6 +31,8 @@ def strip_location(message: str) -> str:
 
 def map_duckdb_error(err: BaseException, source: str | None = None, offset: int | None = None,
                      context: str | None = None) -> E.Error:
+    if isinstance(err, duckdb.InterruptException):  # DuckDB's answer to Ctrl-C stays a KeyboardInterrupt
+        return KeyboardInterrupt()  # type: ignore[return-value]
     cls = matchrec_class(err)
     text = str(err).strip()
     if source is None:

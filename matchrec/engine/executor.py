@@ -24,6 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from matchrec import budget as work
+from matchrec.budget import DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_STEPS
 from matchrec.errors import DataError, OperationalError
 from matchrec.operators import expr as ir
 from matchrec.operators.matcher import ConsView, Matcher, MatchLimitExceeded
@@ -65,6 +67,9 @@ class Settings:
     prefilter: int = 1  # 0: never drop input rows before matching (for comparisons)
     max_partition_mb: int = 16_384  # input of one partition held in memory while it is matched
     threads: int = 2  # partitions matched in parallel by the compiled matcher
+    # matcher steps of one statement (a step: one partial match taking one row; see matchrec.budget)
+    max_steps: int = DEFAULT_MAX_STEPS
+    max_memory_mb: int = DEFAULT_MAX_MEMORY_MB  # growth of the process's memory while a statement matches
     # storage nodes (compute-node connections only)
     pull_strategy: str = "auto"  # auto | pull_all | push_down | naive_dfs | dfs | push_pull
     round_trips: str = "auto"  # dual filtering rounds: auto (cost model) | always | never
@@ -121,7 +126,7 @@ class PartitionRunner:
                  layout=None):
         self.plan = plan
         self.settings = settings or Settings()
-        self.matcher = Matcher(plan.program, plan.history_dependent, self.settings.max_threads)
+        self.matcher = Matcher(plan.program, plan.history_dependent, self.settings.max_threads, work.current())
         self.ctx = ir.Context(plan.labels, fallback)
         self.defines = [ir.compile_node(d) if d is not None else None for d in plan.defines]
         self.measures = [ir.compile_node(m.node) for m in plan.measures]
@@ -320,10 +325,12 @@ def _to_arrow(values: list, typ: pa.DataType, name: str) -> pa.Array:
         raise DataError(f"Measure {name!r}: value does not fit its type {typ}: {err}") from None
 
 
-def prefetched(reader, depth: int = 2):
+def prefetched(reader, depth: int = 2, interrupt: Callable[[], None] | None = None):
     """The batches of ``reader``, read ahead by a thread so that DuckDB produces the next batch
     while the caller matches this one (the fetch releases the GIL). At most ``depth`` batches
-    wait; an error in the reader surfaces here, and a caller that stops early stops the thread."""
+    wait; an error in the reader surfaces here, and a caller that stops early stops the thread.
+    An exception (Ctrl-C) while waiting for a batch calls ``interrupt`` (DuckDB's), so that the
+    thread is not waited for until DuckDB finishes a long sort on its own."""
     slots: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
     done = object()
@@ -353,7 +360,12 @@ def prefetched(reader, depth: int = 2):
     thread.start()
     try:
         while True:
-            item = slots.get()
+            try:
+                item = slots.get()
+            except BaseException:
+                if interrupt is not None and thread.is_alive():
+                    interrupt()
+                raise
             if item is done:
                 return
             if isinstance(item, BaseException):
@@ -365,7 +377,7 @@ def prefetched(reader, depth: int = 2):
 
 
 def stream_chunks(reader, key_indexes: list[int], on_chunk: Callable[[pa.Table, np.ndarray], None],
-                  max_bytes: int | None = None) -> None:
+                  max_bytes: int | None = None, interrupt: Callable[[], None] | None = None) -> None:
     """Feed chunks of complete partitions of an ordered batch stream to ``on_chunk``.
 
     The rows of the last partition of a batch may continue in the next batch, so they wait;
@@ -374,7 +386,7 @@ def stream_chunks(reader, key_indexes: list[int], on_chunk: Callable[[pa.Table, 
     """
     pending: list[pa.RecordBatch] = []
     pending_rows = pending_bytes = 0
-    for batch in prefetched(reader):
+    for batch in prefetched(reader, interrupt=interrupt):
         if batch.num_rows == 0:
             continue
         pending.append(batch)
@@ -401,11 +413,12 @@ def stream_chunks(reader, key_indexes: list[int], on_chunk: Callable[[pa.Table, 
 
 def run_plan(plan: Plan, reader, fallback, arrow_types, schema: pa.Schema, settings: Settings | None = None,
              null_row: list | None = None, fast=None, duck=None, layout=None) -> tuple[pa.Table, Stats]:
-    runner = PartitionRunner(plan, fallback, arrow_types, settings, null_row, fast, duck, layout)
-    started = time.perf_counter()
-    settings = runner.settings
-    stream_chunks(reader, [runner.colmap[i] for i in plan.partition_by], runner.run_chunk,
-                  settings.max_partition_mb << 20)
+    with work.statement(settings):
+        runner = PartitionRunner(plan, fallback, arrow_types, settings, null_row, fast, duck, layout)
+        started = time.perf_counter()
+        settings = runner.settings
+        stream_chunks(reader, [runner.colmap[i] for i in plan.partition_by], runner.run_chunk,
+                      settings.max_partition_mb << 20, getattr(duck, "interrupt", None))
     runner.stats.seconds = time.perf_counter() - started
     runner.stats.fallback_calls = getattr(fallback, "calls", 0)
     runner.stats.extra["measures computed column-wise"] = runner.computer.vectorized

@@ -6,12 +6,13 @@ bounds) arrive with the input from DuckDB; here they become numpy arrays, the ma
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from matchrec import budget as work
 from matchrec.engine import arrow_eval
 from matchrec.engine.executor import SKIP_ABSENT, SKIP_FIRST, SkipError, _match_limit, _thread_limit
 from matchrec.engine.output import EMPTY, MATCH, UNMATCHED, Matches
@@ -269,7 +270,8 @@ class CompiledMatcher:
                     wkey_f=wkey_f, wend_f=wend_f, wvalid=wvalid, wend_valid=wend_valid)
 
     # ------------------------------------------------------------------ running
-    def _run(self, arrays: dict, bounds: np.ndarray, settings, probe: bool, n_rows: int):
+    def _run(self, arrays: dict, bounds: np.ndarray, settings, probe: bool, n_rows: int, budget: work.Budget,
+             spent: np.ndarray, worker: int):
         """All events of the partitions in ``bounds`` (absolute rows), growing buffers as needed."""
         rows = int(bounds[-1] - bounds[0])
         caps = dict(events=rows + 16, labels=rows + 16, arena=1 << 16, visits=1 << 12,
@@ -305,7 +307,8 @@ class CompiledMatcher:
                 arrays["within_float"], arrays["wkey_i"], arrays["wend_i"], arrays["wkey_f"], arrays["wend_f"],
                 arrays["wvalid"], arrays["wend_valid"], self.within_desc, self.skip_kind, self.skip_mask,
                 self.empty_mode, probe, settings.max_threads, settings.max_matches_per_partition, self.first_mask,
-                *b["ev"], b["labels"], b["exc"], possible, *b["arena"], *b["visits"], *b["threads"])
+                *b["ev"], b["labels"], b["exc"], possible, *b["arena"], *b["visits"], *b["threads"],
+                budget.stop, spent, worker, budget.max_steps - budget.steps)
             if n_ev or status == vm.OK:
                 out.append(([a[:n_ev].copy() for a in b["ev"]], b["labels"][:n_lab].copy(), b["exc"][:n_exc].copy(),
                             n_ev, n_lab, n_exc, part, done))
@@ -319,6 +322,11 @@ class CompiledMatcher:
                 raise _thread_limit("matchrec_max_threads", settings.max_threads)
             if status == vm.ERR_MATCHES:
                 raise _match_limit(settings.max_matches_per_partition)
+            if status == vm.ERR_STEPS:
+                budget.halt(work.OUT_OF_STEPS)
+                raise budget.error(work.OUT_OF_STEPS)
+            if status == vm.ERR_STOPPED:
+                raise budget.error()
             grow = {vm.NEED_EVENTS: "events", vm.NEED_LABELS: "labels", vm.NEED_ARENA: "arena",
                     vm.NEED_VISITS: "visits", vm.NEED_THREADS: "threads"}[status]
             if done == part or grow in ("arena", "visits", "threads"):
@@ -332,12 +340,7 @@ class CompiledMatcher:
     def matches(self, table: pa.Table, bounds: np.ndarray, settings) -> Matches:
         arrays = self._arrays(table, bounds)
         pieces = self._split(bounds, settings)
-        if len(pieces) == 1:
-            results = [self._run(arrays, bounds, settings, False, table.num_rows)[0]]
-        else:
-            with ThreadPoolExecutor(len(pieces)) as pool:
-                futures = [pool.submit(self._run, arrays, b, settings, False, table.num_rows) for b in pieces]
-                results = [f.result()[0] for f in futures]
+        results = [r[0] for r in self._in_workers(arrays, pieces, settings, False, table.num_rows)]
         parts = []
         starts_of_parts = bounds[:-1]
         for result in results:
@@ -358,8 +361,32 @@ class CompiledMatcher:
 
     def possible_starts(self, table: pa.Table, bounds: np.ndarray, settings) -> np.ndarray:
         arrays = self._arrays(table, bounds)
-        _, possible = self._run(arrays, bounds, settings, True, table.num_rows)
+        (_, possible), = self._in_workers(arrays, [bounds], settings, True, table.num_rows)
         return possible
+
+    def _in_workers(self, arrays: dict, pieces: list[np.ndarray], settings, probe: bool, n_rows: int) -> list:
+        """``_run`` over each piece of partitions, each on a worker thread, while this thread waits.
+
+        The kernels never return to Python on their own, so this thread watches for them: a
+        KeyboardInterrupt (or a budget stop) reaching it sets the budget's stop flag, which the
+        kernels poll, and it is raised once they have returned. The steps of all pieces are
+        charged to the statement's budget."""
+        budget = work.current()
+        spent = np.zeros(len(pieces), np.int64)
+        pool = ThreadPoolExecutor(len(pieces), thread_name_prefix="matchrec-match")
+        try:
+            futures = [pool.submit(self._run, arrays, b, settings, probe, n_rows, budget, spent, k)
+                       for k, b in enumerate(pieces)]
+            try:
+                while wait(futures, timeout=0.05).not_done:
+                    pass
+            except BaseException as stopped:
+                budget.halt(work.OUT_OF_MEMORY if isinstance(stopped, work.BudgetExceeded) else work.INTERRUPTED)
+                raise
+            return [f.result() for f in futures]
+        finally:
+            pool.shutdown(wait=True)
+            budget.steps += int(spent.sum())
 
     @staticmethod
     def _split(bounds: np.ndarray, settings) -> list[np.ndarray]:

@@ -48,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from matchrec import budget as work
 from matchrec.engine import cer as E
 from matchrec.operators import cer_shared as O
 from matchrec.operators.cer_reference import Events, Pattern, alternatives
@@ -251,6 +252,11 @@ class _Group:
         self.filtering = ""  # what filtering before matching did, for the report
 
     def run(self) -> None:
+        # one group is one statement's work for the step and memory budget (the connection's settings)
+        with work.statement(getattr(self.run_.con, "settings", None)):
+            self._run()
+
+    def _run(self) -> None:
         r = self.run_
         r.stats["groups"] += 1
         t0 = time.perf_counter()

@@ -13,6 +13,7 @@ its items (an NFA over a partial order would need a state per subset of them).
 """
 from __future__ import annotations
 
+from matchrec.budget import PYTHON_STEP_COST
 from matchrec.operators.cer_mechanisms import (ChainPlan, Partition, Prepared, Sink, conditions_hold,
                                                negation_holds, too_many_partial)
 
@@ -45,6 +46,7 @@ class _Run:
         # partial matches held at once: what the eager NFA's memory grows with
         self.live = 0
         self.max_live = sink.max_partial
+        self.spend = sink.spend
 
     def go(self) -> None:
         keyl = self.part.keyl
@@ -72,6 +74,7 @@ class _Run:
                 self.begin(0, (), self.part.rowl[q], q, key, created)
         for kind, k, inst in created:
             (self.waiting if kind == A else self.inside)[k].append(inst)
+        self.spend(PYTHON_STEP_COST * (q1 - q0 + len(created)))
         self.live += len(created)
         if self.max_live is not None and self.live > self.max_live:
             raise too_many_partial(self.max_live)

@@ -33,8 +33,9 @@ from bisect import bisect_left, bisect_right
 
 import numpy as np
 
+from matchrec.budget import PYTHON_STEP_COST
 from matchrec.operators.cer_mechanisms import (AttributeEquality, Cands, ChainPlan, Partition, Prepared, Sink,
-                                               conditions_hold, negation_holds)
+                                               conditions_hold, negation_holds, too_many)
 
 
 def evaluate(prep: Prepared, sink: Sink, order=None) -> None:
@@ -96,6 +97,7 @@ def _null(v) -> bool:
 class _Recompute:
     def __init__(self, prep: Prepared, sink: Sink, chain: ChainPlan, part: Partition, cands: dict, conds: list):
         self.prep, self.sink, self.chain, self.part = prep, sink, chain, part
+        self.spend = sink.spend
         self.cands = cands
         self.w = prep.window
         self.keep = sink.keeps(chain)
@@ -229,6 +231,7 @@ class _Recompute:
                 yield rows + (c.rowl[j],)
 
     def bind(self, s: int, i: int, value, k0: int, k1: int, lo_all, hi_all, weight: int) -> None:
+        self.spend(PYTHON_STEP_COST)
         chain = self.chain
         lo2 = k0 if lo_all is None else min(lo_all, k0)
         hi2 = k1 if hi_all is None else max(hi_all, k1)
@@ -274,6 +277,11 @@ class _Recompute:
         if not self.expand:
             self.sink.add(self.chain, binding)
             return
+        # the subsets are listed below and every combination is a match: size them first
+        counts = [subset_count(c, a, b, smin, smax) for _, c, a, b, _, _, smin, smax in self.expand]
+        if self.sink.max is not None and math.prod(counts) > self.sink.max:
+            raise too_many(self.sink.max)
+        self.spend(PYTHON_STEP_COST * sum(counts))
         choices = []
         for var, c, a, b, r0, r1, smin, smax in self.expand:
             head = () if r0 is None else (r0,)

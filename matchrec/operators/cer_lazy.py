@@ -35,6 +35,7 @@ from bisect import bisect_left, bisect_right
 
 import numpy as np
 
+from matchrec.budget import PYTHON_STEP_COST
 from matchrec.operators.cer_mechanisms import (AttributeEquality, ChainPlan, Partition, Prepared, Sink,
                                                conditions_hold, is_null, negation_holds, next_holds, strict_holds)
 
@@ -116,6 +117,7 @@ class Search:
     def __init__(self, prep: Prepared, sink: Sink, chain: ChainPlan, part: Partition, order: list[int],
                  negation: str = "first", vector_min: int = VECTOR_MIN):
         self.prep, self.sink, self.chain, self.part = prep, sink, chain, part
+        self.spend = sink.spend
         self.order = order
         self.w = prep.window
         self.strategy = prep.strategy
@@ -362,6 +364,7 @@ class Search:
         return out
 
     def bind(self, s: int, value, k0: int, k1: int, p0: int, p1: int, lo_all, hi_all, conds=None) -> None:
+        self.spend(PYTHON_STEP_COST)
         binding = self.binding
         binding[self.vars[s]] = value
         self.first[s], self.last[s], self.fpos[s], self.lpos[s] = k0, k1, p0, p1

@@ -33,6 +33,7 @@ from typing import Callable
 
 import numpy as np
 
+from matchrec import budget
 from matchrec.errors import OperationalError
 from matchrec.operators.cer_reference import (STRATEGIES, Condition, Element, Events, Order, Pattern,
                                               alternatives, orders)
@@ -577,6 +578,8 @@ class Sink:
         self.n = 0
         self.kept: list = []
         self.sets: dict = {}
+        # the statement's step budget: a mechanism charges what it binds or extends (matchrec.budget)
+        self.spend = budget.current().spend
 
     def keeps(self, chain: ChainPlan) -> bool:
         """Whether matches of ``chain`` must be materialized (run, or duplicates to drop)."""

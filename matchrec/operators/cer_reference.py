@@ -68,10 +68,14 @@ Conjunction without permutations (``orders``)
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Union
 
 import numpy as np
+
+from matchrec import budget
+from matchrec.errors import OperationalError
 
 STRATEGIES = ("strict", "next", "any")
 
@@ -132,21 +136,66 @@ class Events:
 
 def alternatives(node: Node) -> list[tuple[Element, ...]]:
     """The pattern as OR of linear chains (AND expanded into permutations of its items)."""
+    check_expansion(count_alternatives(node, None), len(leaves(node)))
+    return _alternatives(node)
+
+
+def _alternatives(node: Node) -> list[tuple[Element, ...]]:
     if isinstance(node, Element):
         return [(node,)]
     if isinstance(node, Or):
-        return [c for item in node.items for c in alternatives(item)]
+        return [c for item in node.items for c in _alternatives(item)]
     if isinstance(node, Seq):
         out = [()]
         for item in node.items:
-            out = [a + b for a in out for b in alternatives(item)]
+            out = [a + b for a in out for b in _alternatives(item)]
         return out
     if isinstance(node, And):
         out = []
         for perm in itertools.permutations(node.items):
-            out += alternatives(Seq(tuple(perm)))
+            out += _alternatives(Seq(tuple(perm)))
         return out
     raise TypeError(f"not a pattern node: {node!r}")
+
+
+def element_sets(node: Node) -> list[tuple[Element, ...]]:
+    """The elements of each alternative, in the order written: ``alternatives`` without the
+    permutations of an AND (they all hold the same elements)."""
+    return alternatives(as_sequence(node))
+
+
+def as_sequence(node: Node) -> Node:
+    """``node`` with every AND read as a SEQ of its items."""
+    if isinstance(node, Element):
+        return node
+    items = tuple(as_sequence(item) for item in node.items)
+    return Or(items) if isinstance(node, Or) else Seq(items)
+
+
+def count_alternatives(node: Node, strategy: str | None) -> int:
+    """How many alternatives ``alternatives`` (strategy None) or ``orders`` builds, computed
+    without building them."""
+    if isinstance(node, Element):
+        return 1
+    counts = [count_alternatives(item, strategy) for item in node.items]
+    if isinstance(node, Or):
+        return sum(counts)
+    product = math.prod(counts)
+    if isinstance(node, And) and not (strategy is not None and linear(node, strategy)):
+        product *= math.factorial(len(node.items))
+    return product
+
+
+def check_expansion(count: int, elements: int) -> None:
+    """Refuse to build ``count`` alternatives of ``elements`` elements when they alone would
+    take more memory than the statement's budget allows."""
+    need = count * (64 + 16 * elements + 8 * elements * elements)  # tuples, and an order's pairs
+    limit = budget.current().max_memory_mb
+    if need > limit << 20:
+        raise OperationalError(
+            f"The pattern expands into {count:,} alternatives (an AND of k items into k! orders), which would "
+            f"need about {need >> 20:,} MB before matching starts; write fewer items in AND, or raise the limit "
+            f"with SET matchrec_max_memory_mb = <n>")
 
 
 @dataclass(frozen=True)
@@ -181,6 +230,7 @@ def leaves(node: Node) -> list[Element]:
 def orders(node: Node, strategy: str = "any") -> list[Order]:
     """The pattern as OR of partial orders: the ANDs that ``linear`` accepts stay one order, the
     others are expanded into permutations. With no AND kept, these are ``alternatives``' chains."""
+    check_expansion(count_alternatives(node, strategy), len(leaves(node)))
     return [Order(el, frozenset(bf), tuple(ap)) for el, bf, ap in _orders(node, strategy)]
 
 

@@ -35,6 +35,7 @@ from typing import Callable
 
 import numpy as np
 
+from matchrec import budget
 from matchrec.operators.cer_mechanisms import too_many
 
 __all__ = ["BLOCK", "Cond", "Neg", "Kleene", "Unit", "Node", "Stream", "PatternSink", "Evaluator", "Unshareable",
@@ -268,6 +269,8 @@ class Evaluator:
         self.block = max(1, int(block))
         self.work = {"partial_matches": 0, "searches": 0, "candidates": 0, "matches": 0}
         self._counted: dict = {}  # id(node) -> (node, whether its extensions are only counted)
+        # the statement's step budget: a candidate tried in a block is one step (numpy, as compiled)
+        self.spend = budget.current().spend
 
     def run(self, roots: list, lo: int, hi: int) -> None:
         """Every match whose last event has a composite key in [lo, hi)."""
@@ -344,6 +347,7 @@ class Evaluator:
             cnt = counts[start:end]
             tot = int(cum[end - 1]) - base
             self.work["candidates"] += tot
+            self.spend(tot)
             idx = np.repeat(np.arange(start, end), cnt)
             # candidate positions: each range's start, less where its run begins, plus the run position
             j = np.repeat(a[start:end] - (cum[start:end] - cnt - base), cnt)

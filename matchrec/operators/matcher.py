@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from matchrec.budget import REFERENCE_STEP_COST, Budget
 from matchrec.operators.program import DONE, END, JUMP, MATCH, SAVE, SPLIT, START, Program
 
 
@@ -119,8 +120,11 @@ Evaluate = Callable[[int, Labels, int], bool]
 
 
 class Matcher:
-    def __init__(self, program: Program, history_dependent: list[bool], max_threads: int = 1_000_000):
+    def __init__(self, program: Program, history_dependent: list[bool], max_threads: int = 1_000_000,
+                 budget: Budget | None = None):
         self.code = program.code
+        self.history_dependent = history_dependent
+        self.budget = budget
         reach = program.reachable_labels()
         # a thread's future can depend on its labels only if some reachable DEFINE reads history
         self.keyed = [any(history_dependent[label] for label in reach[pc]) for pc in range(len(self.code))]
@@ -134,9 +138,13 @@ class Matcher:
         self._closure(0, None, (), start, n, start, current, {})
         result = None
         idx = start
+        budget, history = self.budget, self.history_dependent
         while current:
             nxt: list = []
             visited: dict = {}
+            # the budget's steps: each thread taking this row, plus the history rows a condition
+            # may walk (a DEFINE that reads the match so far can cost its length)
+            cost = REFERENCE_STEP_COST * len(current)
             for pc, labels, caps in current:
                 op = code[pc].op
                 if op == DONE:
@@ -146,12 +154,16 @@ class Matcher:
                     continue
                 label = code[pc].a
                 node = Labels(label, labels)
+                if history[label]:
+                    cost += node.length
                 if within_ok is not None and not within_ok(start, idx):
                     continue
                 if evaluate(label, node, idx):
                     self._closure(pc + 1, node, caps, idx + 1, n, start, nxt, visited)
             if len(nxt) > self.max_threads:
                 raise MatchLimitExceeded("matchrec_max_threads", self.max_threads)
+            if budget is not None:
+                budget.spend(cost)
             current = nxt
             idx += 1
         if result is None:

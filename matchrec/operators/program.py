@@ -10,6 +10,7 @@ the alternation of all orderings in lexicographic order. Bounded quantifiers are
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 from matchrec.parser import spec as S
@@ -20,7 +21,11 @@ MAX_PROGRAM = 200_000
 
 
 class PatternTooLarge(Exception):
-    """The unrolled program would exceed MAX_PROGRAM instructions."""
+    """The unrolled program would exceed MAX_PROGRAM instructions (``span``: the part to blame, if known)."""
+
+    def __init__(self, message: str | None = None, span=None):
+        super().__init__(message)
+        self.message, self.span = message, span
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,11 @@ def compile_pattern(pattern: S.PatternNode, labels: list[str]) -> Program:
         elif isinstance(node, S.Alternation):
             alternation(list(node.items))
         elif isinstance(node, S.Permute):
+            # n! orderings, each with a SPLIT and a JUMP at least: refuse before building any of them
+            orderings = math.factorial(len(node.items))
+            if len(code) + 2 * orderings > MAX_PROGRAM:
+                raise PatternTooLarge(f"PERMUTE of {len(node.items)} variables has {orderings:,} orderings, too many "
+                                      f"to match; write fewer variables in PERMUTE", node.span)
             orders = itertools.permutations(range(len(node.items)))
             branches = [S.Concat(span=node.span, items=tuple(node.items[i] for i in order)) for order in orders]
             alternation(branches)

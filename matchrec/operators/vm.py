@@ -26,7 +26,8 @@ from numba import njit
 MATCH, SPLIT, JUMP, SAVE, START, END, DONE = range(7)
 EV_MATCH, EV_EMPTY, EV_UNMATCHED = 0, 1, 2
 OK, NEED_EVENTS, NEED_LABELS, NEED_ARENA, NEED_VISITS, ERR_SKIP_ABSENT, ERR_SKIP_FIRST, ERR_THREADS, \
-    ERR_MATCHES, NEED_THREADS = range(10)
+    ERR_MATCHES, NEED_THREADS, ERR_STEPS, ERR_STOPPED = range(12)
+POLL_STEPS = 4096  # steps between two looks at the budget (a few microseconds of work)
 SKIP_PAST_LAST, SKIP_NEXT_ROW, SKIP_TO_FIRST, SKIP_TO_LAST = range(4)
 CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE = range(6)
 
@@ -199,8 +200,13 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, masks, bounds, part_from
                    skip_kind, skip_mask, empty_mode, probe, max_threads, max_matches, first_mask,
                    ev_kind, ev_start, ev_len, ev_mn, ev_lab, ev_exc, labels_out, exc_out, possible,
                    arena_label, arena_prev, arena_pos, vis_next, vis_regs,
-                   cur_pc, cur_node, cur_regs, nxt_pc, nxt_node, nxt_regs):
+                   cur_pc, cur_node, cur_regs, nxt_pc, nxt_node, nxt_regs, stop, spent, worker, step_limit):
     """Match partitions ``part_from`` .. of the rows ``bounds[p]:bounds[p+1]``.
+
+    The budget (matchrec.budget): every thread taking a row is a step, added to ``spent[worker]``
+    every POLL_STEPS steps; when the steps of all workers pass ``step_limit`` the call returns
+    ERR_STEPS, and when ``stop[0]`` is set (interrupt, memory) ERR_STOPPED. A numba loop cannot
+    see Python's signals, so this is how Ctrl-C reaches it.
 
     ``first_mask``: labels the program can consume first (0 when a match may be empty); a row
     whose mask has none of them starts no match.
@@ -236,6 +242,7 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, masks, bounds, part_from
     exc_cap = exc_out.shape[0]
     n_parts = bounds.shape[0] - 1
     tmp_regs = np.empty(max(n_regs, 1), np.int64)
+    unspent = 0  # steps not yet added to spent[worker]
     for part in range(part_from, n_parts):
         pstart = bounds[part]
         pend = bounds[part + 1]
@@ -274,6 +281,14 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, masks, bounds, part_from
                 stamp += 1
                 n_nxt = 0
                 n_src = 1 if first else n_cur
+                unspent += n_src
+                if unspent >= POLL_STEPS:
+                    spent[worker] += unspent
+                    unspent = 0
+                    if stop[0] != 0:
+                        return ERR_STOPPED, part, ev0, lab0, exc0, 0
+                    if spent.sum() > step_limit:
+                        return ERR_STEPS, part, ev0, lab0, exc0, 0
                 for i in range(n_src):
                     if first:
                         src_pc = 0

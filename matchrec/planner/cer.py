@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from matchrec.errors import DataError, NotSupportedError, ProgrammingError, positioned
-from matchrec.operators.cer_reference import And, Condition, Element, alternatives
+from matchrec.operators.cer_reference import And, Condition, Element, element_sets
 from matchrec.parser import sase as S
 
 SAMPLE_ROWS = 5000
@@ -770,7 +770,7 @@ def anchors_of(q: S.CerQuery, candidates) -> list[str]:
     (the first in the sequence on a tie): every match binds one of them, so reading only the
     events within the window of their candidates keeps every match."""
     anchors = []
-    for chain in alternatives(q.root):
+    for chain in element_sets(q.root):  # an AND's k! orders hold the same elements: not expanded
         pos = [e.var for e in chain if not e.negated]
         if pos:
             anchors.append(min(pos, key=lambda v: (candidates(v), pos.index(v))))

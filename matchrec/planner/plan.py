@@ -180,9 +180,9 @@ def build_plan(spec: S.MatchSpec, columns: list[tuple[str, str]], oracle: Oracle
     # ---- program
     try:
         program = compile_pattern(spec.pattern, labels)
-    except PatternTooLarge:
-        raise _err(spec, "PATTERN is too large once its quantifiers are expanded; use smaller bounds",
-                   spec.pattern.span) from None
+    except PatternTooLarge as err:
+        raise _err(spec, err.message or "PATTERN is too large once its quantifiers are expanded; use smaller bounds",
+                   err.span or spec.pattern.span) from None
     # ---- expressions
     scope = Scope(labels=labels, subsets=subsets, columns=list(columns), oracle=oracle)
     defines: list[ir.Node | None] = [None] * len(labels)

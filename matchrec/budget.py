@@ -1,0 +1,179 @@
+"""The work budget of a running statement: matcher steps, memory growth and interruption.
+
+A statement that matches patterns runs under one ``Budget``. Its matchers poll it:
+
+* the reference matcher charges its steps (a thread taking a row, plus the rows of match
+  history a condition reads) with ``spend``;
+* the compiled matcher's kernels share ``stop`` (a one-element array) and count their steps in
+  an array of their own; they return a status the Python side turns into the error;
+* every other Python loop (the CER mechanisms, output) is stopped by the watcher thread, which
+  samples the process's resident memory every few milliseconds and, once it has grown by more
+  than the limit since the statement started, sets ``stop`` and raises ``BudgetExceeded`` in the
+  statement's thread.
+
+``BudgetExceeded`` derives from BaseException so that no ``except Exception`` on its way can
+mistake it for an engine failure; leaving the ``with`` block turns it into an OperationalError
+naming the setting. Ctrl-C stays a KeyboardInterrupt: it reaches Python loops directly, and the
+compiled matcher's waiting thread passes it on to the kernels through ``stop``.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import sys
+import threading
+
+import numpy as np
+
+from matchrec.errors import OperationalError
+
+RUNNING, INTERRUPTED, OUT_OF_MEMORY, OUT_OF_STEPS = range(4)
+WATCH_SECONDS = 0.005  # how often the watcher samples memory
+# a step of the reference matcher (Python) costs about as much as this many compiled steps
+REFERENCE_STEP_COST = 100
+# an event bound (or a partial match extended) by a CER mechanism in Python
+PYTHON_STEP_COST = 100
+
+_page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_local = threading.local()
+
+
+class BudgetExceeded(BaseException):
+    """Raised into the statement's thread by the watcher (see the module docstring)."""
+
+
+def resident_bytes() -> int:
+    """The process's resident memory now (its peak where the current size cannot be read)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _page
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+
+
+def steps_error(limit: int) -> OperationalError:
+    return OperationalError(f"Pattern matching used more than {limit:,} steps (a step: one partial match taking one "
+                            f"row); the pattern may explode on this input. Simplify the pattern, add PARTITION BY "
+                            f"or WITHIN, or raise the limit with SET matchrec_max_steps = <n>")
+
+
+def memory_error(limit_mb: int) -> OperationalError:
+    return OperationalError(f"The statement needed more than {limit_mb:,} MB of memory while matching; the pattern "
+                            f"may have too many (partial) matches. Simplify the pattern, count the matches instead "
+                            f"of returning them, or raise the limit with SET matchrec_max_memory_mb = <n>")
+
+
+class Budget:
+    """Steps, memory and interruption of one statement; a context manager around the work."""
+
+    def __init__(self, max_steps: int, max_memory_mb: int):
+        self.max_steps = max_steps
+        self.max_memory_mb = max_memory_mb
+        self.stop = np.zeros(1, np.int64)  # RUNNING or the reason to stop; read by compiled kernels
+        self.steps = 0
+        self._owner: int | None = None
+        self._base = 0
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._fired = False
+        self._watcher: threading.Thread | None = None
+        self._outer: Budget | None = None
+
+    # ------------------------------------------------------------------ polled by the matchers
+    def spend(self, steps: int) -> None:
+        self.steps += steps
+        if self.steps > self.max_steps:
+            self.stop[0] = OUT_OF_STEPS
+            raise steps_error(self.max_steps)
+
+    def halt(self, reason: int) -> None:
+        """Ask every kernel of the statement to stop (the first reason given is kept)."""
+        if self.stop[0] == RUNNING:
+            self.stop[0] = reason
+
+    def error(self, reason: int | None = None) -> BaseException:
+        """The exception for a stop ``reason`` (by default the recorded one)."""
+        reason = int(self.stop[0]) if reason is None else reason
+        if reason == OUT_OF_MEMORY:
+            return memory_error(self.max_memory_mb)
+        if reason == OUT_OF_STEPS:
+            return steps_error(self.max_steps)
+        return KeyboardInterrupt()
+
+    # ------------------------------------------------------------------ the statement's extent
+    def __enter__(self) -> "Budget":
+        self._outer = getattr(_local, "budget", None)
+        _local.budget = self
+        self._owner = threading.get_ident()
+        self._base = resident_bytes()
+        self._watcher = threading.Thread(target=self._watch, name="matchrec-budget", daemon=True)
+        self._watcher.start()
+        return self
+
+    def __exit__(self, kind, value, tb) -> bool:
+        with self._lock:
+            self._done.set()
+            if self._fired:  # a BudgetExceeded may still be pending for this thread: cancel it
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._owner), None)
+        self._watcher.join()
+        _local.budget = self._outer
+        if kind is BudgetExceeded or (self._fired and kind is None):
+            raise self.error() from None
+        return False
+
+    def _watch(self) -> None:
+        limit = self.max_memory_mb << 20
+        while not self._done.wait(WATCH_SECONDS):
+            if resident_bytes() - self._base <= limit:
+                continue
+            with self._lock:
+                if self._done.is_set():
+                    return
+                self.halt(OUT_OF_MEMORY)
+                self._fired = True
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._owner),
+                                                           ctypes.py_object(BudgetExceeded))
+            return
+
+
+class _Unlimited(Budget):
+    """The budget of work run outside any statement (direct calls of the operators)."""
+
+    def __init__(self):
+        super().__init__(1 << 62, 1 << 40)
+
+    def spend(self, steps: int) -> None:
+        pass
+
+
+def current() -> Budget:
+    """The budget of the statement running in this thread (unlimited when there is none)."""
+    budget = getattr(_local, "budget", None)
+    return budget if budget is not None else _Unlimited()
+
+
+def active() -> bool:
+    return getattr(_local, "budget", None) is not None
+
+
+DEFAULT_MAX_STEPS = 300_000_000
+DEFAULT_MAX_MEMORY_MB = 2048
+
+
+def statement(settings=None):
+    """A context for one statement's work: a new Budget from ``settings`` (``max_steps``,
+    ``max_memory_mb``; the defaults without them), or nothing new inside a running one."""
+    if active():
+        return _Nested()
+    return Budget(getattr(settings, "max_steps", DEFAULT_MAX_STEPS),
+                  getattr(settings, "max_memory_mb", DEFAULT_MAX_MEMORY_MB))
+
+
+class _Nested:
+    def __enter__(self) -> Budget:
+        return current()
+
+    def __exit__(self, *exc) -> bool:
+        return False
