@@ -49,6 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from matchrec.engine import cer as E
+from matchrec.errors import check_text
 from matchrec.operators import cer_shared as O
 from matchrec.operators.cer_reference import Events, Pattern, alternatives
 from matchrec.parser import sase as S
@@ -102,6 +103,9 @@ def run_many(con, statements: list[str], *, share: bool = True, reorder: bool = 
     """
     t0 = time.perf_counter()
     statements = list(statements)
+    for sql in statements:
+        if isinstance(sql, str):
+            check_text(sql)
     run = _Run(con, share, reorder, float(budget), int(slice_events or SLICE_EVENTS))
     tables: list = [None] * len(statements)
     pending: list = []
