@@ -101,6 +101,12 @@ class CerRun:
 
 
 def execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSettings) -> CerRun:
+    # floating-point overflow gives infinity (and 0 * inf NaN) as DuckDB's DOUBLE does: no warnings
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return _execute(duck, query, settings)
+
+
+def _execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSettings) -> CerRun:
     m = mechanisms()
     started = time.perf_counter()
     plan = P.plan_query(duck, query, settings, m)

@@ -101,6 +101,11 @@ def run_many(con, statements: list[str], *, share: bool = True, reorder: bool = 
     A failing statement raises its error, as it would alone; a statement without a result (SET,
     RESET) gets an empty table.
     """
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # as in engine.cer.execute
+        return _run_many(con, statements, share, reorder, budget, slice_events)
+
+
+def _run_many(con, statements, share, reorder, budget, slice_events) -> ManyResult:
     t0 = time.perf_counter()
     statements = list(statements)
     for sql in statements:
