@@ -24,6 +24,7 @@ from typing import Any, Iterable, Sequence
 
 import duckdb
 import pyarrow as pa
+import sqlglot
 
 from matchrec import budget as work
 from matchrec import errors as E
@@ -205,14 +206,18 @@ class Connection:
             active._buffer()
 
 
+SETTING_MAX = (1 << 63) - 1  # settings reach the compiled matcher as 64-bit integers
+
+
 def _integer_setting(name: str, raw: str, minimum: int) -> int:
     """The value of ``SET name = raw`` for an integer setting (digits may be grouped by _)."""
     try:
         value = int(raw.replace("_", ""))
-        if value < minimum:
+        if not minimum <= value <= SETTING_MAX:
             raise ValueError
     except ValueError:
-        raise E.ProgrammingError(f"SET {name} needs an integer >= {minimum}, got {raw!r}") from None
+        raise E.ProgrammingError(f"SET {name} needs an integer >= {minimum} (and at most {SETTING_MAX:,}), "
+                                 f"got {raw!r}") from None
     return value
 
 
@@ -261,6 +266,13 @@ class Cursor:
         self._check()
         if not isinstance(operation, str):
             raise E.ProgrammingError("execute() needs the SQL text as a string")
+        E.check_text(operation)
+        if isinstance(parameters, dict):
+            for name, value in parameters.items():
+                E.check_parameter(value, f"Parameter {name}")
+        elif isinstance(parameters, (list, tuple)):
+            for i, value in enumerate(parameters):
+                E.check_parameter(value, f"Parameter {i + 1}")
         con = self.connection
         con._release()
         self._reset()
@@ -288,6 +300,9 @@ class Cursor:
         except RecursionError:
             self._reset()
             raise E.OperationalError("The query is too deeply nested to process") from None
+        except sqlglot.errors.SqlglotError as err:  # a statement sqlglot cannot read or write
+            self._reset()
+            raise E.ProgrammingError(f"Cannot read the statement: {err}") from None
         except Exception as err:  # noqa: BLE001 - never let an engine bug escape as a raw exception
             self._reset()
             raise E.InternalError(f"Internal error while executing the query ({type(err).__name__}: {err}). "
@@ -355,7 +370,7 @@ class Cursor:
         self.stats = [(run.plan, run.stats) for run in prepared.runs]
         self.pull_stats = [run.pull for run in prepared.runs if run.pull is not None]
         if prepared.explain is not None:
-            self._explain(prepared)
+            self._explain(prepared, sql)
             return
         self._duck_execute(prepared.sql, None, source=sql)
 
@@ -404,7 +419,7 @@ class Cursor:
         self._pending = True
         con._active = self
 
-    def _explain(self, prepared: Prepared) -> None:
+    def _explain(self, prepared: Prepared, source: str) -> None:
         con = self.connection
         lines = []
         for i, run in enumerate(prepared.runs):
@@ -427,8 +442,8 @@ class Cursor:
         try:
             duck_rows = con._duck.execute(keyword + prepared.sql).fetchall()
             rows += [(str(a), str(b)) for a, b in duck_rows]
-        except duckdb.Error as err:
-            raise map_duckdb_error(err) from None
+        except duckdb.Error as err:  # DuckDB's excerpt would show the SQL matchrec wrote, not the user's
+            raise map_duckdb_error(err, source, 0) from None
         finally:
             self._unregister()
         self._description = [("explain_key", "VARCHAR", None, None, None, None, None),

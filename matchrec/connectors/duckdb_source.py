@@ -62,6 +62,10 @@ class DuckDBOracle:
         return name.lower() in self._aggregates
 
     def arrow_type(self, duck_type: str) -> pa.DataType:
+        """The Arrow type a measure of ``duck_type`` is carried in (then cast back by DuckDB)."""
+        from matchrec.engine.output import TEXT_CARRIED
+        if duck_type.upper() in TEXT_CARRIED:
+            return pa.string()
         return self.con.sql(f"SELECT CAST(NULL AS {duck_type}) AS x").to_arrow_table().schema.field(0).type
 
 

@@ -10,6 +10,7 @@ the reference matcher.
 """
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import pyarrow as pa
@@ -76,11 +77,12 @@ def compile_condition(sql: str, types: dict[str, pa.DataType]) -> Evaluator | No
 
 
 # Kinds of values: 'bool', 'str', 'time:<type>'; numbers are 'int' (64-bit integers and integer
-# literals), 'narrow' (narrower integers), 'float' (doubles, decimal literals), 'float32'.
+# literals), 'narrow' (narrower integers), 'float' (doubles, literals with an exponent or too long for
+# DECIMAL), 'decimal' (literals like 0.1, which DuckDB types DECIMAL), 'float32'.
 # Comparisons between numbers go through doubles in both engines, except an integer column
 # against a decimal literal, which DuckDB compares exactly: refused. Arithmetic only on 'int'
 # and 'float', where both engines compute in the same type (DuckDB keeps narrow integers narrow).
-_NUMBERS = {"int", "narrow", "float", "float32"}
+_NUMBERS = {"int", "narrow", "float", "float32", "decimal"}
 
 
 def _column_kind(t: pa.DataType) -> str:
@@ -104,8 +106,11 @@ def _comparable(lk: str, rk: str, left: exp.Expression, right: exp.Expression) -
         return lk == rk
     if lk in _NUMBERS and rk in _NUMBERS:
         for kind, other, other_node in ((lk, rk, right), (rk, lk, left)):
-            if kind in ("int", "narrow") and other == "float" and isinstance(_strip(other_node), exp.Literal):
+            if kind in ("int", "narrow") and other in ("float", "decimal") \
+                    and isinstance(_strip(other_node), exp.Literal):
                 return False
+        if lk == rk == "decimal":
+            return False
         return True
     return lk == rk
 
@@ -133,7 +138,10 @@ def _build(node: exp.Expression, types: dict) -> tuple[Callable, str]:
         try:
             if text.isdigit():
                 value, kind = pa.scalar(int(text), pa.int64()), "int"
-            else:
+            elif re.fullmatch(r"\d*\.\d*", text) and len(text.replace(".", "").lstrip("0")) <= 38:
+                # DuckDB types 0.1 as DECIMAL: exact with integers, a DOUBLE only next to a DOUBLE
+                value, kind = pa.scalar(float(text), pa.float64()), "decimal"
+            else:  # 1e5, and decimals too long for DECIMAL: DOUBLE in DuckDB too
                 value, kind = pa.scalar(float(text), pa.float64()), "float"
         except (ValueError, OverflowError, pa.ArrowInvalid):
             raise _Refused from None
@@ -143,7 +151,7 @@ def _build(node: exp.Expression, types: dict) -> tuple[Callable, str]:
         return (lambda cols, v=value: v), "bool"
     if isinstance(node, exp.Neg):
         inner, kind = _build(node.this, types)
-        if kind not in ("int", "float"):
+        if kind not in ("int", "float", "decimal"):
             raise _Refused
         return (lambda cols: pc.negate_checked(inner(cols))), kind
     if isinstance(node, exp.Not):
@@ -174,7 +182,9 @@ def _build(node: exp.Expression, types: dict) -> tuple[Callable, str]:
         if type(node) is cls:
             left, lk = _build(node.this, types)
             right, rk = _build(node.expression, types)
-            if lk not in ("int", "float") or rk not in ("int", "float"):
+            if "decimal" in (lk, rk) and {lk, rk} != {"decimal", "float"}:
+                raise _Refused  # DuckDB computes in DECIMAL, exactly, where Arrow would use doubles
+            if lk not in ("int", "float", "decimal") or rk not in ("int", "float", "decimal"):
                 raise _Refused
             kind = "int" if lk == rk == "int" else "float"
             return (lambda cols: op(left(cols), right(cols))), kind

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from matchrec import budget as work
+from matchrec.engine.output import int128_array
 from matchrec.errors import DataError, OperationalError
 from matchrec.operators.cer_reference import Events, Pattern, reference_matches
 from matchrec.operators.intervals import IntervalSet
@@ -101,7 +102,9 @@ class CerRun:
 
 
 def execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSettings) -> CerRun:
-    with work.statement():  # the caller's budget when it has one (the cursor's settings)
+    # floating-point overflow gives infinity (and 0 * inf NaN) as DuckDB's DOUBLE does: no warnings;
+    # the work budget is the caller's when it has one (the cursor's settings)
+    with work.statement(), np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         return _execute(duck, query, settings)
 
 
@@ -325,6 +328,14 @@ def build_result(plan: P.CerPlan, table: pa.Table, matches: list) -> pa.Table:
         values = [_python(fn(m)) if needs <= m.keys() else None for m in ms]
         try:
             arrays.append(pa.array(values))
+        except OverflowError:
+            # exact integer arithmetic went past 64 bits: HUGEINT, as DuckDB would type it
+            if not all(v is None or type(v) is int for v in values):
+                raise DataError(f"RETURN {proj.name}: the values do not share one type") from None
+            try:
+                arrays.append(int128_array(values))
+            except OverflowError:
+                raise DataError(f"RETURN {proj.name}: a value is out of the range of HUGEINT") from None
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as err:
             raise DataError(f"RETURN {proj.name}: the values do not share one type ({err})") from None
     return pa.table(dict(zip(_unique(names), arrays)))

@@ -36,6 +36,8 @@ def map_duckdb_error(err: BaseException, source: str | None = None, offset: int 
     cls = matchrec_class(err)
     text = str(err).strip()
     if source is None:
+        if "__matchrec_" in text or "__mr_" in text:  # the excerpt shows SQL matchrec generated
+            text = strip_location(text)
         mapped = cls(text)
     else:
         message = strip_location(text)

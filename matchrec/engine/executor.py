@@ -109,7 +109,11 @@ def partition_bounds(table: pa.Table, keys: list[int]) -> np.ndarray:
     change = np.zeros(n - 1, dtype=bool)
     for k in keys:
         col = table.column(k)
-        if n > 1:
+        if n > 1 and pa.types.is_nested(col.type):
+            # Arrow has no equality kernel for LIST, STRUCT or MAP keys: compare their values
+            values = col.to_pylist()
+            change |= np.fromiter((values[i + 1] != values[i] for i in range(n - 1)), bool, n - 1)
+        elif n > 1:
             a, b = col.slice(1), col.slice(0, n - 1)
             same = pc.fill_null(pc.equal(a, b), False)
             both_null = pc.and_(pc.is_null(a), pc.is_null(b))

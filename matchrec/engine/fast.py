@@ -33,6 +33,8 @@ PARALLEL_MIN_ROWS = 200_000
 
 def numeric_kind(typ: pa.DataType) -> str | None:
     """'int' or 'float' when the compiled matcher can compare values of this Arrow type exactly."""
+    if typ == pa.uint64():
+        return None  # may not fit the matcher's int64
     if pa.types.is_integer(typ) or pa.types.is_timestamp(typ) or pa.types.is_date(typ) \
             or pa.types.is_duration(typ) or pa.types.is_time(typ) or pa.types.is_boolean(typ):
         return "int"

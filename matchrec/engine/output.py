@@ -116,6 +116,8 @@ class MeasureComputer:
                     arr = vector.value(node)
                 except _NotVectorizable:
                     arr = None
+            if arr is not None and pa.types.is_string(typ) and not _textual(arr.type):
+                arr = None  # a number carried as text (UHUGEINT, BIGNUM): its values, row by row
             if arr is not None:
                 self.vectorized += 1
                 arr = arr if isinstance(arr, (pa.Array, pa.ChunkedArray)) else pa.array(arr)
@@ -194,7 +196,7 @@ class _Vector:
         if isinstance(node, ir.MatchNumber):
             return pa.array(self.m.number[self.i])
         if isinstance(node, ir.Const):
-            return _constant(node.value, len(self.i))
+            return const_array(node, len(self.i))
         if isinstance(node, ir.Agg):
             return self.aggregate(node)
         if isinstance(node, (ir.Op, ir.Fallback)):
@@ -286,7 +288,7 @@ class _Vector:
         if isinstance(expr, ir.MatchNumber):
             return pa.array(self.m.number[self.i])
         if isinstance(expr, ir.Const):
-            return pa.array([expr.value] * len(pos))
+            return const_array(expr, len(pos))
         if isinstance(expr, (ir.Op, ir.Fallback)):
             return self.combine(expr, [self.row_local(a, pos) for a in expr.args])
         raise _NotVectorizable()
@@ -393,15 +395,48 @@ def _op_sql(op: str, n: int) -> str | None:
     return None
 
 
-def _constant(value, n: int) -> pa.Array:
-    """A constant column; values Arrow does not infer as DuckDB exports them (integers beyond
-    64 bits, UUIDs) get DuckDB's Arrow types."""
+# DuckDB types whose values Arrow cannot carry exactly in DuckDB's own Arrow form: UHUGEINT is
+# exported as a signed decimal128 (wrong above 2**127), BIGNUM as opaque bytes. Measures of these
+# types travel as their text, which DuckDB casts back exactly.
+TEXT_CARRIED = ("UHUGEINT", "BIGNUM", "VARINT")
+_INT128 = (-(1 << 127), (1 << 127) - 1)
+
+
+def const_array(node: ir.Const, n: int) -> pa.Array:
+    """``n`` copies of a constant, in an Arrow type that holds DuckDB's value exactly."""
+    value = node.value
+    typ = (node.type or "").upper()
+    if typ in TEXT_CARRIED:
+        raise _NotVectorizable()  # the evaluator's row-by-row values keep them exact
     if isinstance(value, uuid.UUID):
-        return pa.array([str(value)] * n, pa.string())
-    if isinstance(value, int) and not isinstance(value, bool) and not -2 ** 63 <= value < 2 ** 63:
-        typ = pa.uint64() if 0 <= value < 2 ** 64 else pa.decimal128(38, 0)
-        return _to_arrow([value] * n, typ, "constant")
+        return pa.array([str(value)] * n, pa.string())  # as DuckDB exports UUID
+    if isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value < (1 << 63):
+        if typ == "UBIGINT" and 0 <= value < (1 << 64):
+            return pa.array([value] * n, pa.uint64())
+        return int128_array([value] * n)  # HUGEINT
     return pa.array([value] * n)
+
+
+def int128_array(values: list) -> pa.Array:
+    """Python ints (or None) as decimal128(38, 0), the Arrow form DuckDB gives HUGEINT: written as
+    128-bit integers, since pyarrow refuses the values beyond 38 digits a HUGEINT can hold."""
+    lo, hi = _INT128
+    data = bytearray()
+    valid = np.ones(len(values), bool)
+    for i, v in enumerate(values):
+        if v is None:
+            valid[i] = False
+            v = 0
+        if not lo <= v <= hi:
+            raise OverflowError(f"{v} is out of the range of HUGEINT")
+        data += int(v).to_bytes(16, "little", signed=True)
+    mask = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes()) if not valid.all() else None
+    return pa.Array.from_buffers(pa.decimal128(38, 0), len(values), [mask, pa.py_buffer(bytes(data))],
+                                 null_count=int((~valid).sum()))
+
+
+def _textual(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
 def _cast(arr, typ: pa.DataType, name: str):
@@ -417,7 +452,16 @@ def _cast(arr, typ: pa.DataType, name: str):
 
 def _to_arrow(values: list, typ: pa.DataType, name: str) -> pa.Array:
     from matchrec.errors import DataError
+    if _textual(typ):  # a number carried as text (TEXT_CARRIED)
+        values = [v if v is None or isinstance(v, str) else str(v) for v in values]
     try:
         return pa.array(values, type=typ)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as err:
+        if typ == pa.decimal128(38, 0) and all(v is None or type(v) is int for v in values):
+            try:
+                return int128_array(values)
+            except OverflowError:
+                pass
+        if isinstance(err, OverflowError) or "out of bounds" in str(err) or "precision" in str(err):
+            raise DataError(f"Measure {name!r}: a value is out of the range of its type ({typ})") from None
         raise DataError(f"Measure {name!r}: value does not fit its type {typ}: {err}") from None

@@ -62,10 +62,11 @@ def input_query(plan: Plan, input_sql: str, oracle: DuckDBOracle, fp: FastPlan |
     is a row filter proven not to change the result (planner.prefilter)."""
     cols = [quote_ident(n) for n, _ in plan.input_columns]
     n_in = len(cols)
-    select = [cols[i] for i in range(n_in) if needed is None or i in needed]
-    for j, (sql, _) in enumerate(plan.pushed):
+    select = [_carried(cols[i], t, cols[i]) for i, (_, t) in enumerate(plan.input_columns)
+              if needed is None or i in needed]
+    for j, (sql, t) in enumerate(plan.pushed):
         if needed is None or n_in + j in needed:
-            select.append(f"({sql}) AS __mr_e{j}")
+            select.append(_carried(f"({sql})", t, f"__mr_e{j}"))
     if plan.within_sql is not None:
         key_idx, desc, _ = plan.order_by[0]
         key = cols[key_idx]
@@ -87,8 +88,9 @@ def input_query(plan: Plan, input_sql: str, oracle: DuckDBOracle, fp: FastPlan |
             select.append(f"({leaf.sql}) AS __mr_p{k}")
     if not select:
         select = ["NULL AS __mr_nothing"]
-    order = [f"{cols[i]} ASC NULLS LAST" for i in plan.partition_by]
-    order += [f"{cols[i]} {'DESC' if desc else 'ASC'} NULLS {'FIRST' if nulls_first else 'LAST'}"
+    # the input's own columns, not the selected ones (a number carried as text sorts as text)
+    order = [f"__mr_input.{cols[i]} ASC NULLS LAST" for i in plan.partition_by]
+    order += [f"__mr_input.{cols[i]} {'DESC' if desc else 'ASC'} NULLS {'FIRST' if nulls_first else 'LAST'}"
               for i, desc, nulls_first in plan.order_by]
     sql = f"SELECT {', '.join(select)} FROM ({input_sql}) AS __mr_input"
     if where:
@@ -96,6 +98,14 @@ def input_query(plan: Plan, input_sql: str, oracle: DuckDBOracle, fp: FastPlan |
     if order:
         sql += " ORDER BY " + ", ".join(order)
     return sql
+
+
+def _carried(sql: str, duck_type: str, name: str) -> str:
+    """A read column: BIGNUM values travel as text (DuckDB's Arrow form for them is opaque bytes);
+    the matcher leaves their operations to DuckDB and the output casts them back."""
+    if duck_type.upper() in ("BIGNUM", "VARINT"):
+        return f"CAST({sql} AS VARCHAR) AS {name}"
+    return sql if sql == name else f"{sql} AS {name}"
 
 
 def layout(plan: Plan, schema: pa.Schema) -> Layout:

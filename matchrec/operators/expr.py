@@ -35,6 +35,7 @@ class Node:
 @dataclass(frozen=True)
 class Const(Node):
     value: Any
+    type: str = ""  # DuckDB's type of the value ("" when it goes without saying: NULL, 1)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -250,6 +251,15 @@ def parse(text: str) -> CerQuery:
     return _Builder(text).build(tree)
 
 
+def _number(text: str) -> int | float:
+    """A window length as written: integers exactly (a float would round 9007199254740993)."""
+    text = text.strip()
+    if re.fullmatch(r"[-+]?\d+", text):
+        return int(text)
+    value = float(text)
+    return int(value) if math.isfinite(value) and value == int(value) and abs(value) < 2 ** 53 else value
+
+
 def _span(node) -> tuple[int, int]:
     if isinstance(node, Token):
         return (node.start_pos, node.end_pos)
@@ -378,12 +388,12 @@ class _Builder:
 
     def within(self, tree: Tree) -> Within:
         if tree.data == "within_number":
-            amount = float(tree.children[0])
+            amount = _number(str(tree.children[0]))
         else:
             raw = _name(tree.children[0]).strip()
             parts = raw.split()
             try:
-                amount = float(parts[0])
+                amount = _number(parts[0])
             except (ValueError, IndexError):
                 raise self.error(f"Cannot read {raw!r} as a window length", tree) from None
             if len(parts) == 2 and len(tree.children) == 1:
@@ -392,6 +402,8 @@ class _Builder:
         return self.within_unit(amount, unit, tree)
 
     def within_unit(self, amount: float, unit: str | None, tree) -> Within:
+        if isinstance(amount, float) and not math.isfinite(amount):
+            raise self.error("A window must be a finite length", tree)
         if amount < 0:
             raise self.error("A window cannot be negative", tree)
         return Within(amount, unit.lower() if unit else None, _span(tree))

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import sqlglot
 from sqlglot import exp
 
 from matchrec.errors import ProgrammingError, positioned
@@ -173,9 +174,14 @@ class ExpressionAnalyzer:
     def analyze_root(self, source: str) -> tuple[ir.Node, str]:
         """The IR of the whole expression (evaluated at the current row) and its DuckDB type."""
         self.source = source
-        part = self.analyze(self.expression.tree, running=True)
-        node = self.materialize(part, self.expression.tree)
-        return node, self._type(part)
+        try:
+            part = self.analyze(self.expression.tree, running=True)
+            node = self.materialize(part, self.expression.tree)
+            return node, self._type(part)
+        except sqlglot.errors.SqlglotError:
+            # sqlglot cannot write the expression as DuckDB SQL (``DATE()`` without its argument)
+            raise self.error("Cannot evaluate this expression: a function is missing an argument or "
+                             "is not available in DuckDB", self.expression.tree) from None
 
     # -------------------------------------------------------------- typing
     def type_of(self, ttree: str, node: exp.Expression) -> str:
@@ -623,7 +629,7 @@ class ExpressionAnalyzer:
                 # e.g. 0 / 0 in a branch that is never taken: fail only if it is evaluated
                 return ir.Fallback("SELECT " + part.tree.sql("duckdb"), (), ())
             part.type = part.type or typ
-            return ir.Const(value)
+            return ir.Const(value, typ)
         typ = self._type(part)
         return ir.Col(self.scope.push(part.tree.sql("duckdb"), typ))
 

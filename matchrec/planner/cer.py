@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import math
 import random
+from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import Callable
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from matchrec.errors import DataError, NotSupportedError, ProgrammingError, positioned
 from matchrec.operators.cer_reference import And, Condition, Element, element_sets
@@ -35,6 +37,7 @@ UNIT_SECONDS = {"microsecond": 1e-6, "microseconds": 1e-6, "us": 1e-6, "millisec
                 "min": 60, "mins": 60, "m": 60, "hour": 3600, "hours": 3600, "h": 3600, "day": 86400,
                 "days": 86400, "d": 86400, "week": 604800, "weeks": 604800}
 NO_WINDOW = 1 << 62
+WINDOW_BEYOND_KEYS = 1 << 64  # more than the distance between any two BIGINT keys (or microseconds)
 FILTER_COVER = 0.5  # filtering before matching pays while the intervals cover at most this share
 
 
@@ -62,6 +65,8 @@ def sql_literal(value) -> str:
         return "NULL"
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
+    if isinstance(value, float) and not math.isfinite(value):  # 1e400 is read as infinity, as DuckDB does
+        return f"CAST('{value}' AS DOUBLE)"
     if isinstance(value, (int, float)):
         return repr(value)
     return "'" + str(value).replace("'", "''") + "'"
@@ -207,12 +212,17 @@ def _nn(values):
 
 def _avg(values):
     v = _nn(values)
-    return sum(v) / len(v) if v else None
+    return sum(map(_exact, v)) / len(v) if v else None
+
+
+def _exact(x):
+    """numpy integers as Python ints, whose arithmetic never wraps around."""
+    return int(x) if isinstance(x, np.integer) else x
 
 
 def _sum(values):
     v = _nn(values)
-    return sum(v) if v else None
+    return sum(map(_exact, v)) if v else None
 
 
 def _min(values):
@@ -282,7 +292,14 @@ def _scalar(fn):
     return lambda *a: None if any(v is None for v in a) else fn(*a)
 
 
+def _exact_op(fn):
+    """``fn`` on exact values, NULL in NULL out: used where int64 arithmetic could wrap."""
+    return lambda a, b: None if a is None or b is None else fn(_exact(a), _exact(b))
+
+
 _HELPERS = {
+    "_xadd": _exact_op(lambda a, b: a + b), "_xsub": _exact_op(lambda a, b: a - b),
+    "_xmul": _exact_op(lambda a, b: a * b), "_xneg": lambda a: None if a is None else -_exact(a),
     "_rows": _rows, "_avg": _avg, "_sum": _sum, "_min": _min, "_max": _max, "_count": _count, "_div": _div,
     "_mod": _mod, "_cat": _cat, "_and": _and, "_or": _or, "_not": _not, "_in": _in, "_between": _between,
     "_add": _null2(lambda a, b: a + b), "_sub": _null2(lambda a, b: a - b), "_mul": _null2(lambda a, b: a * b),
@@ -318,9 +335,10 @@ def _to_str(x):
 _HELPERS.update({"_cast_int": _scalar(_to_int), "_cast_float": _scalar(float), "_cast_str": _scalar(_to_str),
                  "_cast_bool": _scalar(lambda x: x.lower() in ("true", "t", "1") if isinstance(x, str) else bool(x))})
 _FUNCTIONS = {
-    "abs": abs, "round": lambda x, n=0: round(float(x), int(n)), "floor": math.floor, "ceil": math.ceil,
+    "round": lambda x, n=0: round(float(x), int(n)), "floor": math.floor, "ceil": math.ceil,
     "ceiling": math.ceil, "sqrt": math.sqrt, "ln": math.log, "log10": math.log10, "log2": math.log2,
     "exp": math.exp, "power": math.pow, "pow": math.pow, "sign": lambda x: (x > 0) - (x < 0),
+    "abs": lambda x: abs(_exact(x)),
     "lower": lambda s: str(s).lower(), "upper": lambda s: str(s).upper(), "length": lambda s: len(str(s)),
     "least": lambda *a: min(a), "greatest": lambda *a: max(a),
 }
@@ -328,17 +346,60 @@ _PY_OPS = {"+": ("+", "_add"), "-": ("-", "_sub"), "*": ("*", "_mul"), "=": ("==
            "<": ("<", "_lt"), "<=": ("<=", "_le"), ">": (">", "_gt"), ">=": (">=", "_ge")}
 
 
-def _python_column(arr) -> tuple[np.ndarray, bool]:
-    """A column as the compiled conditions read it: numpy for numbers without NULLs, else objects."""
-    if pa.types.is_decimal(arr.type):
-        arr = arr.cast(pa.float64())
-    nullable = arr.null_count > 0
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def python_column(arr) -> tuple[np.ndarray, bool]:
+    """A column as the compiled conditions read it: numpy for numbers without NULLs (integers as
+    int64, so that narrow types do not wrap at their own width), else objects. Integers beyond
+    int64 (HUGEINT, large UBIGINT) are Python ints, exact; other DECIMALs are read as DOUBLE."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
     t = arr.type
+    if pa.types.is_decimal(t) and t.scale == 0:
+        values = np.empty(len(arr), dtype=object)
+        values[:] = [None if v is None else int(v) for v in arr.to_pylist()]
+        return values, arr.null_count > 0
+    if pa.types.is_decimal(t):
+        arr = arr.cast(pa.float64())
+        t = arr.type
+    nullable = arr.null_count > 0
+    if not nullable and pa.types.is_integer(t) and t != pa.int64():
+        if t == pa.uint64() and len(arr) and pc.max(arr).as_py() > INT64_MAX:
+            values = np.empty(len(arr), dtype=object)
+            values[:] = arr.to_pylist()
+            return values, False
+        return arr.cast(pa.int64()).to_numpy(), False
     if not nullable and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
         return arr.to_numpy(), False
     values = np.empty(len(arr), dtype=object)
     values[:] = arr.to_pylist()
     return values, nullable
+
+
+def int_bounds(values: np.ndarray) -> tuple[int, int] | None:
+    """(min, max) of an int64 column (None for other columns): what arithmetic on it can reach."""
+    if values.dtype != np.int64:
+        return None
+    if len(values) == 0:
+        return (0, 0)
+    return int(values.min()), int(values.max())
+
+
+def fits_int64(bounds) -> bool:
+    return bounds is not None and INT64_MIN <= bounds[0] and bounds[1] <= INT64_MAX
+
+
+def combine_bounds(op: str, a, b):
+    """The range of ``a op b`` for integer ranges ``a`` and ``b`` (exact Python ints)."""
+    if a is None or b is None:
+        return None
+    if op == "+":
+        return (a[0] + b[0], a[1] + b[1])
+    if op == "-":
+        return (a[0] - b[1], a[1] - b[0])
+    products = [x * y for x in a for y in b]
+    return (min(products), max(products))
 
 
 class PyCompiler:
@@ -356,18 +417,57 @@ class PyCompiler:
 
     def column(self, name: str) -> tuple[str, bool]:
         if name not in self.cols:
-            if name not in self.converted:
-                self.converted[name] = _python_column(self.table.column(name))
-            values, nullable = self.converted[name]
+            values, nullable = self.converted_column(name)
             ident = f"c{len(self.cols)}"
             self.ns[ident] = values
             self.cols[name] = (ident, nullable)
         return self.cols[name]
 
+    def bounds(self, e: S.Expr):
+        """The range of an integer-valued expression when it is known to stay in int64 arithmetic
+        (numpy columns, integer literals and + - * of them); "float" for floating-point values;
+        None when unknown. Where a range is unknown or leaves int64, arithmetic is made exact."""
+        if isinstance(e, S.Lit):
+            if isinstance(e.value, bool) or e.value is None:
+                return None
+            if isinstance(e.value, float):
+                return "float"
+            return (e.value, e.value) if isinstance(e.value, int) else None
+        if isinstance(e, S.Col):
+            values, nullable = self.converted_column(self.res.col(e))
+            if values.dtype.kind == "f":
+                return "float"
+            return None if nullable or e.var in self.kleene else int_bounds(values)
+        if isinstance(e, S.Call) and e.name in ("min", "max", "first", "last") and len(e.args) == 1:
+            return self.bounds(e.args[0]) if not isinstance(e.args[0], S.Var) else None
+        if isinstance(e, S.Call) and e.name == "avg":
+            return "float"
+        if isinstance(e, S.Binary) and e.op in ("+", "-", "*"):
+            a, b = self.bounds(e.left), self.bounds(e.right)
+            if "float" in (a, b):
+                return "float" if a is not None and b is not None else None
+            out = combine_bounds(e.op, a, b)
+            return out if fits_int64(out) else None
+        if isinstance(e, S.Binary) and e.op == "/":
+            return "float"
+        if isinstance(e, S.Unary) and e.op == "-":
+            a = self.bounds(e.arg)
+            if a == "float" or a is None:
+                return a
+            return (-a[1], -a[0]) if fits_int64((-a[1], -a[0])) else None
+        return None
+
+    def converted_column(self, name: str):
+        if name not in self.converted:
+            self.converted[name] = python_column(self.table.column(name))
+        return self.converted[name]
+
     def gen(self, e: S.Expr, rows: dict) -> tuple[str, bool]:
         """(Python source, may be NULL). ``rows`` maps a variable to the source of its current row
         inside an aggregate's comprehension."""
         if isinstance(e, S.Lit):
+            if isinstance(e.value, float) and not math.isfinite(e.value):
+                return f"float({str(e.value)!r})", False  # repr() of infinity is no Python literal
             return repr(e.value), e.value is None
         if isinstance(e, S.Col):
             ident, nullable = self.column(self.res.col(e))
@@ -410,6 +510,8 @@ class PyCompiler:
         if isinstance(e, S.Unary):
             x, n = self.gen(e.arg, rows)
             if e.op == "-":
+                if self.bounds(e) is None:  # could leave int64: exact
+                    return f"_xneg({x})", n
                 return (f"_neg({x})", True) if n else (f"(-{x})", False)
             return (f"_not({x})", True) if n else (f"(not {x})", False)
         if isinstance(e, S.Binary):
@@ -422,6 +524,8 @@ class PyCompiler:
             if e.op == "||":
                 return f"_cat({a}, {b})", True
             plain, helper = _PY_OPS[e.op]
+            if e.op in ("+", "-", "*") and self.bounds(e) is None:  # could leave int64: exact
+                return f"_x{helper[1:]}({a}, {b})", na or nb
             if na or nb:
                 return f"{helper}({a}, {b})", True
             return f"({a} {plain} {b})", False
@@ -513,13 +617,25 @@ def window_of(q: S.CerQuery, key_kind: str) -> int:
         if w.unit is None:
             raise positioned(ProgrammingError, "The ORDER BY key is a time: give WITHIN a unit (e.g. WITHIN 10 "
                              "minutes)", q.text, *w.span)
-        return int(round(w.amount * UNIT_SECONDS[w.unit] * 1_000_000))
-    if w.unit is not None:
-        raise positioned(ProgrammingError, "The ORDER BY key is a number: WITHIN takes a plain number of key units",
+        # exact for integer amounts (a float product would round large windows)
+        micros = UNIT_SECONDS[w.unit] * 1_000_000
+        window = w.amount * int(micros) if isinstance(w.amount, int) and micros >= 1 else \
+            int(round(Fraction(w.amount) * Fraction(micros).limit_denominator(1_000_000)))
+    else:
+        if w.unit is not None:
+            raise positioned(ProgrammingError, "The ORDER BY key is a number: WITHIN takes a plain number of key "
+                             "units", q.text, *w.span)
+        if w.amount != int(w.amount):
+            raise positioned(ProgrammingError, "The ORDER BY key is an integer: WITHIN takes an integer", q.text,
+                             *w.span)
+        window = int(w.amount)
+    if window >= WINDOW_BEYOND_KEYS:
+        return NO_WINDOW  # longer than the distance between any two keys: no bound at all
+    if window >= NO_WINDOW:
+        raise positioned(NotSupportedError, f"A window of 2**62 key units or more is not supported below "
+                         f"2**64 (the widest distance of two keys); leave WITHIN out to match without a window",
                          q.text, *w.span)
-    if w.amount != int(w.amount):
-        raise positioned(ProgrammingError, "The ORDER BY key is an integer: WITHIN takes an integer", q.text, *w.span)
-    return int(w.amount)
+    return window
 
 
 def _key_sql(name: str, duck_type: str, q: S.CerQuery, span) -> tuple[str, str]:

@@ -5,10 +5,12 @@ row). The multi-pattern operator evaluates a condition on many partial matches a
 binding there maps each variable to an array of rows. This module compiles the subset of the
 expression language whose numpy evaluation gives exactly the Python function's truth value:
 
-  * columns of integer or floating type (DECIMAL read as DOUBLE, as ``PyCompiler`` does), taken
-    with the same dtype ``PyCompiler`` reads, so arithmetic wraps and rounds the same way;
+  * columns of integer or floating type, read as ``PyCompiler`` reads them (integers as int64,
+    DECIMAL as DOUBLE; a DECIMAL of scale 0 such as HUGEINT is exact Python ints: refused);
   * int (within int64), float and boolean literals;
-  * ``+ - *``, ``/`` (NULL when the divisor is 0), unary minus, comparisons, AND / OR / NOT with
+  * ``+ - *`` where the operands' ranges (the columns' minimum and maximum) prove the integer
+    result stays within int64 - numpy would wrap around where ``PyCompiler`` computes exactly -,
+    ``/`` (NULL when the divisor is 0), unary minus, comparisons, AND / OR / NOT with
     SQL's three-valued logic, BETWEEN, IN (...), IS [NOT] NULL and ``abs``.
 
 Anything else (strings, casts, other functions, ``%``, aggregates, Kleene variables, NULL
@@ -25,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from matchrec.parser import sase as S
+from matchrec.planner.cer import combine_bounds, fits_int64, int_bounds, python_column
 
 __all__ = ["VectorColumns", "compile_condition"]
 
@@ -44,13 +47,19 @@ class VectorColumns:
     def get(self, name: str) -> np.ndarray | None:
         """The column as ``PyCompiler`` reads a NULL-free numeric column, or None when it is not one."""
         if name not in self.cache:
-            arr = self.table.column(name)
-            if pa.types.is_decimal(arr.type):
-                arr = arr.cast(pa.float64())
-            t = arr.type
-            ok = arr.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t))
-            self.cache[name] = np.asarray(arr.to_numpy()) if ok else None
+            values, nullable = python_column(self.table.column(name))
+            ok = not nullable and values.dtype.kind in "if"
+            self.cache[name] = values if ok else None
         return self.cache[name]
+
+    def bounds(self, name: str):
+        """(min, max) of an integer column, "float" for a floating-point one."""
+        key = ("bounds", name)
+        if key not in self.cache:
+            values = self.get(name)
+            self.cache[key] = "float" if values is not None and values.dtype.kind == "f" else \
+                (int_bounds(values) if values is not None else None)
+        return self.cache[key]
 
 
 def compile_condition(e: S.Expr, resolve: Callable[[S.Col], str], columns: VectorColumns,
@@ -79,6 +88,11 @@ class _Unsupported(Exception):
     pass
 
 
+def _arithmetic(e: S.Expr) -> bool:
+    return (isinstance(e, S.Binary) and e.op in ("+", "-", "*")) or (isinstance(e, S.Unary) and e.op == "-") \
+        or (isinstance(e, S.Call) and e.name == "abs")
+
+
 def _or_null(a, b):
     if a is None:
         return b
@@ -91,7 +105,38 @@ class _Compiler:
     def __init__(self, resolve, columns: VectorColumns, kleene: set):
         self.resolve, self.columns, self.kleene = resolve, columns, kleene
 
+    def range_of(self, e: S.Expr):
+        """As ``PyCompiler.bounds``: an int64-safe integer range, "float", or None (unknown)."""
+        if isinstance(e, S.Lit):
+            if isinstance(e.value, bool) or e.value is None:
+                return None
+            return "float" if isinstance(e.value, float) else (e.value, e.value)
+        if isinstance(e, S.Col):
+            return None if e.var in self.kleene else self.columns.bounds(self.resolve(e))
+        if isinstance(e, S.Binary) and e.op in ("+", "-", "*"):
+            a, b = self.range_of(e.left), self.range_of(e.right)
+            if "float" in (a, b):
+                return "float" if a is not None and b is not None else None
+            out = combine_bounds(e.op, a, b)
+            return out if fits_int64(out) else None
+        if isinstance(e, S.Binary) and e.op == "/":
+            return "float"
+        if isinstance(e, S.Unary) and e.op == "-":
+            a = self.range_of(e.arg)
+            if a == "float" or a is None:
+                return a
+            return (-a[1], -a[0]) if fits_int64((-a[1], -a[0])) else None
+        if isinstance(e, S.Call) and e.name == "abs" and len(e.args) == 1:
+            a = self.range_of(e.args[0])
+            if a == "float" or a is None:
+                return a
+            top = max(abs(a[0]), abs(a[1]))
+            return (0, top) if fits_int64((0, top)) else None
+        return None
+
     def gen(self, e: S.Expr) -> Vec:
+        if isinstance(e, (S.Binary, S.Unary, S.Call)) and self.range_of(e) is None and _arithmetic(e):
+            raise _Unsupported  # integer arithmetic that may leave int64: exact in Python instead
         if isinstance(e, S.Lit):
             v = e.value
             if isinstance(v, bool) or isinstance(v, float) or (isinstance(v, int) and INT64_MIN <= v <= INT64_MAX):
