@@ -22,7 +22,8 @@ from matchrec import errors as E
 from matchrec.engine.errors import map_duckdb_error
 from matchrec.engine.executor import Settings
 from matchrec.engine.statement import Prepared, StatementRunner, to_duckdb
-from matchrec.parser.query import dialect_of, has_match_recognize, split_statements
+from matchrec.parser.query import dialect_of, has_match_recognize as _has_mr, split_statements
+from matchrec.parser.window import has_pattern_window
 from matchrec.parser.sase import has_strategy_clause, is_cer_statement
 from matchrec.parser.source import Origin
 from matchrec.planner.cer import CER_CHOICES, CerSettings
@@ -185,6 +186,11 @@ def _integer_setting(name: str, raw: str, minimum: int) -> int:
     return value
 
 
+def _needs_engine(sql: str) -> bool:
+    """Whether the statement has row pattern recognition (MATCH_RECOGNIZE or a pattern window)."""
+    return _has_mr(sql) or has_pattern_window(sql)
+
+
 class Cursor:
     arraysize = 1
 
@@ -282,7 +288,7 @@ class Cursor:
             con.remote.retries = con.settings.node_retries
             if con._materialized:
                 con._placeholders()
-        if not has_match_recognize(sql):
+        if not _needs_engine(sql):
             text = to_duckdb(sql, con.dialect, Origin.identity(len(sql)), sql) if con.dialect != "duckdb" else sql
             self._materialize(text)
             self._duck_execute(text, params)
@@ -290,7 +296,7 @@ class Cursor:
         statements = split_statements(sql, con.dialect)
         for i, (text, _) in enumerate(statements):
             if i < len(statements) - 1:
-                self._run_one(text, None if not has_match_recognize(text) else None)
+                self._run_one(text, None if not _needs_engine(text) else None)
                 self._buffer()
                 self._reset()
             else:
@@ -298,7 +304,7 @@ class Cursor:
 
     def _run_one(self, sql: str, params) -> None:
         con = self.connection
-        if not has_match_recognize(sql):
+        if not _needs_engine(sql):
             text = to_duckdb(sql, con.dialect, Origin.identity(len(sql)), sql)
             self._materialize(text)
             self._duck_execute(text, params)

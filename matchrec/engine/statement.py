@@ -26,6 +26,7 @@ from matchrec.connectors.duckdb_source import (DuckDBOracle, FallbackEvaluator, 
 from matchrec.engine.errors import map_duckdb_error
 from matchrec.engine.executor import Settings, Stats, run_plan
 from matchrec.engine import reading
+from matchrec.engine.window import run_windows
 from matchrec.errors import NotSupportedError, ProgrammingError, positioned
 from matchrec.parser.query import Clause, SplitQuery, split, tokenize
 from matchrec.parser.source import Origin, rewrite
@@ -289,7 +290,8 @@ class StatementRunner:
         done: dict[str, str] = {}
         for clause in query.clauses:
             self._run_clause(query, clause, prefixes, done, prepared, tag, dry=(explain == "plain"))
-        outer = to_duckdb(query.text, self.dialect, query.origin, source)
+        text, text_origin = run_windows(self, query, prepared, done, tag, dry=(explain == "plain"))
+        outer = to_duckdb(text, self.dialect, text_origin, source)
         prepared.sql = replace_identifiers(outer, done)
         if explain != "plain":
             self.materialize(prepared.sql)
