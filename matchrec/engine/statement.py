@@ -30,6 +30,7 @@ from matchrec.engine.window import run_windows
 from matchrec.errors import NotSupportedError, ProgrammingError, positioned
 from matchrec.parser.query import Clause, SplitQuery, split, tokenize
 from matchrec.parser.source import Origin, rewrite
+from matchrec.parser.translate import is_trino, translate_statement
 from matchrec.planner.fastpath import fast_plan
 from matchrec.planner.prefilter import row_filter
 from matchrec.planner.plan import Plan, build_plan
@@ -144,7 +145,11 @@ def to_duckdb(sql: str, dialect: str, origin: Origin, source: str, write: str = 
     if dialect == write:
         return sql
     try:
-        out = sqlglot.transpile(sql, read=dialect, write=write)
+        if is_trino(dialect):  # Trino functions and types that sqlglot does not translate by itself
+            out = [translate_statement(t, dialect).sql(write) if t is not None else ""
+                   for t in sqlglot.parse(sql, read=dialect)]
+        else:
+            out = sqlglot.transpile(sql, read=dialect, write=write)
     except sqlglot.errors.ParseError as err:
         info = err.errors[0] if err.errors else {}
         lines = sql.split("\n")
