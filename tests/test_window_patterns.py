@@ -128,6 +128,17 @@ def test_source_from_a_common_table_expression(trino):
     assert sorted(r for r in got if r[1] is not None) == [(1, 90), (6, 60)]
 
 
+def test_match_recognize_and_windows_inside_each_other(trino):
+    inner_window = f"SELECT id, val OVER w AS v FROM {PRICES} {V_SHAPE}"
+    got = rows(trino, f"SELECT * FROM ({inner_window}) MATCH_RECOGNIZE (ORDER BY id MEASURES COUNT(*) AS n "
+                      f"PATTERN (X Y+) DEFINE X AS v IS NOT NULL, Y AS v IS NULL)")
+    assert got == [(5,), (3,)]  # rows 1-5 and 6-8
+    inner_mr = (f"SELECT * FROM {PRICES} MATCH_RECOGNIZE (ORDER BY id MEASURES FIRST(id) AS id, "
+                f"LAST(value) AS value ONE ROW PER MATCH AFTER MATCH SKIP TO NEXT ROW PATTERN (A) DEFINE A AS true)")
+    got = rows(trino, f"SELECT id, val OVER w FROM ({inner_mr}) s {V_SHAPE}")
+    assert sorted(r for r in got if r[1] is not None) == [(1, 90), (6, 60)]
+
+
 def test_two_pattern_windows_in_one_select(trino):
     got = rows(trino, f"SELECT id, val OVER w, up OVER u FROM {PRICES} {V_SHAPE[:-1]}), "
                       f"u AS (ORDER BY id MEASURES COUNT(*) AS up ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING "

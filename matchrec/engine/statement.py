@@ -281,6 +281,12 @@ class StatementRunner:
             explain = "analyze" if m.group(1) else "plain"
             sql2, step = rewrite(sql, [(0, m.end(), "")])
             sql, origin = sql2, step.compose(origin)
+        prepared = Prepared(sql="", explain=explain)
+        tag = secrets.token_hex(4)
+        done: dict[str, str] = {}
+        # Windows with PATTERN first: MATCH_RECOGNIZE in a window's table runs inside that
+        # window's own input, and a window inside a MATCH_RECOGNIZE input is a placeholder there.
+        sql = run_windows(self, sql, prepared, done, tag, dry=(explain == "plain"))
         # Errors inside the statement point into the text after parameters were inlined.
         query = split(sql, self.dialect)
         source = query.source
@@ -289,14 +295,10 @@ class StatementRunner:
             raise NotSupportedError(
                 f"CREATE {stored.group(1).upper()} cannot store a query with MATCH_RECOGNIZE: DuckDB would have to "
                 "re-run it without matchrec. Use CREATE TABLE ... AS to keep the result.")
-        prepared = Prepared(sql="", explain=explain)
-        tag = secrets.token_hex(4)
         prefixes = cte_prefixes(query)
-        done: dict[str, str] = {}
         for clause in query.clauses:
             self._run_clause(query, clause, prefixes, done, prepared, tag, dry=(explain == "plain"))
-        text, text_origin = run_windows(self, query, prepared, done, tag, dry=(explain == "plain"))
-        outer = to_duckdb(text, self.dialect, text_origin, source)
+        outer = to_duckdb(query.text, self.dialect, query.origin, source)
         prepared.sql = replace_identifiers(outer, done)
         if explain != "plain":
             self.materialize(prepared.sql)

@@ -247,10 +247,11 @@ class WindowRunner(PartitionRunner):
         return pa.concat_tables([t.cast(schema) if t.schema != schema else t for t in self.chunks])
 
 
-def run_windows(runner, query, prepared, done: dict, tag: str, dry: bool):
-    """Cut the pattern windows out of ``query.text`` (MATCH_RECOGNIZE already cut out), run
-    each over its input and return (statement text, its origin) with placeholders left for
-    ``done`` to fill."""
+def run_windows(runner, sql: str, prepared, done: dict, tag: str, dry: bool) -> str:
+    """Cut the windows with PATTERN out of ``sql`` (a statement of the runner's dialect), run
+    each over its input and return the statement with placeholders left for ``done`` to fill.
+    A window's input (its table, filtered by the WHERE) is itself prepared as a statement, so
+    MATCH_RECOGNIZE in it runs first."""
     import time
     from types import SimpleNamespace
 
@@ -261,27 +262,30 @@ def run_windows(runner, query, prepared, done: dict, tag: str, dry: bool):
     from matchrec.engine import reading
     from matchrec.engine.errors import map_duckdb_error
     from matchrec.engine.executor import Stats, stream_chunks
-    from matchrec.engine.statement import ClauseRun, cte_prefixes, replace_identifiers, to_duckdb
+    from matchrec.engine.statement import ClauseRun, cte_prefixes, replace_identifiers
     from matchrec.parser.query import Clause
     from matchrec.parser.window import has_pattern_window, split_windows
     from matchrec.operators import vm
     from matchrec.planner.fastpath import fast_plan
     from matchrec.planner.plan import build_plan
 
-    if not has_pattern_window(query.text):
-        return query.text, query.origin
-    wq = split_windows(query.text, query.dialect, query.source, query.origin)
+    if not has_pattern_window(sql):
+        return sql
+    dialect = runner.dialect
+    wq = split_windows(sql, dialect)
     if not wq.windows:
-        return query.text, query.origin
-    source = query.source
+        return sql
+    source = sql
     con = runner.con
     as_clauses = [Clause(w.placeholder, w.source_text, w.span, w.spec, None) for w in wq.windows]
-    prefixes = cte_prefixes(SimpleNamespace(text=wq.text, dialect=query.dialect, clauses=as_clauses))
+    prefixes = cte_prefixes(SimpleNamespace(text=wq.text, dialect=dialect, clauses=as_clauses), write=dialect)
     for w, clause in zip(wq.windows, as_clauses):
         frame = f", CAST(({w.frame_end}) AS BIGINT) AS {w.frame_column}" if w.frame_end is not None else ""
         text = f"SELECT *{frame} FROM {w.source_text}" + (f" WHERE {w.where_text}" if w.where_text else "")
-        input_sql = to_duckdb(text, query.dialect, wq.origin, source)
-        input_sql = replace_identifiers(prefixes.get(w.placeholder, "") + input_sql, done)
+        nested = runner.prepare(prefixes.get(w.placeholder, "") + text)
+        prepared.registered += nested.registered
+        prepared.runs += nested.runs
+        input_sql = replace_identifiers(nested.sql, done)
         if runner.remote is not None and not dry:
             runner.materialize(input_sql)
         try:
@@ -349,4 +353,4 @@ def run_windows(runner, query, prepared, done: dict, tag: str, dry: bool):
         done[w.placeholder] = view
         done[w.star_marker] = ", ".join(quote_ident(n) for n in input_names if not n.startswith("__mrw_"))
         prepared.runs.append(ClauseRun(clause, plan, stats, name, view, 0.0, None))
-    return wq.text, wq.origin
+    return wq.text
