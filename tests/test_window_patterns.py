@@ -239,6 +239,13 @@ def test_unsupported_shapes(trino, tail, problem):
     assert isinstance(err, matchrec.NotSupportedError) and problem in str(err)
 
 
+def test_a_pattern_window_cannot_extend_another(trino):
+    err = error_of(trino, f"SELECT id, m OVER w FROM {PRICES} WINDOW base AS (ORDER BY id), w AS (base "
+                          f"MEASURES COUNT(*) AS m ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING PATTERN (A+) "
+                          f"DEFINE A AS true)")
+    assert isinstance(err, matchrec.NotSupportedError) and "Line 1" in str(err)
+
+
 def test_skip_to_the_current_row_fails_at_run_time(trino):
     err = error_of(trino, f"SELECT id, m OVER w FROM {PRICES} WINDOW w AS (ORDER BY id MEASURES COUNT(*) AS m "
                           f"ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING AFTER MATCH SKIP TO FIRST A "

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from matchrec.engine.executor import (EMPTY, MATCH, PartitionRunner, SkipError, SKIP_ABSENT, SKIP_FIRST,
+from matchrec.engine.executor import (MATCH, PartitionRunner, SkipError, SKIP_ABSENT, SKIP_FIRST,
                                       _match_limit, _thread_limit)
 from matchrec.engine.output import Matches, expand
 from matchrec.errors import DataError, ProgrammingError, positioned
@@ -118,7 +118,7 @@ class WindowRunner(PartitionRunner):
                 lo_arr.append(lo + cur)
                 hi_arr.append(lo + int(ends[cur]) + 1)
                 if result.exclusions:
-                    excl[len(kind) - 1] = [(a + 0, b + 0) for a, b in result.exclusions]
+                    excl[len(kind) - 1] = list(result.exclusions)
         m = Matches(np.array(kind, np.int8), np.array(start, np.int64), np.array(length, np.int64),
                     np.array(number, np.int64), np.array(offset, np.int64), np.array(labels, np.int16),
                     np.array(lo_arr, np.int64), np.array(hi_arr, np.int64), excl)
@@ -261,7 +261,7 @@ def run_windows(runner, sql: str, prepared, done: dict, tag: str, dry: bool) -> 
         read_batches
     from matchrec.engine import reading
     from matchrec.engine.errors import map_duckdb_error
-    from matchrec.engine.executor import Stats, stream_chunks
+    from matchrec.engine.executor import stream_chunks
     from matchrec.engine.statement import ClauseRun, cte_prefixes, replace_identifiers
     from matchrec.parser.query import Clause
     from matchrec.parser.window import has_pattern_window, split_windows

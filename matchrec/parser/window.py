@@ -372,7 +372,7 @@ def _cut_one(text: str, origin: Origin, source: str, dialect: str, tokens, depth
         if prev is not None and prev.token_type in (TokenType.VAR, TokenType.IDENTIFIER) \
                 and not (before > 0 and tokens[before - 1].token_type == TokenType.DOT):
             name = _name_of(text, prev)
-            col = measures.get(name.upper() if prev.token_type == TokenType.VAR else name.upper())
+            col = measures.get(name.upper())
             if col is None:
                 raise positioned(ProgrammingError, f"{text[prev.start:prev.end + 1]} is not a measure of window "
                                  f"{d.written}", source, at(before), origin.map(prev.end) + 1)
@@ -385,8 +385,7 @@ def _cut_one(text: str, origin: Origin, source: str, dialect: str, tokens, depth
                          "window with PATTERN", source, at(over))
 
     # ``*`` in the select list stands for the table's own columns, not the helper columns
-    frm_k = frm
-    for k in range(sel + 1, frm_k):
+    for k in range(sel + 1, frm):
         if depths[k] != sd or tokens[k].token_type != TokenType.STAR:
             continue
         if tokens[k - 1].token_type in (TokenType.SELECT, TokenType.COMMA, TokenType.DISTINCT):
@@ -396,10 +395,9 @@ def _cut_one(text: str, origin: Origin, source: str, dialect: str, tokens, depth
                 and tokens[k - 3].token_type in (TokenType.SELECT, TokenType.COMMA, TokenType.DISTINCT):
             edits.append((tokens[k - 2].start, tokens[k].end + 1, window.star_marker))
     # a measure name used as a column: reported if the table has no such column
-    spans = [(x.open_i, x.close_i) for x in [d]]
     for k in range(sel + 1, sel_end):
         tok = tokens[k]
-        if tok.token_type not in (TokenType.VAR, TokenType.IDENTIFIER) or any(a <= k <= b for a, b in spans):
+        if tok.token_type not in (TokenType.VAR, TokenType.IDENTIFIER) or d.open_i <= k <= d.close_i:
             continue
         if tok.token_type == TokenType.VAR and tok.text.upper() not in measures:
             continue
