@@ -367,7 +367,8 @@ class Cursor:
         con = self.connection
         lines = []
         for i, run in enumerate(prepared.runs):
-            lines.append(f"MATCH_RECOGNIZE #{i + 1}")
+            lines.append(f"MATCH_RECOGNIZE #{i + 1}" if run.window is None else
+                         f"#{i + 1}: window {run.window} with PATTERN")
             lines.append(run.plan.explain())
             if prepared.explain == "analyze":
                 s = run.stats

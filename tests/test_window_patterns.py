@@ -360,3 +360,8 @@ def test_window_equals_anchored_matches(duck, seed):
 def test_many_window_cases(duck):
     for seed in range(1_000_000, 1_000_000 + SLOW_CASES):
         check(duck, seed)
+
+
+def test_explain_names_the_window(trino):
+    plan = rows(trino, f"EXPLAIN SELECT id, val OVER w FROM {PRICES} {V_SHAPE}")[0][1]
+    assert "window w with PATTERN" in plan and "one match attempt per row" in plan

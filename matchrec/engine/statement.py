@@ -45,6 +45,7 @@ class ClauseRun:
     view_sql: str
     input_seconds: float = 0.0
     pull: object = None  # connectors.remote.PullStats when the input came from storage nodes
+    window: str | None = None  # the window's name when this is a window with PATTERN
 
 
 @dataclass

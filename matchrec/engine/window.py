@@ -352,5 +352,5 @@ def run_windows(runner, sql: str, prepared, done: dict, tag: str, dry: bool) -> 
         view = f"(SELECT {', '.join(select)} FROM {name})"
         done[w.placeholder] = view
         done[w.star_marker] = ", ".join(quote_ident(n) for n in input_names if not n.startswith("__mrw_"))
-        prepared.runs.append(ClauseRun(clause, plan, stats, name, view, 0.0, None))
+        prepared.runs.append(ClauseRun(clause, plan, stats, name, view, 0.0, None, w.name))
     return wq.text
