@@ -384,7 +384,7 @@ def _cut_one(text: str, origin: Origin, source: str, dialect: str, tokens, depth
         raise positioned(ProgrammingError, "Only a measure name or a window function can stand before OVER of a "
                          "window with PATTERN", source, at(over))
 
-    # ``*`` in the select list stands for the table's own columns, not the helper columns
+    # ``*`` in the select list stands for the table's own columns, not the added match columns
     for k in range(sel + 1, frm):
         if depths[k] != sd or tokens[k].token_type != TokenType.STAR:
             continue
