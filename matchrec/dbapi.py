@@ -31,7 +31,8 @@ from matchrec import errors as E
 from matchrec.engine.errors import map_duckdb_error
 from matchrec.engine.executor import Settings
 from matchrec.engine.statement import Prepared, StatementRunner, to_duckdb
-from matchrec.parser.query import dialect_of, has_match_recognize, split_statements
+from matchrec.parser.query import dialect_of, has_match_recognize as _has_mr, split_statements
+from matchrec.parser.window import has_pattern_window
 from matchrec.parser.sase import has_strategy_clause, is_cer_statement
 from matchrec.parser.source import Origin
 from matchrec.planner.cer import CER_CHOICES, CerSettings
@@ -221,6 +222,11 @@ def _integer_setting(name: str, raw: str, minimum: int) -> int:
     return value
 
 
+def _needs_engine(sql: str) -> bool:
+    """Whether the statement has row pattern recognition (MATCH_RECOGNIZE or a pattern window)."""
+    return _has_mr(sql) or has_pattern_window(sql)
+
+
 class Cursor:
     arraysize = 1
 
@@ -342,7 +348,7 @@ class Cursor:
             con.remote.retry_backoff = con.settings.node_retry_backoff_ms / 1000
             if con._materialized:
                 con._placeholders()
-        if not has_match_recognize(sql):
+        if not _needs_engine(sql):
             text = to_duckdb(sql, con.dialect, Origin.identity(len(sql)), sql) if con.dialect != "duckdb" else sql
             self._materialize(text)
             self._duck_execute(text, params)
@@ -350,7 +356,7 @@ class Cursor:
         statements = split_statements(sql, con.dialect)
         for i, (text, _) in enumerate(statements):
             if i < len(statements) - 1:
-                self._run_one(text, None if not has_match_recognize(text) else None)
+                self._run_one(text, None if not _needs_engine(text) else None)
                 self._buffer()
                 self._reset()
             else:
@@ -358,7 +364,7 @@ class Cursor:
 
     def _run_one(self, sql: str, params) -> None:
         con = self.connection
-        if not has_match_recognize(sql):
+        if not _needs_engine(sql):
             text = to_duckdb(sql, con.dialect, Origin.identity(len(sql)), sql)
             self._materialize(text)
             self._duck_execute(text, params)
@@ -423,7 +429,8 @@ class Cursor:
         con = self.connection
         lines = []
         for i, run in enumerate(prepared.runs):
-            lines.append(f"MATCH_RECOGNIZE #{i + 1}")
+            lines.append(f"MATCH_RECOGNIZE #{i + 1}" if run.window is None else
+                         f"#{i + 1}: window {run.window} with PATTERN")
             lines.append(run.plan.explain())
             if prepared.explain == "analyze":
                 s = run.stats

@@ -455,11 +455,12 @@ def _sql(spark, statement: str, dialect: str, interval_filter: str):
     from matchrec.parser.query import has_match_recognize, split
     from matchrec.connectors.spark_metrics import ShuffleMeter
     from matchrec.parser.source import Origin
+    from matchrec.parser.window import has_pattern_window
     m = re.match(r"\s*EXPLAIN(\s+ANALYZE)?\b", statement, re.I)
     explain = ("analyze" if m.group(1) else "plain") if m else None
     text = statement[m.end():] if m else statement
     pad = " " * (m.end() if m else 0)  # offsets of errors stay those of the user's statement
-    if not has_match_recognize(text):
+    if not has_match_recognize(text) and not has_pattern_window(text):
         out = to_duckdb(text, dialect, Origin.identity(len(text)), statement, write="spark")
         if explain:
             raise E.ProgrammingError("EXPLAIN through matchrec.spark.sql needs a MATCH_RECOGNIZE; use "
@@ -492,7 +493,8 @@ def _sql(spark, statement: str, dialect: str, interval_filter: str):
         result.createOrReplaceTempView(name)
         views[clause.placeholder] = name
         frames.append(result)
-    outer = to_duckdb(query.text, dialect, query.origin, query.source, write="spark")
+    text_out, origin_out = _windows(spark, query, dialect, prefixes, views, tag)
+    outer = to_duckdb(text_out, dialect, origin_out, query.source, write="spark")
     outer = replace_identifiers(outer, views)
     try:
         final = spark.sql(outer)
@@ -506,6 +508,61 @@ def _sql(spark, statement: str, dialect: str, interval_filter: str):
         # the shuffle the filtering saved: the same statement again without it (measured after)
         unfiltered = lambda: _sql(spark, text, dialect, "off")  # noqa: E731
     return _explain(spark, final, meter, unfiltered)
+
+
+def _windows(spark, query, dialect: str, prefixes: dict, views: dict, tag: str):
+    """Run each window with PATTERN of ``query`` on the executors, as engine.window does on
+    DuckDB: the SELECT's table (filtered by its WHERE) gets one column per measure, computed
+    per partition by matchrec in the task; returns the statement text with placeholders."""
+    from types import SimpleNamespace
+
+    from matchrec.engine.statement import cte_prefixes, replace_identifiers, to_duckdb
+    from matchrec.parser.query import Clause
+    from matchrec.parser.window import has_pattern_window, split_windows
+    if not has_pattern_window(query.text):
+        return query.text, query.origin
+    wq = split_windows(query.text, dialect, query.source, query.origin)
+    clauses = [Clause(w.placeholder, w.source_text, w.span, w.spec, None) for w in wq.windows]
+    prefixes = {**prefixes, **cte_prefixes(SimpleNamespace(text=wq.text, dialect=dialect, clauses=clauses),
+                                           write="spark")}
+    for i, w in enumerate(wq.windows):
+        if w.pos_column in wq.text:
+            raise E.NotSupportedError(f"On Spark only measures can be used over the window {w.name} with PATTERN "
+                                      "(measure OVER w); compute window functions over its matches with "
+                                      "matchrec.connect on DuckDB")
+        text = f"SELECT * FROM {w.source_text}" + (f" WHERE {w.where_text}" if w.where_text else "")
+        input_sql = to_duckdb(text, dialect, wq.origin, query.source, write="spark")
+        input_sql = replace_identifiers(prefixes.get(w.placeholder, "") + input_sql, views)
+        try:
+            df = spark.sql(input_sql)
+        except Exception as err:  # noqa: BLE001 - Spark's analysis errors carry their own text
+            raise E.ProgrammingError(f"Spark cannot read the input of the window {w.name}: {_first_line(err)}") \
+                from None
+        from sqlglot import exp
+        names = [exp.to_identifier(m.name).sql(dialect) for m in w.spec.measures]
+        statement = M.window_statement(query.source[w.span.start:w.span.end], list(zip(names, w.measure_columns)))
+        input_schema = _arrow_schema(df.schema)
+        try:  # the output schema, and any error, before a Spark job starts
+            empty = M.run_statement_local(input_schema.empty_table(), statement, dialect)
+        except E.Error as err:
+            raise E.ProgrammingError(f"The window {w.name} cannot run over its input: {err}") from None
+        out_struct = _spark_schema(empty.schema)
+        out_arrow = _arrow_schema(out_struct)
+        task = M.statement_task(statement, dialect, input_schema, out_arrow)
+        n = _parallelism(spark)
+        if w.spec.partition_by:
+            result = df.repartition(n, *[_column(df, c) for c in w.spec.partition_by]).mapInArrow(task, out_struct)
+            mode = f"partitioned: rows hash-partitioned by {', '.join(c.name for c in w.spec.partition_by)}"
+        else:
+            result = df.repartition(1).mapInArrow(task, out_struct)
+            mode = "one task (no PARTITION BY)"
+        _LAST.append(ClauseReport(explain=f"window {w.name} with PATTERN", mode=mode))
+        name = f"__matchrec_{tag}_w{i}"
+        result.createOrReplaceTempView(name)
+        views[w.placeholder] = name
+        views[w.star_marker] = ", ".join("`" + c.replace("`", "``") + "`" for c in df.columns
+                                         if not c.startswith("__mrw_"))
+    return wq.text, wq.origin
 
 
 def _first_line(err) -> str:

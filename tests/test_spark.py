@@ -286,3 +286,18 @@ def test_local_sessions_run_this_interpreter_and_a_missing_matchrec_is_named(spa
     assert isinstance(err, matchrec.OperationalError) and "ship(" in str(err) and "Traceback" not in str(err)
     err = ms.matchrec_error(Exception('java.io.IOException: Cannot run program "/opt/py/bin/python": error=2'))
     assert isinstance(err, matchrec.OperationalError) and "'/opt/py/bin/python'" in str(err)
+
+
+def test_window_with_pattern(spark):
+    data = events(n=200)
+    _view(spark, data, "evw")
+    q = ("SELECT k, ts, n OVER w, last_v OVER w FROM evw WHERE g <> 3 WINDOW w AS (PARTITION BY k ORDER BY ts "
+         "MEASURES COUNT(*) AS n, LAST(v) AS last_v ROWS BETWEEN CURRENT ROW AND 5 FOLLOWING "
+         "AFTER MATCH SKIP PAST LAST ROW PATTERN (A B+) DEFINE A AS type = 'a', B AS v > PREV(v))")
+    got = ms.sql(spark, q).collect()
+    want = _duck(data, "evw", q)
+    assert _sorted(got) == _sorted(want)
+    assert len(want) == sum(1 for g in data.column("g").to_pylist() if g != 3)
+    assert any(r[2] is not None for r in want) and any(r[2] is None for r in want)
+    with pytest.raises(matchrec.NotSupportedError, match="only measures"):
+        ms.sql(spark, q.replace("n OVER w", "count(*) OVER w"))

@@ -334,3 +334,47 @@ def test_revisited_instruction_keeps_trinos_priority(con, fast):
         ORDER BY id MEASURES MATCH_NUMBER() AS mn, CLASSIFIER() AS cls ALL ROWS PER MATCH
         AFTER MATCH SKIP TO NEXT ROW PATTERN ((A? D??)+) DEFINE A AS PREV(CLASSIFIER()) IS NULL)""")
     assert cur.fetchall() == [(1, 1, "A"), (2, 2, "A")]
+
+
+# ---------------------------------------------------------------- Trino's SQL where DuckDB's differs
+@pytest.fixture
+def trino_q():
+    con = matchrec.connect(":memory:", dialect="trino")
+
+    def run(sql):
+        cur = con.cursor()
+        cur.execute(sql)
+        return cur.fetchall(), [d[0] for d in cur.description]
+    yield run
+    con.close()
+
+
+def test_same_column_twice_in_order_by(trino_q):
+    got, names = trino_q("SELECT * FROM (VALUES (1, 90), (2, 80), (3, 70)) t(id, value) MATCH_RECOGNIZE ("
+                         "ORDER BY id ASC, id DESC MEASURES CLASSIFIER() AS c ALL ROWS PER MATCH "
+                         "PATTERN (A B*) DEFINE B AS B.value < PREV(B.value))")
+    assert names == ["id", "c", "value"]
+    assert sorted(got) == [(1, "A", 90), (2, "B", 80), (3, "B", 70)]
+
+
+def test_multimap_agg_in_measures_and_around(trino_q):
+    src = "(VALUES (1, 'a', 90), (2, 'b', 80), (3, 'a', 70)) t(id, k, value)"
+    got, _ = trino_q(f"SELECT m FROM {src} MATCH_RECOGNIZE (ORDER BY id MEASURES multimap_agg(k, value) AS m "
+                     f"PATTERN (A+) DEFINE A AS true)")
+    assert got == [({"a": [90, 70], "b": [80]},)]
+    got, _ = trino_q(f"SELECT multimap_agg(k, value), every(value > 60), set_union(ARRAY[k]) FROM {src}")
+    m, every, union = got[0]
+    assert m == {"a": [90, 70], "b": [80]} and every is True and sorted(union) == ["a", "b"]
+
+
+def test_date_minus_date_is_an_interval_in_trino(trino_q):
+    got, _ = trino_q("SELECT DATE '2024-03-05' - DATE '2024-03-01'")
+    assert got == [(datetime.timedelta(days=4),)]
+    got, _ = trino_q("SELECT span FROM (VALUES (1, DATE '2024-03-01'), (2, DATE '2024-03-04')) t(id, d) "
+                     "MATCH_RECOGNIZE (ORDER BY id MEASURES LAST(d) - FIRST(d) AS span PATTERN (A+) "
+                     "DEFINE A AS A.d - FIRST(A.d) < INTERVAL '5' DAY)")
+    assert got == [(datetime.timedelta(days=3),)]
+
+
+def test_date_minus_date_stays_days_in_duckdb(q):
+    assert q("SELECT DATE '2024-03-05' - DATE '2024-03-01'") == [(4,)]

@@ -293,6 +293,41 @@ def match_task(text: str, dialect: str, input_schema: pa.Schema, output_schema: 
     return run
 
 
+def run_statement_local(table: pa.Table, statement: str, dialect: str) -> pa.Table:
+    """The rows of ``statement`` (which reads the table ``__mrs_input``) computed by matchrec on
+    DuckDB over ``table``, on one thread (a Spark task runs on one core)."""
+    from matchrec.dbapi import connect
+    con = connect(dialect=dialect)
+    try:
+        con.register(_INPUT, table)
+        con.duckdb_connection.execute("SET threads = 1")
+        cur = con.cursor()
+        cur.execute("SET matchrec_threads = 1")
+        cur.execute(statement)
+        return cur.fetch_arrow_table()
+    finally:
+        con.close()
+
+
+def window_statement(body: str, measures: list[tuple[str, str]]) -> str:
+    """A statement computing, for every row of ``__mrs_input``, the measures of a window with
+    PATTERN (``body``: its definition, parentheses included) as columns [(measure, column)]."""
+    items = ", ".join(f"{m} OVER {HIDDEN}w AS {col}" for m, col in measures)
+    return f"SELECT *, {items} FROM {_INPUT} WINDOW {HIDDEN}w AS {body}"
+
+
+def statement_task(statement: str, dialect: str, input_schema: pa.Schema, output_schema: pa.Schema):
+    """A ``mapInArrow`` function running ``statement`` over every row its task receives."""
+    def run(batches):
+        _ensure_worker_env()
+        batches = [b for b in batches if b.num_rows]
+        if not batches:
+            return
+        table = conform(pa.Table.from_batches(batches), input_schema)
+        yield from conform(run_statement_local(table, statement, dialect), output_schema).to_batches()
+    return run
+
+
 def key_task(key_sql: str, input_schema: pa.Schema, sample_every: int):
     """Per task: how many rows, how many NULL keys, min/max key, and every n-th key (for cuts)."""
     import duckdb

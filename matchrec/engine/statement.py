@@ -22,10 +22,12 @@ from matchrec.connectors.duckdb_source import DuckDBOracle, FallbackEvaluator, d
 from matchrec.engine.errors import map_duckdb_error
 from matchrec.engine.executor import Settings, Stats, run_plan
 from matchrec.engine import reading
+from matchrec.engine.window import run_windows
 from matchrec.errors import Error, NotSupportedError, ProgrammingError, positioned
 from matchrec.parser import parameters
 from matchrec.parser.query import Clause, SplitQuery, split, tokenize
 from matchrec.parser.source import Origin, rewrite
+from matchrec.parser.translate import is_trino, translate_statement
 from matchrec.planner.fastpath import fast_plan
 from matchrec.planner.prefilter import row_filter
 from matchrec.planner.plan import Plan, build_plan
@@ -40,6 +42,7 @@ class ClauseRun:
     view_sql: str
     input_seconds: float = 0.0
     pull: object = None  # connectors.remote.PullStats when the input came from storage nodes
+    window: str | None = None  # the window's name when this is a window with PATTERN
 
 
 @dataclass
@@ -61,7 +64,11 @@ def to_duckdb(sql: str, dialect: str, origin: Origin, source: str, write: str = 
     if dialect == write:
         return sql
     try:
-        out = sqlglot.transpile(sql, read=dialect, write=write)
+        if is_trino(dialect):  # Trino functions and types that sqlglot does not translate by itself
+            out = [translate_statement(t, dialect).sql(write) if t is not None else ""
+                   for t in sqlglot.parse(sql, read=dialect)]
+        else:
+            out = sqlglot.transpile(sql, read=dialect, write=write)
     except sqlglot.errors.ParseError as err:
         info = err.errors[0] if err.errors else {}
         lines = sql.split("\n")
@@ -213,6 +220,13 @@ class StatementRunner:
             raise parameters.unmark_error(err, marked, marked.origin.compose(origin), sql) from None
 
     def _prepare(self, sql: str, explain: str | None, nodes: dict, literals: dict[str, str]) -> Prepared:
+        prepared = Prepared(sql="", explain=explain)
+        tag = secrets.token_hex(4)
+        # markers left in the DuckDB SQL of inputs and of the outer statement become the values
+        done: dict[str, str] = dict(literals)
+        # Windows with PATTERN first: MATCH_RECOGNIZE in a window's table runs inside that
+        # window's own input, and a window inside a MATCH_RECOGNIZE input is a placeholder there.
+        sql = run_windows(self, sql, prepared, done, tag, dry=(explain == "plain"), nodes=nodes, literals=literals)
         query = split(sql, self.dialect)
         source = query.source
         stored = _STORED_OBJECT.match(query.text)
@@ -223,11 +237,7 @@ class StatementRunner:
         if nodes:
             for clause in query.clauses:
                 clause.spec = parameters.bind_spec(clause.spec, nodes, literals)
-        prepared = Prepared(sql="", explain=explain)
-        tag = secrets.token_hex(4)
         prefixes = cte_prefixes(query)
-        # markers left in the DuckDB SQL of inputs and of the outer statement become the values
-        done: dict[str, str] = dict(literals)
         for clause in query.clauses:
             self._run_clause(query, clause, prefixes, done, prepared, tag, dry=(explain == "plain"))
         outer = to_duckdb(query.text, self.dialect, query.origin, source)

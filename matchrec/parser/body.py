@@ -56,8 +56,11 @@ def canonical_name(token: Token | str) -> str:
     return text.upper()
 
 
-def parse_body(body: str, body_offset: int, source: str, dialect: str, clause_span: S.Span) -> S.MatchSpec:
-    """Parse ``body`` (the text inside MATCH_RECOGNIZE(...)) located at ``body_offset`` in ``source``."""
+def parse_body(body: str, body_offset: int, source: str, dialect: str, clause_span: S.Span,
+               window: bool = False) -> S.MatchSpec:
+    """Parse ``body`` (the text inside MATCH_RECOGNIZE(...)) located at ``body_offset`` in ``source``.
+
+    ``window``: the body of a window with pattern recognition, its frame already blanked out."""
     try:
         tree = _parser().parse(body)
     except lark.exceptions.UnexpectedToken as err:
@@ -77,12 +80,13 @@ def parse_body(body: str, body_offset: int, source: str, dialect: str, clause_sp
     except lark.exceptions.UnexpectedEOF:
         raise positioned(ProgrammingError, "Unexpected end of MATCH_RECOGNIZE clause", source,
                          body_offset + len(body)) from None
-    return _Builder(body, body_offset, source, dialect).build(tree, clause_span)
+    return _Builder(body, body_offset, source, dialect, window).build(tree, clause_span)
 
 
 class _Builder:
-    def __init__(self, body: str, offset: int, source: str, dialect: str):
+    def __init__(self, body: str, offset: int, source: str, dialect: str, window: bool = False):
         self.body, self.offset, self.source, self.dialect = body, offset, source, dialect
+        self.window = window
 
     def span(self, node) -> S.Span:
         if isinstance(node, Token):
@@ -107,6 +111,10 @@ class _Builder:
             measures = tuple(self.measure(m) for m in parts["measures_clause"].children)
             self.check_unique([(m.name, m.name_span) for m in measures], "measure")
         rows, empty = "one", "show"
+        if self.window:
+            for kind in ("one_row", "all_rows"):
+                if kind in parts:
+                    raise self.error("ROWS PER MATCH is not allowed in a window", parts[kind])
         if "all_rows" in parts:
             rows = "all"
             opts = [c for c in parts["all_rows"].children if isinstance(c, Tree)]
@@ -115,9 +123,11 @@ class _Builder:
         skip = S.SkipSpec()
         if "skip_clause" in parts:
             skip = self.skip(parts["skip_clause"].children[0])
+        seek = False
         if "initial_clause" in parts:
             word = parts["initial_clause"].children[0]
-            if word.type == "SEEK":
+            seek = word.type == "SEEK"
+            if seek and not self.window:
                 raise self.error("SEEK is not allowed in MATCH_RECOGNIZE (only INITIAL)", word)
         pattern_clause = parts["pattern_clause"]
         inner = [c for c in pattern_clause.children if isinstance(c, Tree)]
@@ -134,7 +144,7 @@ class _Builder:
         return S.MatchSpec(
             partition_by=partition, order_by=order, measures=measures, rows_per_match=rows,
             empty_matches=empty, skip=skip, pattern=pattern, within=within, subsets=subsets,
-            definitions=definitions, span=clause_span, source=self.source, dialect=self.dialect)
+            definitions=definitions, span=clause_span, source=self.source, dialect=self.dialect, seek=seek)
 
     def check_unique(self, names, what: str) -> None:
         seen = set()

@@ -205,6 +205,7 @@ class MatchSpec:
     span: Span = field(compare=False, repr=False)
     source: str = field(default="", compare=False, repr=False)
     dialect: str = field(default="duckdb", compare=False, repr=False)
+    seek: bool = False  # SEEK (windows only): the match may start at any row of the frame
 
     def describe(self) -> str:
         """A readable multi-line rendering used by EXPLAIN."""

@@ -14,13 +14,67 @@ _TEMPLATES = {
         # Trino's map aggregates; DuckDB builds maps from lists of entries.
         "map_agg": "MAP_FROM_ENTRIES(LIST({'k': $1, 'v': $2}))",
         "map_union": "MAP_FROM_ENTRIES(FLATTEN(LIST(MAP_ENTRIES($1))))",
+        "every": "BOOL_AND($1)",
+        "set_union": "LIST_DISTINCT(FLATTEN(LIST($1)))",
     },
 }
 _FAMILY = {"trino": "trino", "presto": "trino", "athena": "trino"}
 
+# Trino aggregates whose DuckDB form needs lambdas: MATCH_RECOGNIZE's analysis keeps them as
+# calls (an aggregate DuckDB evaluates over the matched rows' values) and expands them in the
+# SQL DuckDB runs (expand_aggregates).
+LAMBDA_AGGREGATES = {
+    # key -> array of its values: each distinct key collects its values
+    "multimap_agg": "MAP_FROM_ENTRIES(LIST_TRANSFORM(LIST_DISTINCT(LIST($1)), lambda __mr_key: "
+                    "{'k': __mr_key, 'v': LIST_TRANSFORM(LIST_FILTER(LIST({'k': $1, 'v': $2}), "
+                    "lambda __mr_e: __mr_e.k = __mr_key), lambda __mr_e: __mr_e.v)}))",
+}
+
+
+def expand_aggregates(tree: exp.Expression) -> exp.Expression:
+    """``tree`` with the calls of LAMBDA_AGGREGATES replaced by their DuckDB form."""
+    return _apply(tree, LAMBDA_AGGREGATES)
+
+
+def is_trino(dialect: str) -> bool:
+    return _FAMILY.get(dialect, "") == "trino"
+
+
+def date_difference(left: exp.Expression, right: exp.Expression) -> exp.Expression:
+    """Trino's ``date - date`` (an INTERVAL DAY TO SECOND) in DuckDB, where it is a number of days."""
+    days = exp.Cast(this=exp.Sub(this=left, expression=right), to=exp.DataType.build("INTEGER"))
+    return exp.Anonymous(this="TO_DAYS", expressions=[days])
+
+
+def translate_statement(tree: exp.Expression, dialect: str) -> exp.Expression:
+    """A whole statement of ``dialect``: its functions as ``translate`` does, and (Trino) a
+    difference of two values sqlglot can type as DATE as an interval."""
+    tree = translate(tree, dialect)
+    if is_trino(dialect):
+        tree = expand_aggregates(tree)
+    if not is_trino(dialect) or not any(isinstance(n, exp.Sub) for n in tree.walk()):
+        return tree
+    from sqlglot.optimizer.annotate_types import annotate_types
+    try:
+        typed = annotate_types(tree.copy())
+    except Exception:  # noqa: BLE001 - typing is best effort; the statement runs untyped
+        return tree
+    dates = {i for i, (a, b) in enumerate(zip(tree.walk(), typed.walk()))
+             if isinstance(b, exp.Sub) and b.this.is_type(exp.DataType.Type.DATE)
+             and b.expression.is_type(exp.DataType.Type.DATE)}
+    if not dates:
+        return tree
+    for i, node in reversed(list(enumerate(list(tree.walk())))):
+        if i in dates:
+            node.replace(date_difference(node.this.copy(), node.expression.copy()))
+    return tree
+
 
 def translate(tree: exp.Expression, dialect: str) -> exp.Expression:
-    templates = _TEMPLATES.get(_FAMILY.get(dialect, ""), {})
+    return _apply(tree, _TEMPLATES.get(_FAMILY.get(dialect, ""), {}))
+
+
+def _apply(tree: exp.Expression, templates: dict) -> exp.Expression:
     if not templates:
         return tree
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import sqlglot
 from sqlglot import exp
 
+from matchrec.parser.translate import LAMBDA_AGGREGATES, expand_aggregates, is_trino
 from matchrec.errors import ProgrammingError, positioned
 from matchrec.operators import expr as ir
 from matchrec.parser.expressions import MR_PREFIX, node_span
@@ -105,6 +106,7 @@ class Scope:
     oracle: Oracle
     pushed: list[tuple[str, str]] = field(default_factory=list)  # (DuckDB SQL, type) of pushed columns
     _pushed_index: dict[str, int] = field(default_factory=dict)
+    dialect: str = "duckdb"  # the query's: a few operators are typed as that dialect types them
 
     def variable(self, name: str) -> frozenset[int] | None:
         if name in self.labels:
@@ -222,7 +224,8 @@ class ExpressionAnalyzer:
         if isinstance(node, exp.AggFunc):
             return True
         if isinstance(node, exp.Anonymous):
-            return self.scope.oracle.is_aggregate(str(node.this).lower())
+            name = str(node.this).lower()
+            return name in LAMBDA_AGGREGATES or self.scope.oracle.is_aggregate(name)
         return False
 
     # -------------------------------------------------------------- leaves
@@ -421,7 +424,7 @@ class ExpressionAnalyzer:
         self._replace_slots(copy, node if isinstance(node, exp.Filter) else agg, slots, filter_cond, filter_part,
                             lambda part, _i: typer.marker(part.ttree if part.kind != "pure" or part.ctx != ANY
                                                           else part.ttree))
-        ttree = typer.render(copy)
+        ttree = typer.render(expand_aggregates(copy))
         typ = self.type_of(ttree, node)
         native = self.native_aggregate(core, slots, filter_cond)
         if native is not None:
@@ -497,7 +500,7 @@ class ExpressionAnalyzer:
 
         copy = base.copy()
         self._replace_slots(copy, base, slots, filter_cond, filter_part, slot_marker)
-        select = typer.render(copy)
+        select = typer.render(expand_aggregates(copy))
         if not cols:  # only constant arguments: one row per matched row still matters (count(1))
             args.append(ir.Const(1))
             types.append("INTEGER[]")
@@ -521,6 +524,7 @@ class ExpressionAnalyzer:
     def generic(self, node: exp.Expression, running: bool) -> Part:
         operands = [(c, self.analyze(c, running)) for c in _operands(node)]
         node = self._typed_division(node, operands)
+        node = self._date_difference(node, operands)
         parts = [p for _, p in operands]
         ctx = ANY
         for c, p in operands:
@@ -542,6 +546,14 @@ class ExpressionAnalyzer:
         if isinstance(node, exp.Div) and node.args.get("typed") and len(operands) == 2:
             if all(family(self._type(p)) == "int" for _, p in operands):
                 return exp.IntDiv(this=node.this, expression=node.expression)
+        return node
+
+    def _date_difference(self, node, operands):
+        """In Trino ``date - date`` is an INTERVAL DAY TO SECOND, not DuckDB's number of days."""
+        if isinstance(node, exp.Sub) and len(operands) == 2 and is_trino(self.scope.dialect) \
+                and all(self._type(p) == "DATE" for _, p in operands):
+            days = exp.Cast(this=node, to=exp.DataType.build("INTEGER"))
+            return exp.Anonymous(this="TO_DAYS", expressions=[days])
         return node
 
     def _rebuild_sql(self, node, operands, make) -> str:

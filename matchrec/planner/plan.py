@@ -184,7 +184,7 @@ def build_plan(spec: S.MatchSpec, columns: list[tuple[str, str]], oracle: Oracle
         raise _err(spec, err.message or "PATTERN is too large once its quantifiers are expanded; use smaller bounds",
                    err.span or spec.pattern.span) from None
     # ---- expressions
-    scope = Scope(labels=labels, subsets=subsets, columns=list(columns), oracle=oracle)
+    scope = Scope(labels=labels, subsets=subsets, columns=list(columns), oracle=oracle, dialect=spec.dialect)
     defines: list[ir.Node | None] = [None] * len(labels)
     dependent = [False] * len(labels)
     for d in spec.definitions:
@@ -205,11 +205,13 @@ def build_plan(spec: S.MatchSpec, columns: list[tuple[str, str]], oracle: Oracle
         measures.append(MeasurePlan(m.name, node, typ))
     # ---- output layout (Trino's): ONE ROW = partition columns + measures;
     # ALL ROWS = partition columns, order columns, measures, the other input columns.
+    # A column named twice in PARTITION BY / ORDER BY (``ORDER BY id ASC, id DESC``, legal in
+    # Trino) is output once.
     output: list[OutputColumn] = []
-    for i in partition_by:
+    for i in dict.fromkeys(partition_by):
         output.append(OutputColumn(columns[i][0], "input", i, columns[i][1]))
     if spec.rows_per_match == "all":
-        for i, _, _ in order_by:
+        for i in dict.fromkeys(i for i, _, _ in order_by):
             if i not in partition_by:
                 output.append(OutputColumn(columns[i][0], "input", i, columns[i][1]))
     for k, m in enumerate(measures):
