@@ -28,6 +28,7 @@ import sqlglot
 
 from matchrec import budget as work
 from matchrec import errors as E
+from matchrec.engine import interrupts
 from matchrec.engine.errors import map_duckdb_error
 from matchrec.engine.executor import Settings
 from matchrec.engine.statement import Prepared, StatementRunner, to_duckdb
@@ -90,7 +91,8 @@ def _serialised(method):
     """``method`` run holding the connection's lock (``self._lock``, shared by its cursors)."""
     @functools.wraps(method)
     def run(self, *args, **kwargs):
-        with self._lock:
+        duck = self._duck if isinstance(self, Connection) else self.connection._duck
+        with self._lock, interrupts.forwarding(duck):  # Ctrl-C interrupts DuckDB at once
             return method(self, *args, **kwargs)
     return run
 

@@ -255,11 +255,14 @@ def test_interrupt_stops_a_long_match(cur, fast_path):
 
 
 def test_interrupt_stops_a_long_duckdb_statement(cur):
-    sender = _interrupt_after(0.5)
-    started = time.perf_counter()
-    with pytest.raises(KeyboardInterrupt):
-        cur.execute("SELECT count(*) FROM range(1000000000) a, range(100) b WHERE (a.range * b.range) % 7 = 3")
-    sender.join()
-    assert time.perf_counter() - started < 10
-    cur.execute("SELECT 42")
-    assert cur.fetchall() == [(42,)]
+    # DuckDB itself notices a pending signal only at some points of its work (a second Ctrl-C in
+    # one process waited minutes): each one must stop the statement, not only the first
+    for attempt in range(3):
+        sender = _interrupt_after(0.5)
+        started = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            cur.execute("SELECT count(*) FROM range(1000000000) a, range(100) b WHERE (a.range * b.range) % 7 = 3")
+        sender.join()
+        assert time.perf_counter() - started < 10, f"attempt {attempt + 1}"
+        cur.execute("SELECT 42")
+        assert cur.fetchall() == [(42,)]

@@ -50,6 +50,7 @@ import pyarrow.compute as pc
 
 from matchrec import budget as work
 from matchrec.engine import cer as E
+from matchrec.engine import interrupts
 from matchrec.errors import check_text
 from matchrec.operators import cer_shared as O
 from matchrec.operators.cer_reference import Events, Pattern, alternatives
@@ -108,7 +109,8 @@ def run_many(con, statements: list[str], *, share: bool = True, reorder: bool = 
             check_text(sql)
     # The groups read the connection's DuckDB session directly between the statements its
     # cursors run: threads sharing the connection wait until the whole run is done.
-    with con._lock, np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # as in engine.cer.execute
+    with con._lock, interrupts.forwarding(con.duckdb_connection), \
+            np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # as in engine.cer.execute
         con._check()
         con._release()  # a cursor's streamed result would not survive the groups' own queries
         return _run_many(con, statements, share, reorder, budget, slice_events)

@@ -1,0 +1,89 @@
+"""Ctrl-C during a DuckDB call: the running query is interrupted at once.
+
+Python runs a signal handler only when the main thread returns to the interpreter, and DuckDB
+polls for a pending signal only at some points of its execution: a Ctrl-C could wait minutes
+for a long join. While a statement runs in the main thread, ``forwarding(duck)`` sets Python's
+wakeup file descriptor (``signal.set_wakeup_fd``), which the C-level handler writes to as soon
+as the signal arrives; a daemon thread reads it and calls ``duck.interrupt()``. DuckDB then
+stops with its "interrupted" error, which the callers turn into KeyboardInterrupt, and the
+pending signal raises KeyboardInterrupt in the main thread as before.
+
+Only the default SIGINT handler is served this way, and only when no one else holds the wakeup
+descriptor (an asyncio loop, for one): then nothing changes.
+"""
+from __future__ import annotations
+
+import contextlib
+import select
+import signal
+import socket
+import threading
+
+_state = threading.Lock()
+_reader: socket.socket | None = None
+_writer: socket.socket | None = None
+_target = None  # the DuckDB connection of the statement running in the main thread
+_depth = 0
+
+
+def _listen(reader: socket.socket) -> None:
+    while True:
+        try:
+            select.select([reader], [], [])
+            data = reader.recv(512)
+        except (OSError, ValueError):
+            return
+        if not data:
+            return
+        if signal.SIGINT in data:
+            target = _target
+            if target is not None:
+                try:
+                    target.interrupt()
+                except Exception:  # noqa: BLE001 - a closed connection has nothing left to stop
+                    pass
+
+
+def _start() -> None:
+    global _reader, _writer
+    if _reader is None:
+        _reader, _writer = socket.socketpair()
+        _writer.setblocking(False)
+        _reader.setblocking(True)
+        threading.Thread(target=_listen, args=(_reader,), name="matchrec-interrupts", daemon=True).start()
+
+
+@contextlib.contextmanager
+def forwarding(duck):
+    """Within the block, Ctrl-C in the main thread interrupts DuckDB's work on ``duck``."""
+    global _target, _depth
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    if _depth:  # a nested call of the same statement (executemany, run_many): already served
+        _depth += 1
+        previous_target, _target = _target, duck
+        try:
+            yield
+        finally:
+            _target = previous_target
+            _depth -= 1
+        return
+    with _state:
+        _start()
+    try:
+        previous = signal.set_wakeup_fd(_writer.fileno(), warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        yield
+        return
+    if previous != -1:  # someone else listens for signals this way: leave it to them
+        signal.set_wakeup_fd(previous)
+        yield
+        return
+    _target, _depth = duck, 1
+    try:
+        yield
+    finally:
+        _target, _depth = None, 0
+        signal.set_wakeup_fd(-1)
