@@ -390,6 +390,26 @@ def fits_int64(bounds) -> bool:
     return bounds is not None and INT64_MIN <= bounds[0] and bounds[1] <= INT64_MAX
 
 
+def arithmetic_bounds(e, bounds_of: Callable):
+    """Bounds of ``+ - * /`` and unary minus from their operands' ``bounds_of``: an integer
+    range ``(lo, hi)`` that fits 64 bits, ``"float"``, or None (unknown, or past 64 bits: then
+    the expression is evaluated exactly); None as well for any other expression."""
+    if isinstance(e, S.Binary) and e.op in ("+", "-", "*"):
+        a, b = bounds_of(e.left), bounds_of(e.right)
+        if "float" in (a, b):
+            return "float" if a is not None and b is not None else None
+        out = combine_bounds(e.op, a, b)
+        return out if fits_int64(out) else None
+    if isinstance(e, S.Binary) and e.op == "/":
+        return "float"
+    if isinstance(e, S.Unary) and e.op == "-":
+        a = bounds_of(e.arg)
+        if a == "float" or a is None:
+            return a
+        return (-a[1], -a[0]) if fits_int64((-a[1], -a[0])) else None
+    return None
+
+
 def combine_bounds(op: str, a, b):
     """The range of ``a op b`` for integer ranges ``a`` and ``b`` (exact Python ints)."""
     if a is None or b is None:
@@ -442,20 +462,7 @@ class PyCompiler:
             return self.bounds(e.args[0]) if not isinstance(e.args[0], S.Var) else None
         if isinstance(e, S.Call) and e.name == "avg":
             return "float"
-        if isinstance(e, S.Binary) and e.op in ("+", "-", "*"):
-            a, b = self.bounds(e.left), self.bounds(e.right)
-            if "float" in (a, b):
-                return "float" if a is not None and b is not None else None
-            out = combine_bounds(e.op, a, b)
-            return out if fits_int64(out) else None
-        if isinstance(e, S.Binary) and e.op == "/":
-            return "float"
-        if isinstance(e, S.Unary) and e.op == "-":
-            a = self.bounds(e.arg)
-            if a == "float" or a is None:
-                return a
-            return (-a[1], -a[0]) if fits_int64((-a[1], -a[0])) else None
-        return None
+        return arithmetic_bounds(e, self.bounds)
 
     def converted_column(self, name: str):
         if name not in self.converted:

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from matchrec.parser import sase as S
-from matchrec.planner.cer import combine_bounds, fits_int64, int_bounds, python_column
+from matchrec.planner.cer import arithmetic_bounds, fits_int64, int_bounds, python_column
 
 __all__ = ["VectorColumns", "compile_condition"]
 
@@ -113,19 +113,8 @@ class _Compiler:
             return "float" if isinstance(e.value, float) else (e.value, e.value)
         if isinstance(e, S.Col):
             return None if e.var in self.kleene else self.columns.bounds(self.resolve(e))
-        if isinstance(e, S.Binary) and e.op in ("+", "-", "*"):
-            a, b = self.range_of(e.left), self.range_of(e.right)
-            if "float" in (a, b):
-                return "float" if a is not None and b is not None else None
-            out = combine_bounds(e.op, a, b)
-            return out if fits_int64(out) else None
-        if isinstance(e, S.Binary) and e.op == "/":
-            return "float"
-        if isinstance(e, S.Unary) and e.op == "-":
-            a = self.range_of(e.arg)
-            if a == "float" or a is None:
-                return a
-            return (-a[1], -a[0]) if fits_int64((-a[1], -a[0])) else None
+        if (isinstance(e, S.Binary) and e.op in ("+", "-", "*", "/")) or (isinstance(e, S.Unary) and e.op == "-"):
+            return arithmetic_bounds(e, self.range_of)
         if isinstance(e, S.Call) and e.name == "abs" and len(e.args) == 1:
             a = self.range_of(e.args[0])
             if a == "float" or a is None:
