@@ -15,13 +15,12 @@ from __future__ import annotations
 import collections
 import random
 import re
-import signal
 import warnings
-from contextlib import contextmanager
 
 import pytest
 
 import matchrec
+from test_fuzz import time_limit  # one statement's time guard, shared by both fuzzers
 
 SETUP = [
     "CREATE TABLE t AS SELECT range AS ts, ['A', 'B', 'C', 'A', 'B'][range % 5 + 1] AS type, "
@@ -152,21 +151,6 @@ def mutate(sql: str, rng: random.Random) -> str:
     return "".join(space + tok for space, tok in toks)
 
 
-class Hang(Exception):
-    pass
-
-
-@contextmanager
-def time_limit(seconds: int):
-    def alarm(signum, frame):
-        raise Hang(f"statement ran longer than {seconds} s")
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def fresh_connection():
