@@ -48,6 +48,9 @@ def map_duckdb_error(err: BaseException, source: str | None = None, offset: int 
             at = offset
         mapped = E.positioned(cls, message, source, at)
     mapped.__cause__ = None
+    # DuckDB's own text, 'LINE n:' excerpt included, for a caller that knows the SQL it ran and
+    # maps the excerpt back into the user's file (the batch runner); never shown as it is
+    mapped.duckdb_message = str(err).strip()  # type: ignore[attr-defined]
     return mapped
 
 

@@ -1140,7 +1140,7 @@ def _statement_offset(err: BaseException, statement: str) -> int | None:
     position = getattr(err, "position", None)
     if isinstance(position, int):
         return position
-    m = _DUCK_LINE.search(str(err))
+    m = _DUCK_LINE.search(getattr(err, "duckdb_message", None) or str(err))
     if not m:
         return None
     line_no, excerpt = int(m.group(1)), m.group(2)
