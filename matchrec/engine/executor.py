@@ -197,16 +197,7 @@ class PartitionRunner:
                     return False
                 return key >= bound if desc else key <= bound
 
-        defines = self.defines
-
-        def evaluate(label: int, node, row: int) -> bool:
-            fn = defines[label]
-            if fn is None:
-                return True
-            ctx.view = ConsView(node)
-            ctx.cur = row
-            ctx.classifier_visible = node.length
-            return fn(ctx, row) is True
+        evaluate = define_evaluator(self.defines, ctx)
 
         events: list[Event] = []
         unmatched = plan.spec.rows_per_match == "all" and plan.spec.empty_matches == "unmatched"
@@ -429,3 +420,16 @@ def run_plan(plan: Plan, reader, fallback, arrow_types, schema: pa.Schema, setti
     runner.stats.extra["measures computed row by row"] = runner.computer.row_by_row
     return runner.result(schema), runner.stats
 
+
+def define_evaluator(defines: list, ctx) -> Callable:
+    """``evaluate(label, node, row)``: whether row ``row`` may take ``label`` in the thread whose
+    history is ``node`` (a variable without DEFINE always may)."""
+    def evaluate(label: int, node, row: int) -> bool:
+        fn = defines[label]
+        if fn is None:
+            return True
+        ctx.view = ConsView(node)
+        ctx.cur = row
+        ctx.classifier_visible = node.length
+        return fn(ctx, row) is True
+    return evaluate

@@ -21,13 +21,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from matchrec.engine.executor import (MATCH, PartitionRunner, SkipError, SKIP_ABSENT, SKIP_FIRST,
+from matchrec.engine.executor import (MATCH, define_evaluator, PartitionRunner, SkipError, SKIP_ABSENT, SKIP_FIRST,
                                       _match_limit, _thread_limit)
 from matchrec.engine.output import Matches, expand
 from matchrec.errors import DataError, ProgrammingError, positioned
 from matchrec.parser.spec import Anchor
 from matchrec.operators import expr as ir
-from matchrec.operators.matcher import ConsView, MatchLimitExceeded, MatchResult
+from matchrec.operators.matcher import MatchLimitExceeded, MatchResult
 
 FRAME_ERROR = "Window frame offset value must not be negative or null"
 
@@ -155,16 +155,7 @@ class WindowRunner(PartitionRunner):
         cols: list = [None] * self.n_cols
         for i in self.used:
             cols[i] = table.column(self.colmap[i]).to_pylist()
-        defines = self.defines
-
-        def evaluate(label: int, node, row: int) -> bool:
-            fn = defines[label]
-            if fn is None:
-                return True
-            ctx.view = ConsView(node)
-            ctx.cur = row
-            ctx.classifier_visible = node.length
-            return fn(ctx, row) is True
+        evaluate = define_evaluator(self.defines, ctx)
 
         skip = plan.spec.skip.kind
         resume, match_number, found = 0, 1, 0

@@ -34,7 +34,7 @@ from sqlglot import exp
 from sqlglot.tokens import TokenType
 
 from matchrec.errors import DataError, Error, ProgrammingError, positioned
-from matchrec.parser.query import _is_mr, _matching_paren, tokenize
+from matchrec.parser.query import _is_mr, matching_paren, tokenize
 from matchrec.parser.source import Origin, rewrite
 
 _DOLLAR_NAME = re.compile(r"\$(\d+|[A-Za-z_][A-Za-z0-9_]*)")
@@ -149,12 +149,12 @@ def _pattern_ranges(tokens) -> list[tuple[int, int]]:
     for i in range(len(tokens)):
         if not _is_mr(tokens, i):
             continue
-        close = _matching_paren(tokens, i + 1)
+        close = matching_paren(tokens, i + 1)
         j = i + 2
         while 0 <= j < close:
             if tokens[j].text.upper() == "PATTERN" and j + 1 < close \
                     and tokens[j + 1].token_type == TokenType.L_PAREN:
-                end = _matching_paren(tokens, j + 1)
+                end = matching_paren(tokens, j + 1)
                 if end < 0:
                     break
                 ranges.append((j + 1, end))

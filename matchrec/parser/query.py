@@ -83,7 +83,8 @@ def _is_mr(tokens, i: int) -> bool:
         and tokens[i + 1].token_type == TokenType.L_PAREN
 
 
-def _matching_paren(tokens, i: int) -> int:
+def matching_paren(tokens, i: int) -> int:
+    """Index of the ')' matching the '(' at ``i``; -1 if none."""
     depth = 0
     for j in range(i, len(tokens)):
         tt = tokens[j].token_type
@@ -126,7 +127,7 @@ def split(sql: str, dialect: str = "duckdb") -> SplitQuery:
             break
         chosen = None
         for i in found:
-            close = _matching_paren(tokens, i + 1)
+            close = matching_paren(tokens, i + 1)
             if close < 0:
                 # Parse what follows anyway: a missing ')' inside the body gives a better message.
                 body_start = tokens[i + 1].end + 1

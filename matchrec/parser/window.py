@@ -28,7 +28,7 @@ from sqlglot.tokens import TokenType
 
 from matchrec.errors import NotSupportedError, ProgrammingError, positioned
 from matchrec.parser.body import parse_body
-from matchrec.parser.query import tokenize
+from matchrec.parser.query import matching_paren, tokenize
 from matchrec.parser.source import Origin, rewrite
 from matchrec.parser.spec import MatchSpec, Span
 
@@ -105,20 +105,6 @@ def _depths(tokens) -> list[int]:
     return out
 
 
-def _close(tokens, i: int) -> int:
-    """Index of the ')' matching the '(' at ``i``; -1 if none."""
-    depth = 0
-    for j in range(i, len(tokens)):
-        tt = tokens[j].token_type
-        if tt == TokenType.L_PAREN:
-            depth += 1
-        elif tt == TokenType.R_PAREN:
-            depth -= 1
-            if depth == 0:
-                return j
-    return -1
-
-
 def _word(tok) -> str:
     if tok.token_type in (TokenType.STRING, TokenType.IDENTIFIER):
         return ""
@@ -160,7 +146,7 @@ def _definitions(text: str, tokens, depths) -> list[_Definition]:
             entries = []
             while j + 2 < n and tokens[j + 1].token_type == TokenType.ALIAS \
                     and tokens[j + 2].token_type == TokenType.L_PAREN:
-                close = _close(tokens, j + 2)
+                close = matching_paren(tokens, j + 2)
                 if close < 0:
                     break
                 entries.append((j, close))
@@ -180,7 +166,7 @@ def _definitions(text: str, tokens, depths) -> list[_Definition]:
                 found.append(_Definition(_name_of(text, tokens[j0]), j0 + 2, close, cut_start, cut_end, None,
                                          depths[i], i, text[tokens[j0].start:tokens[j0].end + 1]))
         elif tt == TokenType.OVER and i + 1 < n and tokens[i + 1].token_type == TokenType.L_PAREN:
-            close = _close(tokens, i + 1)
+            close = matching_paren(tokens, i + 1)
             if close > 0 and _is_pattern_body(tokens, depths, i + 1, close):
                 found.append(_Definition("", i + 1, close, -1, -1, i, depths[i], None))
     return found
