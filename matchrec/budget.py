@@ -15,6 +15,13 @@ A statement that matches patterns runs under one ``Budget``. Its matchers poll i
 mistake it for an engine failure; leaving the ``with`` block turns it into an OperationalError
 naming the setting. Ctrl-C stays a KeyboardInterrupt: it reaches Python loops directly, and the
 compiled matcher's waiting thread passes it on to the kernels through ``stop``.
+
+Python raises the KeyboardInterrupt of a Ctrl-C in whatever the main thread runs at that moment;
+when that is a ``__del__`` method or a garbage-collection callback, Python prints "Exception
+ignored" and the statement runs on (seen: a reference match over 100,000 rows that ran past
+ten minutes). So the signal is also recorded here (``interrupt_main``, called by the thread
+that serves Python's wakeup descriptor, see ``engine/interrupts.py``): the budget of the
+statement running in the main thread is stopped, and its next poll raises KeyboardInterrupt.
 """
 from __future__ import annotations
 
@@ -37,6 +44,21 @@ PYTHON_STEP_COST = 100
 
 _page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _local = threading.local()
+# the budget of the statement running in the main thread, and whether Ctrl-C arrived during it
+_main: dict = {"budget": None, "interrupted": False}
+
+
+def clear_interrupt() -> None:
+    """A new statement starts in the main thread: an earlier Ctrl-C is no longer pending."""
+    _main["interrupted"] = False
+
+
+def interrupt_main() -> None:
+    """Ctrl-C arrived: the main thread's statement stops at its next poll of the budget."""
+    _main["interrupted"] = True
+    budget = _main["budget"]
+    if budget is not None:
+        budget.halt(INTERRUPTED)
 
 
 class BudgetExceeded(BaseException):
@@ -80,6 +102,7 @@ class Budget:
         self._fired = False
         self._watcher: threading.Thread | None = None
         self._outer: Budget | None = None
+        self._outer_main: Budget | None = None
 
     # ------------------------------------------------------------------ polled by the matchers
     def spend(self, steps: int) -> None:
@@ -87,6 +110,8 @@ class Budget:
         if self.steps > self.max_steps:
             self.stop[0] = OUT_OF_STEPS
             raise steps_error(self.max_steps)
+        if self.stop[0] != RUNNING:
+            raise self.error()
 
     def halt(self, reason: int) -> None:
         """Ask every kernel of the statement to stop (the first reason given is kept)."""
@@ -107,6 +132,11 @@ class Budget:
         self._outer = getattr(_local, "budget", None)
         _local.budget = self
         self._owner = threading.get_ident()
+        if threading.current_thread() is threading.main_thread():
+            self._outer_main = _main["budget"]
+            _main["budget"] = self
+            if _main["interrupted"]:
+                self.halt(INTERRUPTED)
         self._base = resident_bytes()
         self._watcher = threading.Thread(target=self._watch, name="matchrec-budget", daemon=True)
         self._watcher.start()
@@ -119,6 +149,8 @@ class Budget:
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._owner), None)
         self._watcher.join()
         _local.budget = self._outer
+        if _main["budget"] is self:
+            _main["budget"] = self._outer_main
         if kind is BudgetExceeded or (self._fired and kind is None):
             raise self.error() from None
         return False

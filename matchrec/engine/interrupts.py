@@ -6,7 +6,9 @@ for a long join. While a statement runs in the main thread, ``forwarding(duck)``
 wakeup file descriptor (``signal.set_wakeup_fd``), which the C-level handler writes to as soon
 as the signal arrives; a daemon thread reads it and calls ``duck.interrupt()``. DuckDB then
 stops with its "interrupted" error, which the callers turn into KeyboardInterrupt, and the
-pending signal raises KeyboardInterrupt in the main thread as before.
+pending signal raises KeyboardInterrupt in the main thread as before. The thread also stops the
+statement's work budget (``budget.interrupt_main``), so a matcher running Python loops stops at
+its next poll even when Python's own KeyboardInterrupt was swallowed on the way.
 
 Only the default SIGINT handler is served this way, and only when no one else holds the wakeup
 descriptor (an asyncio loop, for one): then nothing changes.
@@ -18,6 +20,8 @@ import select
 import signal
 import socket
 import threading
+
+from matchrec import budget as work
 
 _state = threading.Lock()
 _reader: socket.socket | None = None
@@ -36,6 +40,7 @@ def _listen(reader: socket.socket) -> None:
         if not data:
             return
         if signal.SIGINT in data:
+            work.interrupt_main()
             target = _target
             if target is not None:
                 try:
@@ -82,6 +87,7 @@ def forwarding(duck):
         yield
         return
     _target, _depth = duck, 1
+    work.clear_interrupt()
     try:
         yield
     finally:

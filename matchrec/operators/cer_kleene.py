@@ -266,6 +266,14 @@ class _Recompute:
                 self.expand.pop()
             del self.binding[var]
 
+    def _polled(self, items):
+        """``items``, asking the budget every 1,024 whether the statement must stop (the steps
+        were charged before; a stop for memory must not wait for the whole listing)."""
+        for k, item in enumerate(items):
+            if not k & 1023:
+                self.spend(0)
+            yield item
+
     def finish(self, lo_all: int, hi_all: int, weight: int) -> None:
         binding = self.binding
         for g in self.rest:
@@ -286,10 +294,10 @@ class _Recompute:
         for var, c, a, b, r0, r1, smin, smax in self.expand:
             head = () if r0 is None else (r0,)
             tail = () if r1 is None else (r1,)
-            choices.append((var, [head + mid + tail for mid in subsets(c, a, b, smin, smax)]))
+            choices.append((var, [head + mid + tail for mid in self._polled(subsets(c, a, b, smin, smax))]))
         saved = {var: binding[var] for var, _ in choices if var in binding}
         try:
-            for combo in itertools.product(*(rows for _, rows in choices)):
+            for combo in self._polled(itertools.product(*(rows for _, rows in choices))):
                 for (var, _), rows in zip(choices, combo):
                     binding[var] = rows
                 self.sink.add(self.chain, binding)
