@@ -20,8 +20,10 @@ Python raises the KeyboardInterrupt of a Ctrl-C in whatever the main thread runs
 when that is a ``__del__`` method or a garbage-collection callback, Python prints "Exception
 ignored" and the statement runs on (seen: a reference match over 100,000 rows that ran past
 ten minutes). So the signal is also recorded here (``interrupt_main``, called by the thread
-that serves Python's wakeup descriptor, see ``engine/interrupts.py``): the budget of the
-statement running in the main thread is stopped, and its next poll raises KeyboardInterrupt.
+that serves Python's wakeup descriptor, see ``engine/interrupts.py``) on the budget of the
+statement running in the main thread. Python's own KeyboardInterrupt normally arrives within
+microseconds; only when the statement still polls its budget ``LOST_INTERRUPT_SECONDS`` later was
+it dropped, and the poll raises it then (raising it at once would deliver one Ctrl-C twice).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import os
 import resource
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -41,6 +44,7 @@ WATCH_SECONDS = 0.005  # how often the watcher samples memory
 REFERENCE_STEP_COST = 100
 # an event bound (or a partial match extended) by a CER mechanism in Python
 PYTHON_STEP_COST = 100
+LOST_INTERRUPT_SECONDS = 0.5  # after a Ctrl-C, when Python's own KeyboardInterrupt counts as dropped
 
 _page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _local = threading.local()
@@ -54,11 +58,12 @@ def clear_interrupt() -> None:
 
 
 def interrupt_main() -> None:
-    """Ctrl-C arrived: the main thread's statement stops at its next poll of the budget."""
+    """Ctrl-C arrived: if Python drops its KeyboardInterrupt, the main thread's statement raises
+    it at a poll of its budget a moment later."""
     _main["interrupted"] = True
     budget = _main["budget"]
-    if budget is not None:
-        budget.halt(INTERRUPTED)
+    if budget is not None and not budget.interrupted_at:
+        budget.interrupted_at = time.monotonic()
 
 
 class BudgetExceeded(BaseException):
@@ -103,6 +108,7 @@ class Budget:
         self._watcher: threading.Thread | None = None
         self._outer: Budget | None = None
         self._outer_main: Budget | None = None
+        self.interrupted_at = 0.0  # when a Ctrl-C arrived during the statement (0: none)
 
     # ------------------------------------------------------------------ polled by the matchers
     def spend(self, steps: int) -> None:
@@ -112,6 +118,15 @@ class Budget:
             raise steps_error(self.max_steps)
         if self.stop[0] != RUNNING:
             raise self.error()
+        if self.interrupted_at:
+            self.check_interrupt()
+
+    def check_interrupt(self) -> None:
+        """Raise the KeyboardInterrupt of a Ctrl-C that Python dropped (see the module docstring)."""
+        if self.interrupted_at and time.monotonic() - self.interrupted_at > LOST_INTERRUPT_SECONDS:
+            self.interrupted_at = 0.0
+            self.halt(INTERRUPTED)
+            raise KeyboardInterrupt()
 
     def halt(self, reason: int) -> None:
         """Ask every kernel of the statement to stop (the first reason given is kept)."""
@@ -136,7 +151,7 @@ class Budget:
             self._outer_main = _main["budget"]
             _main["budget"] = self
             if _main["interrupted"]:
-                self.halt(INTERRUPTED)
+                self.interrupted_at = time.monotonic()
         self._base = resident_bytes()
         self._watcher = threading.Thread(target=self._watch, name="matchrec-budget", daemon=True)
         self._watcher.start()

@@ -381,7 +381,7 @@ class CompiledMatcher:
                        for k, b in enumerate(pieces)]
             try:
                 while wait(futures, timeout=0.05).not_done:
-                    pass
+                    budget.check_interrupt()
             except BaseException as stopped:
                 budget.halt(work.OUT_OF_MEMORY if isinstance(stopped, work.BudgetExceeded) else work.INTERRUPTED)
                 raise

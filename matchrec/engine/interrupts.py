@@ -7,8 +7,8 @@ wakeup file descriptor (``signal.set_wakeup_fd``), which the C-level handler wri
 as the signal arrives; a daemon thread reads it and calls ``duck.interrupt()``. DuckDB then
 stops with its "interrupted" error, which the callers turn into KeyboardInterrupt, and the
 pending signal raises KeyboardInterrupt in the main thread as before. The thread also stops the
-statement's work budget (``budget.interrupt_main``), so a matcher running Python loops stops at
-its next poll even when Python's own KeyboardInterrupt was swallowed on the way.
+statement's work budget (``budget.interrupt_main``), so a matcher stops at a poll of its budget
+even when Python dropped its own KeyboardInterrupt on the way.
 
 Only the default SIGINT handler is served this way, and only when no one else holds the wakeup
 descriptor (an asyncio loop, for one): then nothing changes.
