@@ -77,7 +77,7 @@ def table_of(con, relation: str) -> pa.Table:
 def run(root: Path, con=None, selectors=None, threads=1, **kw) -> P.RunResult:
     project = P.load_project(root)
     con = con or matchrec.connect()
-    return P.run_project(project, con, P.select(project, selectors), threads=threads, **kw)
+    return P.run_project(project, con, P.select(project, selectors), threads=threads, connect=matchrec.connect, **kw)
 
 
 def status(result: P.RunResult) -> dict[str, str]:
@@ -354,6 +354,12 @@ def test_threads_on_a_database_file(tmp_path):
     con.close()
     con = matchrec.connect(db)
     assert con.cursor().execute("SELECT count(*) FROM events").fetchone()[0] == 60
+
+
+def test_threads_need_a_way_to_open_worker_connections(tmp_path):
+    project = P.load_project(make(tmp_path, BASIC))
+    with pytest.raises(matchrec.ProgrammingError, match="needs connect"):
+        P.run_project(project, matchrec.connect(), threads=2)
 
 
 def test_schema_from_the_project_file(tmp_path):
