@@ -251,12 +251,12 @@ def test_a_failing_shared_pass_falls_back_to_one_by_one(tmp_path, monkeypatch):
     def broken(con, statements, **kw):
         raise matchrec.InternalError("sharing broke")
 
-    monkeypatch.setattr(matchrec, "run_many", broken)
+    monkeypatch.setattr("matchrec.engine.project.runner.run_many", broken)
     bad = "PATTERN SEQ(A a, B b) FROM {{ ref('events') }} ORDER BY ts WHERE a.nope > 1 WITHIN 3 RETURN *"
     result = run(make(tmp_path, {**BASIC, "models/p/bad_pattern.sql": bad}))
     st = status(result)
     assert st["seq_ab"] == st["seq_ac"] == st["rises"] == "OK" and st["bad_pattern"] == "ERROR"
-    assert "each model was run alone" in result.passes[0].report[0]
+    assert "failed (InternalError); each model was run alone" in result.passes[0].report[0]
     error = next(r.error for r in result.results if r.name == "bad_pattern")
     line, col = position(bad, "a.nope")
     assert "model bad_pattern (models/p/bad_pattern.sql)" in error and f"Line {line}, Col {col}." in error
