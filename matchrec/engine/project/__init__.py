@@ -49,8 +49,9 @@ Decisions, for where a dbt or DuckDB user could expect either way:
   if that call fails, each is run alone so the error belongs to the right model. Other models
   run as ``CREATE TABLE ... AS <sql>`` (or ``CREATE VIEW``, ``COPY``) through matchrec.
 - **Runs**: models run in dependency order; with ``threads`` > 1, ready models run
-  concurrently, each worker with its own connection to the same database. A model whose
-  dependency failed is SKIPPED, the others go on; ``fail_fast`` stops starting new models after
+  concurrently, each worker with its own connection to the same database (opened by the
+  ``connect`` the caller passes, e.g. ``matchrec.connect``). A model whose dependency failed is
+  SKIPPED, the others go on; ``fail_fast`` stops starting new models after
   the first error. A selected model that refers to an unselected one reads whatever relation
   of that name is in the database, and fails with a clear message when there is none.
 - **Selection**: ``name`` (shell-style wildcards allowed), ``tag:x``, ``path:dir`` (models under

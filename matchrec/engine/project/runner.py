@@ -10,7 +10,7 @@ from typing import Callable
 from matchrec import errors as E
 from matchrec.engine.multi import run_many
 from matchrec.engine.project.materialize import _materialise_arrow, _materialise_sql, _Statement
-from matchrec.engine.project.models import Model, Project, BUILD_PREFIX
+from matchrec.engine.project.models import BUILD_PREFIX, Model, Project
 from matchrec.engine.project.report import _message
 
 
