@@ -25,6 +25,7 @@ from matchrec.planner.cer.estimates import (anchor_cover, estimate_conditions, g
 from matchrec.planner.cer.plan import (CER_CHOICES, FILTER_COVER, MECHANISMS, NO_WINDOW, RATE_CHANGE, SAMPLE_ROWS,
                                        SAMPLE_TRIALS, UNIT_SECONDS, WINDOW_BEYOND_KEYS, CerPlan, CerSettings, Stats,
                                        quote, rows_test, sql_literal)
+# _Resolver (private to the planner) is also used by the engine's CER modules as planner.cer._Resolver
 from matchrec.planner.cer.resolve import _Resolver, describe_source, has_rowid, resolve_query, to_sql, window_of
 
 __all__ = ["CER_CHOICES", "FILTER_COVER", "MECHANISMS", "NO_WINDOW", "RATE_CHANGE", "SAMPLE_ROWS", "SAMPLE_TRIALS",
