@@ -2,7 +2,7 @@
 
 This module owns the command line of a run: its options, the progress bar on stderr (when
 stderr is a terminal) and the summary table on stdout. Loading, scheduling and
-materialisation live in ``matchrec.engine.project``.
+materialisation live in the package ``matchrec.engine.project``.
 """
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ def run(args) -> int:
     con = matchrec.connect(args.db)
     try:
         progress = ProgressBar(sys.stderr, len(keys)) if sys.stderr.isatty() else Progress()
-        result = run_project(project, con, keys, threads=args.threads, fail_fast=args.fail_fast, progress=progress)
+        result = run_project(project, con, keys, threads=args.threads, fail_fast=args.fail_fast, progress=progress,
+                             connect=matchrec.connect)
     finally:
         con.close()
     print(summary(result, args.db))

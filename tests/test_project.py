@@ -77,7 +77,7 @@ def table_of(con, relation: str) -> pa.Table:
 def run(root: Path, con=None, selectors=None, threads=1, **kw) -> P.RunResult:
     project = P.load_project(root)
     con = con or matchrec.connect()
-    return P.run_project(project, con, P.select(project, selectors), threads=threads, **kw)
+    return P.run_project(project, con, P.select(project, selectors), threads=threads, connect=matchrec.connect, **kw)
 
 
 def status(result: P.RunResult) -> dict[str, str]:
@@ -251,12 +251,12 @@ def test_a_failing_shared_pass_falls_back_to_one_by_one(tmp_path, monkeypatch):
     def broken(con, statements, **kw):
         raise matchrec.InternalError("sharing broke")
 
-    monkeypatch.setattr(matchrec, "run_many", broken)
+    monkeypatch.setattr("matchrec.engine.project.runner.run_many", broken)
     bad = "PATTERN SEQ(A a, B b) FROM {{ ref('events') }} ORDER BY ts WHERE a.nope > 1 WITHIN 3 RETURN *"
     result = run(make(tmp_path, {**BASIC, "models/p/bad_pattern.sql": bad}))
     st = status(result)
     assert st["seq_ab"] == st["seq_ac"] == st["rises"] == "OK" and st["bad_pattern"] == "ERROR"
-    assert "each model was run alone" in result.passes[0].report[0]
+    assert "failed (InternalError); each model was run alone" in result.passes[0].report[0]
     error = next(r.error for r in result.results if r.name == "bad_pattern")
     line, col = position(bad, "a.nope")
     assert "model bad_pattern (models/p/bad_pattern.sql)" in error and f"Line {line}, Col {col}." in error
@@ -354,6 +354,12 @@ def test_threads_on_a_database_file(tmp_path):
     con.close()
     con = matchrec.connect(db)
     assert con.cursor().execute("SELECT count(*) FROM events").fetchone()[0] == 60
+
+
+def test_threads_need_a_way_to_open_worker_connections(tmp_path):
+    project = P.load_project(make(tmp_path, BASIC))
+    with pytest.raises(matchrec.ProgrammingError, match="needs connect"):
+        P.run_project(project, matchrec.connect(), threads=2)
 
 
 def test_schema_from_the_project_file(tmp_path):

@@ -1,17 +1,13 @@
 """Execute a planned CER query over DuckDB and build its result (rows or EXPLAIN text).
 
-This module owns the run of a CER statement: reading the events (only the columns and rows
-the query needs, sorted by partition and key, predicates over one variable evaluated by DuckDB
-as boolean masks), filtering before matching (the events within the window of the anchors'
-candidates, pushed into the read query as a join against intervals), calling the evaluation
-mechanism chosen by ``planner.cer``, and turning matches into an Arrow table: COUNT(*), the
-matched events (one row per match, a column per variable and source column, Kleene variables
-as lists) or the RETURN projections.
+This module owns the run of a CER statement: plan it (``planner.cer``), read its events
+(``engine.cer_read``: columns, rows, filtering before matching), call the evaluation mechanism
+chosen (``engine.mechanisms``; the batch operator through ``engine.multi_group``, as
+``run_many`` evaluates one statement), and turn the matches into an Arrow table: COUNT(*) here,
+the matched events or the RETURN projections by ``engine.cer_result``; and EXPLAIN's text.
 """
 from __future__ import annotations
 
-import importlib.util
-import secrets
 import time
 from dataclasses import dataclass, field
 
@@ -20,77 +16,19 @@ import numpy as np
 import pyarrow as pa
 
 from matchrec import budget as work
-from matchrec.engine.output import int128_array
-from matchrec.errors import DataError, OperationalError
-from matchrec.operators.cer_reference import Events, Pattern, reference_matches
-from matchrec.operators.intervals import IntervalSet
+from matchrec.engine.cer_read import filter_join, needed_columns, read_events, register_intervals
+from matchrec.engine.cer_result import build_result
+from matchrec.engine.mechanisms import mechanisms
+from matchrec.engine.multi_group import evaluate_read
+from matchrec.errors import OperationalError
+from matchrec.operators.cer_reference import Events, Pattern
 from matchrec.parser import sase as S
 from matchrec.planner import cer as P
-from matchrec.planner.cer import CerSettings, quote
+from matchrec.planner.cer import CerSettings
 
-__all__ = ["CerSettings", "execute", "mechanisms"]
-
-
-class _ReferenceMechanisms:
-    """The mechanisms' interface over the reference semantics, used when the evaluation mechanisms
-    are not installed: every name evaluates by brute force, so it suits small inputs only."""
-    MECHANISMS = {name: None for name in P.MECHANISMS}
-    label = "reference semantics (brute force; the evaluation mechanisms are not installed)"
-
-    @staticmethod
-    def supports(name: str, pattern) -> str:
-        return "" if name in P.MECHANISMS else f"unknown mechanism {name}"
-
-    @staticmethod
-    def run(name, pattern, events, *, order=None, max_matches=None) -> list:
-        out = reference_matches(pattern, events)
-        if max_matches is not None and len(out) > max_matches:
-            raise OperationalError(f"The pattern has more than {max_matches} matches; raise SET "
-                                   f"matchrec_cer_max_matches, or RETURN COUNT(*) to count them without keeping them")
-        return out
-
-    @staticmethod
-    def count(name, pattern, events, *, order=None, max_matches=None) -> int:
-        return len(reference_matches(pattern, events))
-
-
-class _Partial:
-    """The evaluation mechanisms whose modules are installed, the reference semantics for the others."""
-
-    def __init__(self, m, missing: set):
-        self.m, self.missing = m, missing
-        self.MECHANISMS = m.MECHANISMS
-        self.label = (f"{getattr(m, 'label', 'evaluation mechanisms')}; "
-                      f"{', '.join(sorted(missing))} by the reference semantics (not installed)")
-
-    def _impl(self, name):
-        return _ReferenceMechanisms if name in self.missing else self.m
-
-    def supports(self, name, pattern) -> str:
-        return self.m.supports(name, pattern)  # what the mechanism will accept, installed or not
-
-    def run(self, name, pattern, events, **kw):
-        return self._impl(name).run(name, pattern, events, **kw)
-
-    def count(self, name, pattern, events, **kw):
-        return self._impl(name).count(name, pattern, events, **kw)
-
-
-def mechanisms():
-    """The evaluation mechanisms (``operators.cer_mechanisms``); a mechanism whose module is not
-    installed is evaluated by the reference semantics behind the same interface."""
-    try:
-        from matchrec.operators import cer_mechanisms as m
-    except ImportError:
-        return _ReferenceMechanisms
-    if not all(hasattr(m, a) for a in ("run", "count", "supports", "MECHANISMS")):
-        return _ReferenceMechanisms
-    missing = set()
-    for name, mech in m.MECHANISMS.items():
-        module = getattr(mech, "module", None)
-        if module is not None and importlib.util.find_spec(f"matchrec.operators.{module}") is None:
-            missing.add(name)
-    return _Partial(m, missing) if missing else m
+# ``needed_columns``, ``register_intervals``, ``filter_join``, ``build_result``: also used as engine.cer.<name>
+__all__ = ["CerSettings", "build_result", "execute", "filter_join", "mechanisms", "needed_columns", "read_events",
+           "register_intervals"]
 
 
 @dataclass
@@ -123,9 +61,8 @@ def _execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSe
     run.info["read_seconds"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if plan.mechanism == "batch":
-        from matchrec.engine import multi  # the batch operator's preparation is run_many's, one statement
-
-        n, matches, run.info["batch"] = multi.evaluate_read(duck, settings, plan, table)
+        # the batch operator's preparation is run_many's, for one statement
+        n, matches, run.info["batch"] = evaluate_read(duck, settings, plan, table)
     else:
         events, pattern = build_pattern(plan, table)
         opts = {"order": plan.order} if plan.order is not None else {}
@@ -155,100 +92,6 @@ def _execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSe
     return run
 
 
-# ---------------------------------------------------------------- reading
-def needed_columns(plan: P.CerPlan) -> list[str]:
-    q = plan.query
-    if q.returns == "events":
-        return [name for name, _ in plan.columns.values()]
-    res = P._Resolver(q, plan.columns)
-    exprs = list(q.conditions) + ([p.expr for p in q.projections] if q.returns == "project" else [])
-    names = {res.col(n) for e in exprs for n in S.walk(e) if isinstance(n, S.Col)}
-    return [name for name, _ in plan.columns.values() if name in names]
-
-
-def read_events(duck: duckdb.DuckDBPyConnection, plan: P.CerPlan, info: dict) -> pa.Table:
-    q = plan.query
-    cols = [quote(c) for c in needed_columns(plan)]
-    cols.append(f"{plan.type_sql or 'CAST(NULL AS VARCHAR)'} AS __type")
-    cols.append(f"{plan.key_sql} AS __key")
-    if plan.partition_column:
-        cols.append(f"{quote(plan.partition_column)} AS __part")
-    if plan.rowid:
-        cols.append("rowid AS __rid")
-    for var, sql in plan.filter_sql.items():
-        cols.append(f"{sql} AS {quote('__f_' + var)}")
-    where = [f"{plan.key_sql} IS NOT NULL"]
-    row_test = plan.row_test()
-    if row_test:
-        where.append(f"({row_test})")
-    body = f"SELECT {', '.join(cols)} FROM {q.source} WHERE {' AND '.join(where)}"
-    info["events_total"] = plan.stats.total
-    registered = None
-    try:
-        if plan.filtering:
-            registered = _intervals(duck, plan, info)
-            body = filter_join(body, registered, bool(plan.partition_column))
-        order = (["__part NULLS LAST"] if plan.partition_column else []) + ["__key"] + \
-            (["__rid"] if plan.rowid else [])
-        pid = ", dense_rank() OVER (ORDER BY __part NULLS LAST) - 1 AS __pid" if plan.partition_column else ""
-        sql = f"SELECT *{pid} FROM ({body}) ORDER BY {', '.join(order)}"
-        info["read_sql"] = sql
-        table = duck.sql(sql).to_arrow_table()
-    finally:
-        if registered is not None:
-            duck.unregister(registered)
-    info["events_read"] = len(table)
-    return table
-
-
-def _intervals(duck: duckdb.DuckDBPyConnection, plan: P.CerPlan, info: dict) -> str:
-    """Register the intervals ``[t - W, t + W]`` around the anchors' candidates; every event of a
-    match lies within W of the match's anchor event, negated events' ranges included."""
-    test = " OR ".join(f"({plan.element_test(v)})" for v in plan.anchors)
-    name, candidates, intervals = register_intervals(duck, plan.query.source, plan.key_sql, plan.partition_column,
-                                                     [(test, plan.window)])
-    info["anchor_candidates"] = candidates
-    info["intervals"] = intervals
-    return name
-
-
-def register_intervals(duck: duckdb.DuckDBPyConnection, source: str, key_sql: str, partition_column: str | None,
-                       anchors: list[tuple[str, int]]) -> tuple[str, int, int]:
-    """Register with DuckDB the union of ``[t - w, t + w]`` around the key ``t`` of every row of
-    ``source`` that meets one of the ``anchors`` (SQL test, window ``w``; the largest window where a
-    row meets several), per partition: columns ``lo``, ``hi`` (and ``p``, the partition value).
-    Returns (the registered name, rows meeting a test, intervals); ``filter_join`` reads a query through it."""
-    part = quote(partition_column) if partition_column else "NULL"
-    if len({w for _, w in anchors}) == 1:
-        width = str(int(anchors[0][1]))
-    else:
-        width = "greatest(" + ", ".join(f"CASE WHEN {t} THEN {int(w)} END" for t, w in anchors) + ")"
-    test = " OR ".join(f"({t})" for t, _ in anchors)
-    cand = duck.sql(
-        f"SELECT p, dense_rank() OVER (ORDER BY p NULLS LAST) AS g, k, w FROM (SELECT {part} AS p, {key_sql} AS k, "
-        f"{width} AS w FROM {source} WHERE {key_sql} IS NOT NULL AND ({test})) ORDER BY g, k").to_arrow_table()
-    g = cand.column("g").to_numpy().astype(np.int64)
-    k = cand.column("k").to_numpy().astype(np.int64)
-    w = cand.column("w").to_numpy().astype(np.int64)
-    iv = IntervalSet.around(g, k, w, w)
-    columns = {"lo": pa.array(iv.lo, pa.int64()), "hi": pa.array(iv.hi, pa.int64())}
-    if partition_column:
-        first = np.searchsorted(g, iv.pk)
-        columns["p"] = cand.column("p").take(pa.array(first, pa.int64()))
-    name = f"__matchrec_cer_intervals_{secrets.token_hex(6)}"
-    duck.register(name, pa.table(columns))
-    return name, len(cand), len(iv)
-
-
-def filter_join(body: str, registered: str, partitioned: bool) -> str:
-    """``body`` (a query with ``__key`` and, when ``partitioned``, ``__part``) keeping only the rows
-    inside the intervals ``register_intervals`` registered as ``registered`` (they never overlap, so
-    no row comes twice)."""
-    on = "s.__key BETWEEN iv.lo AND iv.hi"
-    if partitioned:
-        on += " AND iv.p IS NOT DISTINCT FROM s.__part"
-    return f"SELECT s.* FROM ({body}) s JOIN {registered} iv ON {on}"
-
 
 def build_pattern(plan: P.CerPlan, table: pa.Table) -> tuple[Events, Pattern]:
     q = plan.query
@@ -259,94 +102,6 @@ def build_pattern(plan: P.CerPlan, table: pa.Table) -> tuple[Events, Pattern]:
                for var in plan.filter_sql}
     conditions = P.compile_conditions(plan, table)
     return Events(key, types, part), Pattern(q.root, plan.window, q.strategy, filters, conditions)
-
-
-# ---------------------------------------------------------------- results
-def _ordered(matches: list) -> list[dict]:
-    """Matches as dicts, in the order of their first event (rows are in partition, key order)."""
-    def first(m):
-        return min(r if isinstance(r, int) else min(r) for _, r in m)
-    return [dict(m) for m in sorted(matches, key=lambda m: (first(m), m))]
-
-
-def _take(column: pa.ChunkedArray, rows: list) -> pa.Array:
-    return column.take(pa.array(rows, pa.int64())).combine_chunks() if len(column) else \
-        pa.nulls(len(rows), column.type)
-
-
-def _list_column(column: pa.ChunkedArray, groups: list) -> pa.Array:
-    offsets, flat = [0], []
-    for g in groups:
-        if g is not None:
-            flat.extend(g)
-        offsets.append(len(flat))
-    values = _take(column, flat)
-    mask = pa.array([g is None for g in groups], pa.bool_())
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, mask=mask)
-
-
-def _var_column(plan: P.CerPlan, table: pa.Table, var: str, name: str, matches: list[dict]) -> pa.Array:
-    column = table.column(name)
-    if plan.query.elements[var].kleene is not None:
-        return _list_column(column, [list(_rows(m[var])) if var in m else None for m in matches])
-    return _take(column, [m.get(var) for m in matches])
-
-
-def _rows(x):
-    return x if isinstance(x, tuple) else (x,)
-
-
-def _unique(names: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    out = []
-    for n in names:
-        if n in seen:
-            seen[n] += 1
-            n = f"{n}_{seen[n]}"
-        seen.setdefault(n, 0)
-        out.append(n)
-    return out
-
-
-def build_result(plan: P.CerPlan, table: pa.Table, matches: list) -> pa.Table:
-    q = plan.query
-    ms = _ordered(matches)
-    names, arrays = [], []
-    if q.returns == "events":
-        for var in q.positive:
-            for name, _ in plan.columns.values():
-                names.append(f"{var}_{name}")
-                arrays.append(_var_column(plan, table, var, name, ms))
-        return pa.table(dict(zip(_unique(names), arrays)))
-    res = P._Resolver(q, plan.columns)
-    for proj, needs, fn in P.compile_projections(plan, table):
-        names.append(proj.name)
-        e = proj.expr
-        if isinstance(e, S.Col):
-            arrays.append(_var_column(plan, table, e.var, res.col(e), ms))
-            continue
-        values = [_python(fn(m)) if needs <= m.keys() else None for m in ms]
-        try:
-            arrays.append(pa.array(values))
-        except OverflowError:
-            # exact integer arithmetic went past 64 bits: HUGEINT, as DuckDB would type it
-            if not all(v is None or type(v) is int for v in values):
-                raise DataError(f"RETURN {proj.name}: the values do not share one type") from None
-            try:
-                arrays.append(int128_array(values))
-            except OverflowError:
-                raise DataError(f"RETURN {proj.name}: a value is out of the range of HUGEINT") from None
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as err:
-            raise DataError(f"RETURN {proj.name}: the values do not share one type ({err})") from None
-    return pa.table(dict(zip(_unique(names), arrays)))
-
-
-def _python(v):
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, list):
-        return [_python(x) for x in v]
-    return v
 
 
 # ---------------------------------------------------------------- EXPLAIN

@@ -35,8 +35,8 @@ import numpy as np
 
 from matchrec import budget
 from matchrec.errors import OperationalError
-from matchrec.operators.cer_reference import (STRATEGIES, Condition, Element, Events, Order, Pattern,
-                                              alternatives, orders)
+from matchrec.operators.cer_reference import Condition, Events, Order, Pattern, alternatives, orders
+from matchrec.parser.cer_tree import STRATEGIES, Element
 
 __all__ = ["MECHANISMS", "Mechanism", "run", "count", "supports", "AttributeEquality", "label"]
 

@@ -1,6 +1,9 @@
 """Complex event recognition: the pattern model and the reference semantics.
 
-This module owns what a CER pattern *means*. Every evaluation mechanism (eager NFA, lazy chain
+This module owns what a CER pattern *means*. The pattern nodes themselves (``Element``, ``Seq``,
+``And``, ``Or``) are the language's syntax tree, in ``parser.cer_tree``; this module holds what the
+mechanisms evaluate around them: ``Pattern`` (the nodes with a window, a strategy, and filters and
+conditions compiled to functions and masks), ``Condition`` and ``Events``. Every evaluation mechanism (eager NFA, lazy chain
 and tree NFAs, recomputation for Kleene closure) must return exactly what ``reference_matches``
 returns; it enumerates bindings by brute force and is meant for small inputs only.
 
@@ -70,40 +73,14 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Union
+from typing import Callable
 
 import numpy as np
 
 from matchrec import budget
 from matchrec.errors import OperationalError
-
-STRATEGIES = ("strict", "next", "any")
-
-
-@dataclass(frozen=True)
-class Element:
-    type: str | None
-    var: str
-    kleene: tuple[int, int | None] | None = None
-    negated: bool = False
-
-
-@dataclass(frozen=True)
-class Seq:
-    items: tuple
-
-
-@dataclass(frozen=True)
-class And:
-    items: tuple
-
-
-@dataclass(frozen=True)
-class Or:
-    items: tuple
-
-
-Node = Union[Element, Seq, And, Or]
+# the pattern nodes, as parsed; importable from here too, as before
+from matchrec.parser.cer_tree import STRATEGIES, And, Element, Node, Or, Seq
 
 
 @dataclass

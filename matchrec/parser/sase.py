@@ -1,11 +1,12 @@
 """Parse SASE-style CER statements (``PATTERN ... FROM ... RETURN ...``) into a CerQuery.
 
 This module owns the syntax of the CER language (grammar in ``sase.lark``) and what the text
-alone decides: the pattern tree in the ``operators.cer_reference`` model, the selection
-strategy, the window as written, the RETURN form, and the split of WHERE into predicates over
-one variable (filters, evaluated by DuckDB) and predicates over several variables or over
-aggregates of a Kleene variable (conditions, evaluated on bindings). Columns are resolved
-later against the source's schema by ``planner.cer``.
+alone decides: the pattern, the selection strategy, the window as written, the RETURN form, and
+the split of WHERE into predicates over one variable (filters, evaluated by DuckDB) and
+predicates over several variables or over aggregates of a Kleene variable (conditions,
+evaluated on bindings). What it builds is the tree of ``parser.cer_tree``, whose names are
+importable from here too. Columns are resolved later against the source's schema by
+``planner.cer``.
 
 It also parses the simple form of MATCH_RECOGNIZE that carries ``STRATEGY ...`` after PATTERN
 into the same query object, so both run through one engine.
@@ -16,17 +17,22 @@ import functools
 import importlib.resources
 import math
 import re
-from dataclasses import dataclass, field
 
 import lark
 from lark import Token, Tree
 
 from matchrec.errors import NotSupportedError, ProgrammingError, positioned
-from matchrec.operators.cer_reference import And, Element, Or, Seq
+from matchrec.parser.cer_tree import (AGGREGATES, STRATEGIES, STRATEGY_NAMES, And, Between, Binary, Call, Cast,
+                                      CerQuery, Col, Element, Expr, InList, IsNull, Lit, Logic, Node, Or, Projection,
+                                      Seq, Unary, Var, Within, children, has_aggregate, variables, walk)
+
+# the tree's names are the parser's vocabulary: ``sase.Col``, ``sase.CerQuery``, ... as before
+__all__ = ["AGGREGATES", "MAX_BOUND", "STRATEGIES", "STRATEGY_NAMES", "STRATEGY_WORDS", "And", "Between", "Binary",
+           "Call", "Cast", "CerQuery", "Col", "Element", "Expr", "InList", "IsNull", "Lit", "Logic", "Node", "Or",
+           "Projection", "Seq", "Unary", "Var", "Within", "children", "describe", "has_aggregate",
+           "has_strategy_clause", "is_cer_statement", "parse", "variables", "walk"]
 
 STRATEGY_WORDS = {"strictcontiguity": "strict", "skiptillnextmatch": "next", "skiptillanymatch": "any"}
-STRATEGY_NAMES = {"strict": "strict-contiguity", "next": "skip-till-next-match", "any": "skip-till-any-match"}
-AGGREGATES = ("avg", "sum", "min", "max", "count", "first", "last")
 MAX_BOUND = 100_000
 _NAVIGATION = ("prev", "next", "classifier", "match_number", "running", "final")
 
@@ -48,154 +54,6 @@ def is_cer_statement(sql: str) -> bool:
 def has_strategy_clause(sql: str) -> bool:
     """A MATCH_RECOGNIZE statement that asks for a CER selection strategy."""
     return "match_recognize" in sql.lower() and _MR_STRATEGY.search(sql) is not None
-
-
-# ---------------------------------------------------------------- expressions
-@dataclass(frozen=True, eq=False)
-class Expr:
-    span: tuple[int, int]
-
-
-@dataclass(frozen=True, eq=False)
-class Lit(Expr):
-    value: object
-
-
-@dataclass(frozen=True, eq=False)
-class Col(Expr):
-    var: str
-    name: str
-
-
-@dataclass(frozen=True, eq=False)
-class Var(Expr):
-    var: str
-
-
-@dataclass(frozen=True, eq=False)
-class Call(Expr):
-    name: str  # lower case
-    args: tuple
-
-
-@dataclass(frozen=True, eq=False)
-class Cast(Expr):
-    arg: Expr
-    type: str  # as written, e.g. VARCHAR or DECIMAL(10, 2)
-
-
-@dataclass(frozen=True, eq=False)
-class Unary(Expr):
-    op: str  # '-' or 'not'
-    arg: Expr
-
-
-@dataclass(frozen=True, eq=False)
-class Binary(Expr):
-    op: str  # + - * / % || = <> < <= > >=
-    left: Expr
-    right: Expr
-
-
-@dataclass(frozen=True, eq=False)
-class Logic(Expr):
-    op: str  # 'and' | 'or'
-    items: tuple
-
-
-@dataclass(frozen=True, eq=False)
-class Between(Expr):
-    arg: Expr
-    lo: Expr
-    hi: Expr
-    negated: bool
-
-
-@dataclass(frozen=True, eq=False)
-class IsNull(Expr):
-    arg: Expr
-    negated: bool
-
-
-@dataclass(frozen=True, eq=False)
-class InList(Expr):
-    arg: Expr
-    items: tuple
-    negated: bool
-
-
-def children(e: Expr) -> tuple:
-    if isinstance(e, (Lit, Col, Var)):
-        return ()
-    if isinstance(e, Call):
-        return e.args
-    if isinstance(e, (Unary, Cast)):
-        return (e.arg,)
-    if isinstance(e, Binary):
-        return (e.left, e.right)
-    if isinstance(e, Logic):
-        return e.items
-    if isinstance(e, Between):
-        return (e.arg, e.lo, e.hi)
-    if isinstance(e, IsNull):
-        return (e.arg,)
-    if isinstance(e, InList):
-        return (e.arg,) + e.items
-    raise TypeError(e)
-
-
-def walk(e: Expr):
-    yield e
-    for c in children(e):
-        yield from walk(c)
-
-
-def variables(e: Expr) -> set[str]:
-    return {n.var for n in walk(e) if isinstance(n, (Col, Var))}
-
-
-def has_aggregate(e: Expr) -> bool:
-    return any(isinstance(n, Call) and n.name in AGGREGATES for n in walk(e))
-
-
-# ---------------------------------------------------------------- the query
-@dataclass
-class Within:
-    amount: float
-    unit: str | None  # None: in the ORDER BY key's own units
-    span: tuple[int, int]
-
-
-@dataclass
-class Projection:
-    expr: Expr
-    name: str
-
-
-@dataclass
-class CerQuery:
-    text: str
-    root: object  # cer_reference node
-    elements: dict[str, Element]  # every variable, in pattern order
-    source: str
-    source_span: tuple[int, int]
-    strategy: str = "any"
-    type_column: tuple[str, tuple[int, int]] | None = None
-    key_column: tuple[str, tuple[int, int]] | None = None
-    partition_column: tuple[str, tuple[int, int]] | None = None
-    filters: dict[str, list[Expr]] = field(default_factory=dict)  # var -> predicates over that var alone
-    conditions: list[Expr] = field(default_factory=list)  # predicates over bindings
-    constants: list[Expr] = field(default_factory=list)  # predicates naming no variable
-    within: Within | None = None
-    returns: str = "events"  # count | events | project
-    projections: list[Projection] = field(default_factory=list)
-    explain: str | None = None  # None | 'explain' | 'analyze'
-    form: str = "sase"  # sase | match_recognize
-    typed: bool = True  # elements test the type column (MATCH_RECOGNIZE's variables do not)
-
-    @property
-    def positive(self) -> list[str]:
-        return [v for v, e in self.elements.items() if not e.negated]
 
 
 @functools.lru_cache(maxsize=1)

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from matchrec.parser import sase as S
-from matchrec.planner.cer import arithmetic_bounds, fits_int64, int_bounds, python_column
+from matchrec.planner.cer.codegen import arithmetic_bounds, fits_int64, int_bounds, python_column
 
 __all__ = ["VectorColumns", "compile_condition"]
 

@@ -1,0 +1,111 @@
+"""Reading a CER statement's events from DuckDB: only the columns and rows its queries need, sorted
+by partition and key, predicates over one variable evaluated by DuckDB as boolean masks, and
+filtering before matching (the events within the window of the anchors' candidates, pushed into
+the read query as a join against registered intervals). Used by ``engine.cer`` for one statement
+and by ``engine.multi_read`` for a group of statements."""
+from __future__ import annotations
+
+import secrets
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from matchrec.operators.intervals import IntervalSet
+from matchrec.parser import sase as S
+from matchrec.planner import cer as P
+from matchrec.planner.cer import quote
+
+
+def needed_columns(plan: P.CerPlan) -> list[str]:
+    q = plan.query
+    if q.returns == "events":
+        return [name for name, _ in plan.columns.values()]
+    res = P._Resolver(q, plan.columns)
+    exprs = list(q.conditions) + ([p.expr for p in q.projections] if q.returns == "project" else [])
+    names = {res.col(n) for e in exprs for n in S.walk(e) if isinstance(n, S.Col)}
+    return [name for name, _ in plan.columns.values() if name in names]
+
+
+def read_events(duck: duckdb.DuckDBPyConnection, plan: P.CerPlan, info: dict) -> pa.Table:
+    q = plan.query
+    cols = [quote(c) for c in needed_columns(plan)]
+    cols.append(f"{plan.type_sql or 'CAST(NULL AS VARCHAR)'} AS __type")
+    cols.append(f"{plan.key_sql} AS __key")
+    if plan.partition_column:
+        cols.append(f"{quote(plan.partition_column)} AS __part")
+    if plan.rowid:
+        cols.append("rowid AS __rid")
+    for var, sql in plan.filter_sql.items():
+        cols.append(f"{sql} AS {quote('__f_' + var)}")
+    where = [f"{plan.key_sql} IS NOT NULL"]
+    row_test = plan.row_test()
+    if row_test:
+        where.append(f"({row_test})")
+    body = f"SELECT {', '.join(cols)} FROM {q.source} WHERE {' AND '.join(where)}"
+    info["events_total"] = plan.stats.total
+    registered = None
+    try:
+        if plan.filtering:
+            registered = _intervals(duck, plan, info)
+            body = filter_join(body, registered, bool(plan.partition_column))
+        order = (["__part NULLS LAST"] if plan.partition_column else []) + ["__key"] + \
+            (["__rid"] if plan.rowid else [])
+        pid = ", dense_rank() OVER (ORDER BY __part NULLS LAST) - 1 AS __pid" if plan.partition_column else ""
+        sql = f"SELECT *{pid} FROM ({body}) ORDER BY {', '.join(order)}"
+        info["read_sql"] = sql
+        table = duck.sql(sql).to_arrow_table()
+    finally:
+        if registered is not None:
+            duck.unregister(registered)
+    info["events_read"] = len(table)
+    return table
+
+
+def _intervals(duck: duckdb.DuckDBPyConnection, plan: P.CerPlan, info: dict) -> str:
+    """Register the intervals ``[t - W, t + W]`` around the anchors' candidates; every event of a
+    match lies within W of the match's anchor event, negated events' ranges included."""
+    test = " OR ".join(f"({plan.element_test(v)})" for v in plan.anchors)
+    name, candidates, intervals = register_intervals(duck, plan.query.source, plan.key_sql, plan.partition_column,
+                                                     [(test, plan.window)])
+    info["anchor_candidates"] = candidates
+    info["intervals"] = intervals
+    return name
+
+
+def register_intervals(duck: duckdb.DuckDBPyConnection, source: str, key_sql: str, partition_column: str | None,
+                       anchors: list[tuple[str, int]]) -> tuple[str, int, int]:
+    """Register with DuckDB the union of ``[t - w, t + w]`` around the key ``t`` of every row of
+    ``source`` that meets one of the ``anchors`` (SQL test, window ``w``; the largest window where a
+    row meets several), per partition: columns ``lo``, ``hi`` (and ``p``, the partition value).
+    Returns (the registered name, rows meeting a test, intervals); ``filter_join`` reads a query through it."""
+    part = quote(partition_column) if partition_column else "NULL"
+    if len({w for _, w in anchors}) == 1:
+        width = str(int(anchors[0][1]))
+    else:
+        width = "greatest(" + ", ".join(f"CASE WHEN {t} THEN {int(w)} END" for t, w in anchors) + ")"
+    test = " OR ".join(f"({t})" for t, _ in anchors)
+    cand = duck.sql(
+        f"SELECT p, dense_rank() OVER (ORDER BY p NULLS LAST) AS g, k, w FROM (SELECT {part} AS p, {key_sql} AS k, "
+        f"{width} AS w FROM {source} WHERE {key_sql} IS NOT NULL AND ({test})) ORDER BY g, k").to_arrow_table()
+    g = cand.column("g").to_numpy().astype(np.int64)
+    k = cand.column("k").to_numpy().astype(np.int64)
+    w = cand.column("w").to_numpy().astype(np.int64)
+    iv = IntervalSet.around(g, k, w, w)
+    columns = {"lo": pa.array(iv.lo, pa.int64()), "hi": pa.array(iv.hi, pa.int64())}
+    if partition_column:
+        first = np.searchsorted(g, iv.pk)
+        columns["p"] = cand.column("p").take(pa.array(first, pa.int64()))
+    name = f"__matchrec_cer_intervals_{secrets.token_hex(6)}"
+    duck.register(name, pa.table(columns))
+    return name, len(cand), len(iv)
+
+
+def filter_join(body: str, registered: str, partitioned: bool) -> str:
+    """``body`` (a query with ``__key`` and, when ``partitioned``, ``__part``) keeping only the rows
+    inside the intervals ``register_intervals`` registered as ``registered`` (they never overlap, so
+    no row comes twice)."""
+    on = "s.__key BETWEEN iv.lo AND iv.hi"
+    if partitioned:
+        on += " AND iv.p IS NOT DISTINCT FROM s.__part"
+    return f"SELECT s.* FROM ({body}) s JOIN {registered} iv ON {on}"

@@ -1,0 +1,122 @@
+"""Element classes of a group's read and the preparation of its statements (``run_many``).
+
+An element class is a (type, single-variable filter) pair: its boolean mask over the read rows is
+computed once and shared by every statement's elements of that class. Preparing a statement gives
+each element its class, compiles its conditions (Python and whole-array evaluators, and the
+templates the sharing planner compares), and decides whether the shared operator evaluates it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from matchrec.operators import cer_shared as O
+from matchrec.operators.cer_reference import alternatives
+from matchrec.parser import sase as S
+from matchrec.planner import cer as P
+from matchrec.planner import sharing as SH
+from matchrec.planner.cer_vector import VectorColumns, compile_condition
+
+
+class ElementClasses:
+    """The read table's keys, partitions and types, and the classes found so far with their masks."""
+
+    def __init__(self, table: pa.Table, filter_cols: dict, partitioned: bool):
+        self.table, self.filter_cols = table, filter_cols
+        n = len(table)
+        self.key = table.column("__key").to_numpy().astype(np.int64) if n else np.zeros(0, np.int64)
+        self.pid = table.column("__pid").to_numpy().astype(np.int64) if partitioned and n else None
+        self.types = table.column("__type")
+        self.codes, self.code_of = self.type_codes(self.types)
+        self.classes: dict = {}  # (type, filter sql) -> id
+        self.masks: list = []
+        self.labels: list = []
+
+    def class_id(self, type_, filter_sql) -> int:
+        k = (type_, filter_sql)
+        got = self.classes.get(k)
+        if got is not None:
+            return got
+        n = len(self.table)
+        if type_ is None:
+            m = np.ones(n, bool)
+        else:
+            m = self.codes == self.code_of[type_] if type_ in self.code_of else np.zeros(n, bool)
+        label = type_ if type_ is not None else "*"
+        if filter_sql is not None:
+            name = self.filter_cols[filter_sql]
+            if n:
+                f = self.table.column(name)
+                m = m & np.asarray(f.fill_null(False).to_numpy(zero_copy_only=False), bool)
+            label += f"[{filter_sql}]"
+        got = self.classes[k] = len(self.masks)
+        self.masks.append(m)
+        self.labels.append(label)
+        return got
+
+    @staticmethod
+    def type_codes(types) -> tuple[np.ndarray, dict]:
+        """Each row's type as an integer code (-1: NULL) and the code of each type: one pass over the
+        type column instead of one comparison of every row per class."""
+        if not len(types):
+            return np.zeros(0, np.int64), {}
+        enc = pc.dictionary_encode(types.combine_chunks())
+        codes = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
+        return codes, {t: i for i, t in enumerate(enc.dictionary.to_pylist())}
+
+
+def prepare(items: list, classes: ElementClasses) -> None:
+    """Give each statement (``item``) its element classes and compiled conditions, and decide whether
+    the shared operator evaluates it (``item.shared``; else ``item.why`` says why not)."""
+    table = classes.table
+    vcols = VectorColumns(table)
+    converted: dict = {}  # columns converted once for every statement's conditions
+    for item in items:
+        q, plan = item.query, item.plan
+        item.class_of = {v: classes.class_id(e.type, plan.filter_sql.get(v)) for v, e in q.elements.items()}
+        item.py_conds = P.compile_conditions(plan, table, converted)
+        kleene = {v for v, e in q.elements.items() if e.kleene}
+        res = P._Resolver(q, plan.columns)
+        item.conds = []
+        item.templates = []
+        for expr, c in zip(q.conditions, item.py_conds):
+            vec = compile_condition(expr, res.col, vcols, kleene)
+            item.conds.append(O.Cond(c.vars, c.fn, vec, c.text))
+            item.templates.append(SH.condition_template(expr, res.col))
+        if q.strategy != "any":
+            item.why = f"{S.STRATEGY_NAMES[q.strategy]} decides each event as it arrives"
+        elif any(q.elements[v].kleene for v in q.positive):
+            item.why = countable(item, classes)
+            item.shared = not item.why
+        else:
+            item.shared = True
+
+
+def countable(item, classes: ElementClasses) -> str:
+    """'' when the shared operator can count the pattern's Kleene closures (``cer_shared.Kleene``),
+    else why not."""
+    q = item.query
+    if q.returns != "count":
+        return "Kleene closure (matches returned)"
+    chains = alternatives(q.root)
+    if len(chains) != 1:
+        return "Kleene closure in OR / AND"
+    chain = chains[0]
+    kvars = {e.var for e in chain if e.kleene is not None}
+    for i, e in enumerate(chain):
+        if e.kleene is None:
+            continue
+        near = [chain[j] for j in (i - 1, i + 1) if 0 <= j < len(chain)]
+        if len(near) < 2 or any(x.negated or x.kleene is not None for x in near):
+            return "Kleene closure not between two single events"
+    if any(c.vars & kvars for c in item.conds):
+        return "Kleene closure read by a condition"
+    for v in kvars:
+        rows = np.flatnonzero(classes.masks[item.class_of[v]])
+        same = classes.key[rows][1:] == classes.key[rows][:-1]
+        if classes.pid is not None:
+            same &= classes.pid[rows][1:] == classes.pid[rows][:-1]
+        if same.any():
+            return "Kleene closure over events with equal keys"
+    return ""

@@ -1,0 +1,238 @@
+"""Evaluation of a group's statements over its one read (``run_many``): the shared operator
+(``operators.cer_shared``) on a plan of ``planner.sharing`` for the statements it takes - units,
+selectivity estimates, slices of the stream and re-plans when rates drift - and the usual
+mechanisms, one statement at a time, for the others."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from matchrec.engine.mechanisms import mechanisms
+from matchrec.engine.multi_classes import ElementClasses
+from matchrec.engine.multi_report import describe
+from matchrec.operators import cer_shared as O
+from matchrec.operators.cer_reference import Events, Pattern, alternatives
+from matchrec.planner import cer as P
+from matchrec.planner import sharing as SH
+
+SLICE_EVENTS = 20_000  # events per slice of the stream: rates re-estimated, plan searched again on a drift
+REPLAN_SHARE = 0.25  # a re-plan's budget, as a share of the group's (all re-plans: at most the budget)
+SECONDS_PER_COST = 2.5e-8  # evaluation seconds per unit of estimated plan cost (measured on bench.multi)
+SEARCH_SHARE = 0.2  # the plan search takes at most this share of the start plan's expected evaluation time
+SEARCH_MIN = 0.02  # ... but at least this many seconds (within the caller's budget)
+DRIFT_MIN_EVENTS = 20  # a class with fewer candidates in both the slice and the plan's rates never drifts
+
+
+def evaluate_alone(items: list, classes: ElementClasses, settings: P.CerSettings, lines: list) -> None:
+    """The group's statements the shared operator does not take, each by its usual mechanism over the
+    shared read."""
+    rest = [i for i in items if not i.shared]
+    if not rest:
+        return
+    m = mechanisms()
+    types = classes.types.to_pylist()
+    events = Events(classes.key, types, classes.pid)
+    said = []
+    for item in rest:
+        q, plan = item.query, item.plan
+        filters = {v: classes.masks[c] for v, c in item.class_of.items() if plan.filter_sql.get(v) is not None}
+        pattern = Pattern(q.root, plan.window, q.strategy, filters, item.py_conds)
+        kleene = any(q.elements[v].kleene for v in q.positive)
+        name = ("rcep" if kleene else "chain") if q.strategy == "any" else "eager"
+        if m.supports(name, pattern):
+            name = "eager"
+        limit = settings.max_partial_matches
+        if q.returns == "count":
+            item.count = m.count(name, pattern, events, max_partial=limit) if len(events) else 0
+        else:
+            item.matches = m.run(name, pattern, events, max_matches=settings.max_matches,
+                                 max_partial=limit) if len(events) else []
+            if len(item.matches) > settings.max_matches:
+                raise O.too_many(settings.max_matches)
+            item.count = len(item.matches)
+        said.append(f"{item.index} ({item.why}: {name})")
+    lines.append(f"  evaluated one by one over the shared read: statements {', '.join(said)}")
+
+
+def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSettings, budget: float,
+                    lines: list) -> None:
+    """The group's statements the shared operator takes (``item.shared``), in one pass over the stream:
+    plan, slices, re-plans after a rate drift. ``run`` holds the options and the counters of the run."""
+    group_items = items
+    items = [i for i in group_items if i.shared]
+    if not items:
+        return
+    r = run
+    units, models, sinks = [], [], []
+    for k, item in enumerate(items):
+        units_of(item, k, units, models)
+        varsets = [frozenset(units[u].vars) for u in item.units]
+        shared = {v for v in varsets if varsets.count(v) > 1}
+        sinks.append(O.PatternSink(item.query.returns == "count", settings.max_matches, shared))
+    if not units:
+        for item in items:
+            item.count, item.matches = 0, ([] if item.query.returns != "count" else None)
+        return
+    wmax = max(u.window for u in units)
+    try:
+        stream = O.Stream(classes.key, classes.pid, classes.masks, wmax)
+    except O.Unshareable as err:
+        for item in items:
+            item.shared, item.why = False, str(err)
+        evaluate_alone(group_items, classes, settings, lines)
+        return
+    for m in models:
+        m.window = stream.clamp(m.window)
+    estimate(stream, units, models)
+    work = SH.Workload(models)
+    slices = stream.slices(r.slice_events)
+    r.stats["slices"] += len(slices)
+    first = slices[0] if slices else (0, 0, 0, 1)
+    rates = slice_rates(stream, first)
+    scale = stream.n / max(1, first[1] - first[0])  # the model costs one slice; the stream has this many
+    model = SH.CostModel(work, rates)
+    start = SH.start_plan(work, model, share=r.share, reorder=r.reorder)
+    plan, info = SH.optimise(work, model, start, share=r.share, reorder=r.reorder,
+                             budget=search_budget(model.cost(start) * scale, budget),
+                             seconds_per_cost=SECONDS_PER_COST * scale)
+    r.stats["optimiser_seconds"] += info.seconds
+    r.stats["start_cost"] += info.start_cost
+    r.stats["cost"] += info.cost
+    roots = SH.build_nodes(work, plan, units, classes.labels)
+    describe(r, lines, items, units, plan, info, roots, len(classes.masks), SEARCH_SHARE)
+    ev = O.Evaluator(stream, units, sinks)
+    replans = skipped = kept = 0
+    plan_rates, planned_at = rates, 0
+    size = len(list(SH.walk(roots)))
+    allowance = budget  # the re-plans together take at most the budget once more
+    pending = None  # consecutive slices under one plan run as one range (fewer, larger batch steps)
+    for n, sl in enumerate(slices):
+        if n and r.reorder:
+            now = slice_rates(stream, sl)
+            if drifted(now, plan_rates, units):
+                if allowance <= 0:
+                    skipped += 1
+                else:
+                    t_plan = time.perf_counter()
+                    model = SH.CostModel(work, now)
+                    greedy = SH.start_plan(work, model, share=r.share, reorder=True)
+                    held, other = model.cost(plan), model.cost(greedy)
+                    begin, found_cost = (plan, held) if held <= other else (greedy, other)
+                    # A re-plan is expected to hold as long as the plan before it did (rates that
+                    # drifted once drift again), so its search is worth that many slices' evaluation,
+                    # not the rest of the stream's.
+                    ahead = min(n - planned_at, len(slices) - n)
+                    worth = SEARCH_SHARE * found_cost * ahead * SECONDS_PER_COST
+                    found = begin
+                    if worth >= SEARCH_MIN:  # else no search: the cheaper of the plan and the greedy one
+                        left = min(worth, allowance, budget * REPLAN_SHARE)
+                        found, info2 = SH.optimise(work, model, begin, share=r.share, reorder=True, budget=left,
+                                                   seed=n, seconds_per_cost=SECONDS_PER_COST * ahead)
+                        found_cost = info2.cost
+                    spent = time.perf_counter() - t_plan  # the whole decision, not only the search
+                    allowance -= spent
+                    r.stats["optimiser_seconds"] += spent
+                    plan_rates, planned_at = now, n
+                    # A new plan ends the range evaluated so far: every node then runs once more.
+                    # It is taken only when it saves more than that over the slices it should hold.
+                    if (held - found_cost) * ahead > SH.NODE_COST * size:
+                        if pending is not None:
+                            ev.run(roots, *pending)
+                            pending = None
+                        plan = found
+                        roots = SH.build_nodes(work, plan, units, classes.labels)
+                        size = len(list(SH.walk(roots)))
+                        replans += 1
+                    else:
+                        kept += 1
+        pending = (pending[0], sl[3]) if pending is not None else (sl[2], sl[3])
+    if pending is not None:
+        ev.run(roots, *pending)
+    r.stats["replans"] += replans
+    if len(slices) > 1:
+        more = [f"{kept} searches after a drift kept the plan (too little to gain)"] if kept else []
+        more += [f"{skipped} more drifts after the re-planning budget was spent"] if skipped else []
+        lines.append(f"  {len(slices)} slices of about {r.slice_events:,} events; re-plans after a rate "
+                          f"drift: {replans}" + (f" ({'; '.join(more)})" if more else ""))
+    w = ev.work
+    r.stats["partial_matches"] += w["partial_matches"]
+    r.stats["candidates"] += w["candidates"]
+    lines.append(f"  evaluation: {w['partial_matches']:,} partial matches, {w['searches']:,} searches, "
+                      f"{w['candidates']:,} candidates examined, {w['matches']:,} unit matches")
+    for item, sink in zip(items, sinks):
+        item.count, item.matches = sink.finish()
+
+def search_budget(cost: float, budget: float) -> float:
+    """Seconds the plan search may take: ``SEARCH_SHARE`` of the time the plan it starts from is
+    expected to take (its estimated cost at ``SECONDS_PER_COST``), at least ``SEARCH_MIN`` and at
+    most ``budget``. A search can at best remove what the evaluation costs, so on a short stream
+    a long search loses more than it wins."""
+    return min(budget, max(SEARCH_MIN, SEARCH_SHARE * cost * SECONDS_PER_COST))
+
+def units_of(item, k: int, units: list, models: list) -> None:
+    q, plan = item.query, item.plan
+    chains = alternatives(q.root)
+    for alt, chain in enumerate(chains):
+        pos = [e for e in chain if not e.negated and e.kleene is None]
+        if not pos:
+            continue
+        names = [e.var for e in pos]
+        varset = set(names)
+        at = {v: i for i, v in enumerate(names)}
+        conds, cmodels = [], []
+        for c, t in zip(item.conds, item.templates):
+            if c.vars <= varset:
+                conds.append(c)
+                cmodels.append(SH.CondModel(frozenset(at[v] for v in c.vars),
+                                            tuple(("var", at[p[1]]) if not isinstance(p, str) else p for p in t)))
+        negs, kleene = [], []
+        for i, e in enumerate(chain):
+            if e.kleene is not None:  # counted: its neighbours are single events (``countable``)
+                kleene.append(O.Kleene(item.class_of[e.var], at[chain[i - 1].var], at[chain[i + 1].var],
+                                       e.kleene[0], e.kleene[1]))
+            if not e.negated:
+                continue
+            before = [at[x.var] for x in chain[:i] if not x.negated and x.kleene is None]
+            after = [at[x.var] for x in chain[i + 1:] if not x.negated and x.kleene is None]
+            linked = [c for c in item.conds if e.var in c.vars and c.vars <= varset | {e.var}]
+            negs.append(O.Neg(item.class_of[e.var], e.var, before[-1] if before else None,
+                              after[0] if after else None, linked))
+        label = f"statement {item.index}" + (f" alternative {alt + 1}" if len(chains) > 1 else "")
+        item.units.append(len(units))
+        units.append(O.Unit(k, names, [item.class_of[v] for v in names], conds, negs, plan.window, label, kleene))
+        models.append(SH.UnitModel([item.class_of[v] for v in names], cmodels, plan.window, label))
+
+def estimate(stream: O.Stream, units: list, models: list) -> None:
+    """Condition selectivities on bindings drawn around a sample of the stream's events."""
+    rng = np.random.default_rng(7)
+    n = stream.n
+    sample = np.sort(rng.choice(n, min(n, P.SAMPLE_ROWS), replace=False)) if n else np.zeros(0, np.int64)
+    cache: dict = {}
+    pools: dict = {}  # class -> its candidates among the sample, found once
+    for unit, model in zip(units, models):
+        for c, cm in zip(unit.conds, model.conds):
+            names = {p: f"{model.classes[p]}:{i}" for i, p in enumerate(sorted(cm.vars))}
+            key = (SH.render(cm.template, names), unit.window)
+            sel = cache.get(key)
+            if sel is None:
+                classes = {v: unit.classes[unit.vars.index(v)] for v in c.vars}
+                sel = cache[key] = SH.estimate_selectivity(stream, c, classes, unit.window, rng, sample,
+                                                           P.SAMPLE_TRIALS, pools)
+            cm.sel = sel
+
+def slice_rates(stream: O.Stream, sl) -> SH.Rates:
+    q0, q1, lo, hi = sl
+    span = float(stream.real[q1 - 1] - stream.real[q0] + 1) if q1 > q0 else 1.0
+    return SH.Rates(stream.counts(lo, hi), span)
+
+def drifted(now: SH.Rates, then: SH.Rates, units: list) -> bool:
+    used = {c for u in units for c in u.classes}
+    for c in used:
+        a, b = now.counts[c], then.counts[c]
+        if max(a, b) < DRIFT_MIN_EVENTS:
+            continue
+        ra, rb = (a + 0.5) / now.span, (b + 0.5) / then.span
+        if max(ra, rb) > P.RATE_CHANGE * min(ra, rb):
+            return True
+    return False

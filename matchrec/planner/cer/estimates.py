@@ -1,0 +1,132 @@
+"""The statistics a plan's choices rest on: per-type counts (and their change between the two
+halves of the key range) from DuckDB, predicate selectivity from a sample of events, and the
+share of the key range (or of the rows, per partition) the anchors' intervals could cover."""
+from __future__ import annotations
+
+import random
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from matchrec.errors import DataError
+from matchrec.parser import sase as S
+from matchrec.planner.cer.codegen import PyCompiler
+from matchrec.planner.cer.plan import FILTER_COVER, RATE_CHANGE, SAMPLE_ROWS, SAMPLE_TRIALS, CerPlan, quote, sql_literal
+from matchrec.planner.cer.resolve import _Resolver
+
+
+def gather_stats(duck: duckdb.DuckDBPyConnection, plan: CerPlan) -> None:
+    q, st = plan.query, plan.stats
+    src = q.source
+    type_expr = plan.type_sql or "NULL"
+    rows = duck.execute(
+        f"WITH s AS (SELECT {type_expr} AS t, {plan.key_sql} AS k FROM {src} WHERE {plan.key_sql} IS NOT NULL), "
+        f"m AS (SELECT min(k) AS lo, max(k) AS hi FROM s) "
+        f"SELECT t, count(*), count(*) FILTER (WHERE k <= (SELECT lo + (hi - lo) // 2 FROM m)), "
+        f"any_value((SELECT hi - lo FROM m)) FROM s GROUP BY t").fetchall()
+    for t, n, first, span in rows:
+        st.types[t] = (n, first, n - first)
+        st.key_span = int(span or 0)
+    st.total = sum(n for n, _, _ in st.types.values())
+    # a sample of events for the predicates' selectivity
+    res = _Resolver(q, plan.columns)
+    needed = {res.col(n) for e in q.conditions for n in S.walk(e) if isinstance(n, S.Col)}
+    cols = [quote(c) for c in sorted(needed)]
+    for var, e in q.elements.items():
+        cols.append(f"{plan.element_test(var)} AS {quote('__t_' + var)}")
+        type_test = "TRUE" if e.type is None else f"{plan.type_sql} = {sql_literal(e.type)}"
+        cols.append(f"{type_test} AS {quote('__y_' + var)}")
+    sample = duck.sql(
+        f"SELECT {', '.join(cols)} FROM (SELECT * FROM {src} WHERE {plan.key_sql} IS NOT NULL) "
+        f"USING SAMPLE reservoir({SAMPLE_ROWS} ROWS) REPEATABLE (7)").to_arrow_table()
+    st.sample_rows = len(sample)
+    for var, e in q.elements.items():
+        hits = np.asarray(sample.column("__t_" + var).to_numpy(zero_copy_only=False), bool)
+        of_type = np.asarray(sample.column("__y_" + var).to_numpy(zero_copy_only=False), bool)
+        base = st.total if e.type is None else st.types.get(e.type, (0, 0, 0))[0]
+        sel = float(hits[of_type].mean()) if of_type.any() else 1.0
+        st.filter_selectivity[var] = sel
+        st.estimates[var] = base * sel
+    st.condition_selectivity = estimate_conditions(plan, sample)
+
+
+def estimate_conditions(plan: CerPlan, sample: pa.Table) -> list:
+    q = plan.query
+    if not q.conditions or len(sample) == 0:
+        return [None] * len(q.conditions)
+    cands = {v: np.flatnonzero(np.asarray(sample.column("__t_" + v).to_numpy(zero_copy_only=False), bool))
+             for v in q.elements}
+    comp = PyCompiler(sample, _Resolver(q, plan.columns), {v for v, e in q.elements.items() if e.kleene})
+    rng = random.Random(11)
+    out = []
+    for c in q.conditions:
+        vs = sorted(S.variables(c))
+        if any(len(cands[v]) == 0 for v in vs):
+            out.append(None)
+            continue
+        fn = comp.function(c)
+        hits = 0
+        for _ in range(SAMPLE_TRIALS):
+            b = {}
+            for v in vs:
+                e = q.elements[v]
+                if e.kleene:
+                    size = min(len(cands[v]), max(e.kleene[0], rng.randint(1, 3)))
+                    b[v] = tuple(sorted(rng.sample(list(cands[v]), size)))
+                else:
+                    b[v] = int(rng.choice(cands[v]))
+            try:
+                value = fn(b)
+            except DataError:
+                value = None
+            hits += value is not None and bool(value)
+        out.append(hits / SAMPLE_TRIALS)
+    return out
+
+
+def rate_changes(plan: CerPlan) -> list[str]:
+    out = []
+    types = {plan.query.elements[v].type for v in plan.query.positive}
+    for t in sorted(x for x in types if x is not None):
+        n, first, second = plan.stats.types.get(t, (0, 0, 0))
+        if n < 20:
+            continue  # too few events to speak of a rate
+        lo, hi = sorted((first, second))
+        if hi > RATE_CHANGE * max(lo, 1):
+            out.append(f"{t}: {first} then {second}")
+    return out
+
+
+def interval_cover(candidates: float, window: int, span: int) -> float:
+    """The share of a key range of length ``span`` that intervals ``[t - window, t + window]``
+    around ``candidates`` points could cover (at most)."""
+    return 1.0 if span <= 0 else min(1.0, candidates * (2 * window + 1) / span)
+
+
+def anchor_cover(duck: duckdb.DuckDBPyConnection | None, source: str, key_sql: str, partition_column: str | None,
+                 anchors: list[tuple[str, int]], flat: float) -> tuple[float, str]:
+    """(The share the intervals around the anchors' candidates could cover, of what), from ``flat``,
+    their cover of the whole key range. With PARTITION BY, when ``flat`` is too large to filter,
+    it is counted again per partition (``partitioned_cover``): over the whole key range a few
+    candidates in each of many partitions seem to cover everything, although each covers only its
+    own partition's rows."""
+    if partition_column and duck is not None and flat > FILTER_COVER:
+        return min(1.0, partitioned_cover(duck, source, key_sql, partition_column, anchors)), "rows (per partition)"
+    return flat, "key range"
+
+
+def partitioned_cover(duck: duckdb.DuckDBPyConnection, source: str, key_sql: str, partition_column: str,
+                      anchors: list[tuple[str, int]]) -> float:
+    """The share of the rows the intervals of each (anchor test, window) could cover, summed over
+    the anchors: per partition, ``interval_cover`` over the partition's own key range, weighted by
+    its rows."""
+    if not anchors:
+        return 0.0
+    inner = ", ".join(f"count(*) FILTER (WHERE {t}) AS c{i}" for i, (t, _) in enumerate(anchors))
+    outer = " + ".join(f"sum(least(n, CAST(c{i} AS DOUBLE) * {2 * int(w) + 1} * n / (hi - lo + 1)))"
+                       for i, (_, w) in enumerate(anchors))
+    n, covered = duck.execute(
+        f"SELECT sum(n), {outer} FROM (SELECT count(*) AS n, min({key_sql}) AS lo, max({key_sql}) AS hi, {inner} "
+        f"FROM {source} WHERE {key_sql} IS NOT NULL GROUP BY {quote(partition_column)})").fetchall()[0]
+    return float(covered or 0.0) / float(n) if n else 0.0
