@@ -115,6 +115,13 @@ def warm(wait: bool = False, full: bool = False) -> threading.Thread:
     return thread
 
 
+def precompile() -> None:
+    """Compile every kernel signature into numba's cache now, in this thread (the editable
+    install's build step; see buildtools/matchrec_build.py). A signature already cached is loaded."""
+    for _name, dispatcher, sig in kernels(full=True):
+        dispatcher.compile(sig)
+
+
 def built() -> list[str]:
     """Names of the kernel signatures the warm-up thread has loaded or compiled so far."""
     return list(_done)
