@@ -119,3 +119,20 @@ def test_unwritable_cache_folder_falls_back(tmp_path):
         print(len(cur.fetchall()))
     """, MATCHREC_CACHE_DIR=str(blocker / "below"))
     assert out == "1"
+
+
+def test_editable_build_asks_for_the_kernel_dependencies():
+    """The editable build compiles the kernels with the numba and numpy the package depends on:
+    the backend's extra requirements must stay the ranges of pyproject.toml's dependencies."""
+    import importlib.util
+    import tomllib
+
+    spec = importlib.util.spec_from_file_location("matchrec_build", os.path.join(ROOT, "buildtools",
+                                                                                   "matchrec_build.py"))
+    backend = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(backend)
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)
+    assert project["build-system"]["build-backend"] == "matchrec_build"
+    deps = {d.split(">")[0].split("=")[0].split("<")[0]: d for d in project["project"]["dependencies"]}
+    assert backend.KERNEL_REQUIRES == [deps["numba"], deps["numpy"]]
