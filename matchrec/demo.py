@@ -175,6 +175,9 @@ def run(args, out: TextIO | None = None) -> int:
             return 1
     overall = time.perf_counter()
     con = matchrec.connect(args.db or ":memory:")
+    # The parser and the compiled matcher's kernels load (or, on a first run, compile) on a
+    # background thread while the data is generated; a query that needs one still building waits.
+    matchrec.warm()
     try:
         con.cursor().execute("SET enable_progress_bar = false")  # it would interleave with the tables
         where = args.db or "an in-memory database"

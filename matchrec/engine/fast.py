@@ -262,6 +262,8 @@ class CompiledMatcher:
             key_col, end_col, kind = self.within_cols
             key, wvalid = to_numpy(table.column(key_col), kind)
             end, wend_valid = to_numpy(table.column(end_col), kind)
+            # writable copies of Arrow's read-only buffers: the kernel is compiled for writable arrays
+            key, end = np.require(key, requirements="W"), np.require(end, requirements="W")
             within_float = kind == "float"
             if within_float:
                 wkey_f, wend_f = key, end

@@ -15,6 +15,7 @@ from lark import Token, Tree
 from matchrec.errors import ProgrammingError, positioned
 from matchrec.parser import spec as S
 from matchrec.parser.expressions import parse_expression
+from matchrec.parser.grammar_cache import cache_file
 
 MAX_QUANTIFIER = 100_000
 
@@ -22,7 +23,8 @@ MAX_QUANTIFIER = 100_000
 @functools.lru_cache(maxsize=1)
 def _parser() -> lark.Lark:
     grammar = importlib.resources.files("matchrec.parser").joinpath("match_recognize.lark").read_text()
-    return lark.Lark(grammar, parser="lalr", lexer="contextual", propagate_positions=True, maybe_placeholders=False)
+    return lark.Lark(grammar, parser="lalr", lexer="contextual", propagate_positions=True, maybe_placeholders=False,
+                     cache=cache_file("match_recognize.lark"))
 
 
 _TERMINAL_NAMES = {

@@ -59,8 +59,9 @@ def has_strategy_clause(sql: str) -> bool:
 @functools.lru_cache(maxsize=1)
 def _parser() -> lark.Lark:
     grammar = importlib.resources.files("matchrec.parser").joinpath("sase.lark").read_text()
+    from matchrec.parser.grammar_cache import cache_file
     return lark.Lark(grammar, start="statement", parser="lalr", lexer="contextual", propagate_positions=True,
-                     maybe_placeholders=False)
+                     maybe_placeholders=False, cache=cache_file("sase.lark"))
 
 
 _NAMES = {"NAME": "a name", "QNAME": "a quoted name", "STRING": "a string", "INT": "an integer",
