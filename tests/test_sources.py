@@ -114,16 +114,23 @@ def _by_id(table: pa.Table) -> pa.Table:
     return table.sort_by("id")
 
 
-def _same_rounds(a, b) -> None:
+def _same_rounds(a, b, all_points: bool = True) -> None:
+    """The same final interval set, and the same distinct candidates per variable (each shard
+    reports a candidate slot it holds). With ``all_points`` False only the candidates inside the
+    final set must agree: with another shard layout the cost model may keep a round's set at
+    the compute node (replies of several shards cost more per candidate), and that round then
+    returns every candidate."""
     if a.tis is None or b.tis is None:
         assert a.tis is None and b.tis is None
     else:
         for x, y in ((a.tis.pk, b.tis.pk), (a.tis.lo, b.tis.lo), (a.tis.hi, b.tis.hi)):
             np.testing.assert_array_equal(x, y)
     assert a.points.keys() == b.points.keys()
-    for i in a.points:  # each shard reports a candidate slot it holds: compare them distinct
-        np.testing.assert_array_equal(np.unique(np.stack(a.points[i]), axis=1),
-                                      np.unique(np.stack(b.points[i]), axis=1))
+    for i in a.points:
+        mine, theirs = (np.unique(np.stack(r.points[i]), axis=1) for r in (a, b))
+        if not all_points and a.tis is not None:
+            mine, theirs = (p[:, a.tis.overlaps(*p)] for p in (mine, theirs))
+        np.testing.assert_array_equal(mine, theirs)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -271,7 +278,7 @@ def test_spark_partitions_as_a_source_give_the_local_intervals_and_matches():
         df = spark.createDataFrame(data.to_pandas(), schema="id long, ts long, type string, g int, p int, v int")
         source = SparkSource(df.repartition(3).cache(), data.schema)
         assert source.shard_count == 3 and source.table == "events"
-        for shape in (0, 1):
+        for shape in (1,):  # the chain with a join: rounds with join filters both ways
             sql = _statement(rng, shape)
             want = _matches_over(data, sql)
             _, columns, row_filter, ip = _engine_args(data, sql, LocalSource(duck, query="SELECT * FROM ev_arrow",
@@ -280,7 +287,7 @@ def test_spark_partitions_as_a_source_give_the_local_intervals_and_matches():
                 exact = strategy == "naive_dfs"
                 mine = DualFiltering(local).rounds("events", columns, ip, exact, "always", PullStats())
                 theirs = DualFiltering(source).rounds("events", columns, ip, exact, "always", PullStats())
-                _same_rounds(mine, theirs)
+                _same_rounds(mine, theirs, all_points=exact)
                 pulled = DualFiltering(source).pull("events", strategy, columns, row_filter, ip, "always",
                                                     PullStats())
                 assert _matches_over(pulled, sql) == want, (strategy, sql)
