@@ -1,0 +1,419 @@
+"""Dual filtering over any ``Source``: the pull strategies, the candidate rounds and their cost model.
+
+A strategy reads the input of a MATCH_RECOGNIZE from a source (``connectors.source``):
+
+* ``pull_all``: every row and column of the table;
+* ``push_down``: the needed columns, and only rows some non-gap variable can take when that is
+  proven safe (planner.prefilter);
+* ``dfs``: dual filtering. Variables are taken in order of their candidate counts; each round
+  sends the current time interval set (and join filters for equality conditions, probed both
+  ways when the source takes one row of a match) and gets back the candidates that pass both
+  phases, whose intervals shrink the set. Each payload goes as the paper's filter (shrinking
+  window filter, window-wise Bloom filter) or packed exactly (``operators.packing``), whichever
+  is smaller; candidates come back packed. A cost model skips rounds whose expected saving is
+  below their cost, and keeps the set here when sending it costs more than it filters. The
+  final pull reads only rows inside the set, with the push-down filter;
+* ``naive_dfs``: the same rounds with exact structures (interval arrays, value sets) instead of
+  the filters - larger payloads, no false positives;
+* ``push_pull``: the rounds of ``dfs`` in a query session the shards keep state for
+  (``connectors.session``): each shard keeps the row ids of every variable's surviving
+  candidates and shrinks them with each new set, so a later round touches only those rows and
+  never evaluates a condition again. When the push-down filter names only variables that had a
+  round, the final pull returns the kept rows inside the final set (a row that failed its
+  variable's join filter can only be taken by a gap variable, which the push-down filter
+  already proves droppable); otherwise it reads as ``dfs`` does. A source without sessions
+  (a local query) runs it as ``dfs``.
+
+Every request goes to every shard of the source through ``Source.call_all``; the rounds use the
+source's ``stats`` for counts and samples, its ``shard_count`` (a payload is paid once per
+shard) and its link (``rtt``, ``bandwidth``: none for a local source).
+"""
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from matchrec.connectors.shard import unpack_candidates
+from matchrec.connectors.source import PullStats, Sample, Source
+from matchrec.operators.intervals import IntervalSet, ShrinkingWindowFilter, WindowJoinFilter
+from matchrec.operators.packing import SlotJoinSet, pack_intervals
+from matchrec.planner.intervals import IntervalPlan
+
+STRATEGIES = ("auto", "pull_all", "push_down", "naive_dfs", "dfs", "push_pull")
+ROUND_TRIPS = ("auto", "always", "never")
+
+
+def tis_payload(tis: IntervalSet, window: int, exact: bool) -> tuple[str, bytes]:
+    """The TIS as the smaller of a shrinking window filter and its packed exact intervals
+    (``naive_dfs``: the plain interval arrays)."""
+    if exact:
+        return "exact", np.concatenate([tis.pk, tis.lo, tis.hi]).astype(np.int64).tobytes()
+    packed = pack_intervals(tis)
+    swf = ShrinkingWindowFilter.build(tis, window).to_bytes()
+    return ("swf", swf) if len(swf) < len(packed) else ("intervals", packed)
+
+
+def join_payload(pk, val, slot, quantum: int, window: int, exact: bool) -> tuple[str, bytes]:
+    """One variable's candidates as a join filter: the smaller of the window-wise Bloom filter
+    and the packed exact set of (partition, value, slot) (``naive_dfs``: plain arrays). A
+    candidate is known to a slot: the Bloom filter stores it under the windows of both ends."""
+    lo, hi = slot * quantum, slot * quantum + (quantum - 1)
+    if exact:
+        return "exact", np.concatenate([np.r_[pk, pk], np.r_[val, val], np.r_[lo, hi]]).astype(np.int64).tobytes()
+    wjf = WindowJoinFilter.build(np.r_[pk, pk], np.r_[val, val], np.r_[lo, hi], window).to_bytes()
+    slots = SlotJoinSet.of_points(pk, val, slot, quantum, window).to_bytes()
+    return ("wjf", wjf) if len(wjf) < len(slots) else ("slots", slots)
+
+
+def join_filters(ip: IntervalPlan, i: int, sources: dict | None) -> list[tuple]:
+    """The join filters variable ``i``'s round can apply: (join, direction, source key) for its
+    own joins whose source's values arrived ("follow": a source row in ``[t - w, t]``), and
+    for the joins that read it, when it takes at most one row of a match, whose consumer's
+    values arrived ("precede": a consumer row in ``[t, t + w]``). With ``sources`` None: every
+    join filter the round could ever apply."""
+    v = ip.variables[i]
+    out = []
+    for j in v.joins:
+        if len(j.sources) == 1:
+            key = (next(iter(j.sources)), j.other_sql, j.common_type)
+            if sources is None or key in sources:
+                out.append((j, "follow", key))
+    if v.at_most_once:
+        for c in ip.variables:
+            for j in c.joins:
+                if j.sources == frozenset({v.label}):
+                    key = (c.label, j.current_sql, j.common_type)
+                    if sources is None or key in sources:
+                        out.append((j, "precede", key))
+    return out
+
+
+def skip_join_round(name, round_bytes, final_bytes) -> str | None:
+    """A round that ships join values, or applies join filters, pays off only through the
+    join's selectivity, which is unknown before it runs; make it only when its own traffic
+    (the candidates' replies and the filters sent to every shard) is under a quarter of the
+    final pull it may shrink."""
+    if round_bytes >= 0.25 * final_bytes:
+        return (f"{name}: join round would move ~{round_bytes / 1e6:.1f} MB against a final pull of "
+                f"~{final_bytes / 1e6:.1f} MB")
+    return None
+
+
+def skip_round(source: Source, name, round_bytes, own, final_in, row_bytes) -> str | None:
+    """Why one more round for ``name`` would not pay off (Eq. 2-4 in spirit), or None: its
+    traffic and round trip against the final-pull rows it is expected to remove (those in the
+    part of the set no candidate of ``name`` lies near)."""
+    bw = source.bandwidth or 1e9
+    cost = source.rtt + round_bytes / bw
+    benefit = final_in * (1 - own) * row_bytes / bw
+    if benefit <= cost:
+        return (f"{name}: expected saving {benefit * 1000:.2f} ms <= cost {cost * 1000:.2f} ms "
+                f"(bandwidth {bw / 1e6:.1f} MB/s, round trip {source.rtt * 1000:.1f} ms)")
+    return None
+
+
+@dataclass
+class Rounds:
+    """What the candidate rounds found: the final pull's request and payloads, the final time
+    interval set (None when no round ran) and each variable's surviving candidates."""
+    request: dict
+    blobs: list[bytes]
+    tis: IntervalSet | None = None
+    points: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)  # pk, lo, hi
+    quantum: int = 1
+    pk_bits: int | None = None
+
+
+class DualFiltering:
+    """The pull strategies over one source. ``tis_payload`` and ``join_payload`` encode the
+    payloads (the defaults send the smaller of the paper's filter and the exact packing)."""
+
+    def __init__(self, source: Source, tis_payload=tis_payload, join_payload=join_payload):
+        self.source = source
+        self.tis_payload = tis_payload
+        self.join_payload = join_payload
+
+    def pull(self, table: str, strategy: str, columns: list[str], row_filter: str | None,
+             ip: IntervalPlan | None, round_trips: str, stats: PullStats) -> pa.Table:
+        source = self.source
+        stats.strategy = strategy
+        t0 = time.perf_counter()
+        if strategy == "pull_all":
+            out = source.pull_all(table, stats)
+            stats.phases["pull"] = time.perf_counter() - t0
+        elif strategy == "push_down":
+            parts = source.call_all({"op": "pull", "table": table, "columns": columns, "where": row_filter},
+                                    stats=stats)
+            out = source.concat(table, parts, columns)
+            stats.phases["pull"] = time.perf_counter() - t0
+        else:
+            session = None
+            if strategy == "push_pull":
+                if source.sessions:
+                    session = secrets.token_hex(16)
+                else:
+                    stats.notes.append("push_pull: this source keeps no query state; the rounds ran as dfs")
+            out = self.dual_filter(table, columns, ip, exact=(strategy == "naive_dfs"), round_trips=round_trips,
+                                   stats=stats, session=session)
+        stats.events_pulled = out.num_rows
+        return out
+
+    def dual_filter(self, table: str, columns: list[str], ip: IntervalPlan, exact: bool, round_trips: str,
+                    stats: PullStats, session: str | None = None) -> pa.Table:
+        """The rounds, then the final pull of the rows inside the time interval set."""
+        source = self.source
+        try:
+            found = self.rounds(table, columns, ip, exact, round_trips, stats, session)
+            t2 = time.perf_counter()
+            sent0, received0 = stats.bytes_sent, stats.bytes_received
+            parts = source.call_all(found.request, found.blobs, stats)
+            stats.phases["final pull"] = time.perf_counter() - t2
+            stats.phase_bytes["final pull"] = (stats.bytes_sent - sent0, stats.bytes_received - received0)
+            return source.concat(table, parts, columns)
+        except BaseException:
+            if session is not None:
+                source.end_session(session)
+            raise
+
+    def filter_rounds(self, table: str, columns: list[str] | None, ip: IntervalPlan, exact: bool, round_trips: str,
+                      stats: PullStats, session: str | None = None) -> tuple[dict, list[bytes]]:
+        """Make the candidate rounds; returns the final pull's request and payloads (rows inside
+        the time interval set). With ``session`` (push_pull) the shards keep each round's candidates."""
+        found = self.rounds(table, columns, ip, exact, round_trips, stats, session)
+        return found.request, found.blobs
+
+    def rounds(self, table: str, columns: list[str] | None, ip: IntervalPlan, exact: bool, round_trips: str,
+               stats: PullStats, session: str | None = None) -> Rounds:
+        source = self.source
+        shards = source.shard_count
+        base = {"table": table, "key_sql": ip.key_sql, "partition_sql": ip.partition_sql}
+        kept: list[int] = []  # variables whose candidates the shards keep (push_pull)
+        t0 = time.perf_counter()
+        if round_trips == "auto":
+            source.probe()
+        conds = [v.condition for v in ip.variables] + [ip.row_filter or "TRUE"]
+        st = source.stats(table, conds, ip.key_sql, ip.partition_sql, columns, sample=round_trips == "auto",
+                          stats=stats)
+        sample, counts, row_bytes, span, extent = st.sample, st.counts, st.row_bytes, st.span, st.extent
+        stats.phases["statistics"] = time.perf_counter() - t0
+        final_rows = counts[-1]
+        order = _round_order(ip, counts)
+        quantum = max(1, ip.window // 20)  # candidates travel as distinct (slot, values)
+        if ip.partition_sql:
+            base["pk_bits"] = _pk_bits(counts[order[0]], ip.variables[order[0]], quantum, span, st.partitions)
+            if sample is not None:
+                sample.pk >>= 32 - base["pk_bits"]
+        tis: IntervalSet | None = None
+        coverage = 1.0  # expected fraction of the time line still in the TIS
+        sources: dict[tuple, tuple] = {}  # (label, sql, type) -> pk, value hash, slot of the candidates
+        needs_values: dict[int, list[tuple[str, str]]] = {}  # label -> values its round returns
+        by_label = {v.label: v for v in ip.variables}
+        for v in ip.variables:
+            for j in v.joins:
+                if len(j.sources) == 1:
+                    src = next(iter(j.sources))
+                    _want(needs_values, src, (j.other_sql, j.common_type))
+                    if src in by_label and by_label[src].at_most_once:  # the source is filtered by v's values
+                        _want(needs_values, v.label, (j.current_sql, j.common_type))
+        points: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # candidates: pk, earliest, latest key
+        joined: dict[int, int] = {}  # variable -> join filters its last round used
+        per_candidate = 4.0  # packed bytes per candidate, from the replies seen so far
+        encoded: tuple = (None, None)  # (the set, its payload): built once per set, held by identity
+        # Ascending candidate counts; then a second round for each variable whose join sources
+        # (or whose joins' consumers) arrived after its first round.
+        plan_rounds = [(i, False) for i in order] + [(i, True) for i in order if join_filters(ip, i, None)]
+        for i, again in plan_rounds:
+            v = ip.variables[i]
+            usable = join_filters(ip, i, sources)
+            if again and (i not in points or len(usable) <= joined.get(i, 0)):
+                continue
+            final_in = _rows_in(sample, final_rows, None, tis, coverage)
+            candidates_in = _rows_in(sample, counts[i], i, tis, coverage)
+            # Poisson: the chance that a point of the set lies near one of the round's candidates
+            rate = candidates_in / max(tis.total_length(), 1) if tis is not None else counts[i] / extent
+            own = 1 - math.exp(-rate * (v.before + v.after + quantum))
+            ships_values = any((v.label, *m) not in sources for m in needs_values.get(v.label, []))
+            mine = needs_values.get(v.label, [])
+            if round_trips == "never":
+                stats.rounds_skipped.append(f"{v.name} (round trips off)")
+                continue
+            if tis is not None and encoded[0] is not tis:
+                encoded = (tis, self.tis_payload(tis, ip.window, exact))
+            tis_bytes = len(encoded[1][1]) if tis is not None else 0
+            # the set goes to every shard: when that costs more than the candidates it would keep
+            # back, the round asks for all of them and the set is applied here
+            filtered = tis_bytes * shards + candidates_in * per_candidate
+            blind = tis is not None and not exact and counts[i] * per_candidate < filtered
+            round_bytes = min(filtered, counts[i] * per_candidate)
+            if round_trips == "auto":
+                if ships_values or usable:
+                    join_bytes = sum((48 if exact else 2.5) * len(sources[key][0]) for _, _, key in usable)
+                    why = skip_join_round(v.name, round_bytes + join_bytes * shards, final_in * row_bytes)
+                else:
+                    why = skip_round(source, v.name, round_bytes, own, final_in, row_bytes)
+                if why:
+                    stats.rounds_skipped.append(why)
+                    continue
+            name = f"{v.name}{' (joins)' if again else ''}"
+            t1 = time.perf_counter()
+            sent0, received0 = stats.bytes_sent, stats.bytes_received
+            blobs: list[bytes] = []
+            request = {"op": "candidates", "condition": v.condition, "packed": True, "quantum": quantum, **base}
+            if blind:
+                stats.notes.append(f"round {name}: the time interval set stays here (sending it would cost more "
+                                   "than the candidates it keeps back)")
+            sent = stats.filters.setdefault(name, [])
+            if tis is not None and not blind:
+                kind, blob = encoded[1]
+                request["filter"] = {"kind": kind, "blob": 0}
+                blobs.append(blob)
+                sent.append(f"time {kind} {len(blob)} B")
+                if table in source.indexed:
+                    request["cover"] = len(blobs)
+                    blobs.append(_cover(tis))
+            joins = []
+            for j, direction, key in usable:
+                pk, val, slot = sources[key]
+                if tis is not None:
+                    inside = tis.overlaps(pk, slot * quantum, slot * quantum + (quantum - 1))
+                    pk, val, slot = pk[inside], val[inside], slot[inside]
+                kind, blob = self.join_payload(pk, val, slot, quantum, ip.window, exact)
+                value_sql = j.current_sql if direction == "follow" else j.other_sql
+                joins.append({"value_sql": value_sql, "type": j.common_type, "blob": len(blobs), "kind": kind,
+                              "direction": direction, "window": ip.window})
+                sent.append(f"join {kind} {len(blob)} B ({direction})")
+                blobs.append(blob)
+            joined[i] = len(usable)
+            request["joins"] = joins
+            request["values"] = [list(m) for m in mine]
+            if session is not None:
+                request.update(session=session, var=i, expect=sorted(kept))
+            parts = source.call_all(request, blobs, stats)
+            if session is not None and i not in kept:
+                kept.append(i)
+            names = (["pk"] if ip.partition_sql else []) + [f"v{k}" for k in range(len(mine))] + ["s"]
+            got = unpack_candidates(parts, names, source.max_reply)
+            slots = got["s"]
+            n_rows = len(slots)
+            pk = got["pk"] if ip.partition_sql else np.zeros(n_rows, np.int64)
+            stats.candidates[name] = n_rows
+            if n_rows:
+                per_candidate = max(0.5, sum(p.nbytes for p in parts) / n_rows)
+            for k, m in enumerate(mine):
+                sources[(v.label, *m)] = (pk, got[f"v{k}"], slots)
+            lo, hi = slots * quantum, slots * quantum + (quantum - 1)
+            new = IntervalSet.around_slots(pk, slots, quantum, v.before, v.after)
+            points[i] = (pk, lo, hi)
+            tis = new if tis is None else tis.intersect(new)
+            tis = _refine(tis, points, ip)
+            coverage = min(1.0, tis.total_length() / extent)
+            stats.phase_bytes[f"round {name}"] = (stats.bytes_sent - sent0, stats.bytes_received - received0)
+            stats.phases[f"round {name}"] = time.perf_counter() - t1
+            if len(tis) == 0:
+                break
+        request = {"op": "pull", "columns": columns, "where": ip.row_filter, **base}
+        blobs = []
+        if tis is not None:
+            kind, blob = encoded[1] if encoded[0] is tis else self.tis_payload(tis, ip.window, exact)
+            request["filter"] = {"kind": kind, "blob": 0}
+            blobs.append(blob)
+            stats.filters["final pull"] = [f"time {kind} {len(blob)} B"]
+            if len(tis):
+                request["range"] = [int(tis.lo.min()), int(tis.hi.max())]
+            else:
+                request["range"] = [1, 0]
+            if table in source.indexed:
+                request["cover"] = len(blobs)
+                blobs.append(_cover(tis))
+        if session is not None and kept:
+            request.update(session=session, expect=sorted(kept))
+            labels = {ip.variables[i].label for i in kept}
+            if ip.row_filter is not None and ip.filter_labels is not None and set(ip.filter_labels) <= labels:
+                request["union"] = sorted(kept)
+                stats.notes.append("final pull: the rows the nodes kept for " +
+                                   ", ".join(ip.variables[i].name for i in sorted(kept)))
+            else:
+                stats.notes.append("final pull: by the push-down filter (a variable it names had no round)")
+        if tis is not None:
+            stats.notes.append(f"time interval set: {len(tis)} intervals covering {tis.total_length()} of {extent} "
+                               f"key units (window {ip.window})")
+        return Rounds(request, blobs, tis, points, quantum, base.get("pk_bits"))
+
+
+def pull(source: Source, table: str, strategy: str, columns: list[str], row_filter: str | None,
+         ip: IntervalPlan | None, round_trips: str, stats: PullStats) -> pa.Table:
+    """Read ``table`` of ``source`` with one pull strategy (see the module's docstring)."""
+    return DualFiltering(source).pull(table, strategy, columns, row_filter, ip, round_trips, stats)
+
+
+def _refine(tis: IntervalSet, points: dict, ip: IntervalPlan, rounds: int = 3) -> IntervalSet:
+    """Shrink the TIS without asking the shards: candidates of an earlier round that no longer
+    lie in the set cannot be part of a match, so their intervals are dropped and the set is
+    intersected again, until nothing changes."""
+    for _ in range(rounds):
+        before = (len(tis), tis.total_length())
+        for i, (pk, lo, hi) in points.items():
+            v = ip.variables[i]
+            keep = tis.overlaps(pk, lo, hi)
+            tis = tis.intersect(IntervalSet._merged(pk[keep], lo[keep] - v.before, hi[keep] + v.after))
+        if (len(tis), tis.total_length()) == before:
+            break
+    return tis
+
+
+def _rows_in(sample: Sample | None, total: float, variable: int | None, tis: IntervalSet | None,
+             coverage: float) -> float:
+    """Expected rows (all the final pull reads, or one variable's candidates) inside ``tis``: from
+    the sample when it has enough of them, else spread evenly over the partitions' lives."""
+    if tis is None:
+        return total
+    if sample is not None:
+        share, n = sample.share(tis, variable)
+        if n >= 30:
+            return total * share
+    return total * coverage
+
+
+def _pk_bits(first: int, v, quantum: int, span: int, partitions: int) -> int:
+    """How many bits of the partition hash the rounds use. Partitions that share a hash value
+    share their intervals: a row is then pulled for a bucket-mate's interval, with a chance of
+    about (intervals per bucket) x (interval length) / (time span). Fewer bits pack every
+    interval's key smaller (the set goes to every shard each round), so take the fewest that keep
+    that chance near 1% for the first round's intervals - never more than tell the partitions
+    apart."""
+    length = v.before + v.after + quantum
+    wanted = math.ceil(math.log2(max(first * length / (0.01 * max(span, 1)), 1)))
+    return int(min(32, math.ceil(math.log2(partitions + 1)) + 1, max(1, wanted)))
+
+
+def _want(needs: dict, label: int, value: tuple[str, str]) -> None:
+    wanted = needs.setdefault(label, [])
+    if value not in wanted:
+        wanted.append(value)
+
+
+def _round_order(ip: IntervalPlan, counts: list[int]) -> list[int]:
+    """Variables by ascending candidate count: the rarest shrinks the set first and every later
+    round only ships candidates inside it."""
+    return sorted(range(len(ip.variables)), key=lambda i: counts[i])
+
+
+def _cover(tis: IntervalSet, most: int = 1024) -> bytes:
+    """The set's intervals over all partitions, merged, as at most ``most`` sorted disjoint
+    ranges (the smallest gaps closed): what an ACER index skips clusters with."""
+    order = np.argsort(tis.lo, kind="stable")
+    lo, hi = tis.lo[order].astype(np.int64), tis.hi[order].astype(np.int64)
+    if len(lo):
+        reach = np.maximum.accumulate(hi)
+        starts = np.r_[0, np.flatnonzero(lo[1:] > reach[:-1] + 1) + 1]
+        lo, hi = lo[starts], np.r_[reach[starts[1:] - 1], reach[-1]]
+        if len(lo) > most:
+            gaps = lo[1:] - hi[:-1]
+            cut = np.sort(np.argsort(gaps, kind="stable")[-(most - 1):])
+            lo, hi = np.r_[lo[0], lo[cut + 1]], np.r_[hi[cut], hi[-1]]
+    return np.concatenate([lo, hi]).astype(np.int64).tobytes()
