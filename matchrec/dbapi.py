@@ -17,6 +17,7 @@ streaming a result never blocks another thread's statement; that statement first
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import threading
@@ -157,6 +158,15 @@ class Connection:
         self._check()
         self._release()
         self.session.unregister(name)
+
+    @contextlib.contextmanager
+    def hold(self):
+        """The session, for a caller that runs several statements on it directly (``run_many``):
+        other threads wait meanwhile, and a cursor's pending result is read into memory first."""
+        with self._lock:
+            self._check()
+            self._release()
+            yield self.session
 
     @property
     def duckdb_connection(self) -> duckdb.DuckDBPyConnection:
