@@ -17,10 +17,8 @@ streaming a result never blocks another thread's statement; that statement first
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
 import functools
-import threading
 import time
 import warnings
 from typing import Any, Iterable, Sequence
@@ -71,9 +69,11 @@ def _serialised(method):
 class Connection:
     def __init__(self, session: Session):
         self.session = session
-        # Re-entrant: run_many and executemany hold it across the statements they execute.
-        self._lock = threading.RLock()
+        # The session's re-entrant lock: executemany (and run_many, through Session.claim) hold it
+        # across the statements they execute.
+        self._lock = session.lock
         self._active: Cursor | None = None
+        session.on_claim = self._release  # a caller of the session directly must not find rows pending
 
     # The session's state, under the names a connection has always had
     @property
@@ -158,15 +158,6 @@ class Connection:
         self._check()
         self._release()
         self.session.unregister(name)
-
-    @contextlib.contextmanager
-    def hold(self):
-        """The session, for a caller that runs several statements on it directly (``run_many``):
-        other threads wait meanwhile, and a cursor's pending result is read into memory first."""
-        with self._lock:
-            self._check()
-            self._release()
-            yield self.session
 
     @property
     def duckdb_connection(self) -> duckdb.DuckDBPyConnection:

@@ -38,7 +38,6 @@ How a workload runs
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import re
 import secrets
@@ -96,8 +95,7 @@ def run_many(con, statements: list[str], *, share: bool = True, reorder: bool = 
              budget: float = 1.0, slice_events: int | None = None) -> ManyResult:
     """Evaluate ``statements`` on ``con`` and return one table each.
 
-    ``con`` is a matchrec connection (anything whose ``hold()`` yields its ``engine.session.Session``
-    for the caller's exclusive use) or a Session itself. ``share`` lets pattern queries over the
+    ``con`` is a matchrec connection (its ``session``) or an ``engine.session.Session``. ``share`` lets pattern queries over the
     same source share one read and their common sub-patterns, ``reorder`` lets the planner choose
     each pattern's evaluation order (otherwise elements are bound in the order written), ``budget``
     bounds the plan search in seconds (a search also stops at ``SEARCH_SHARE`` of the evaluation
@@ -110,9 +108,8 @@ def run_many(con, statements: list[str], *, share: bool = True, reorder: bool = 
         if isinstance(sql, str):
             check_text(sql)
     # The groups read the session's DuckDB connection directly between the statements it runs:
-    # threads sharing the connection wait until the whole run is done (``hold``).
-    hold = getattr(con, "hold", None)
-    with (hold() if hold is not None else contextlib.nullcontext(con)) as session, \
+    # threads sharing the connection wait until the whole run is done (``claim``).
+    with getattr(con, "session", con).claim() as session, \
             interrupts.forwarding(session.duck), \
             np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # as in engine.cer.execute
         return _run_many(session, statements, share, reorder, budget, slice_events)

@@ -15,12 +15,14 @@ Spark inputs). Entry points hand it work and get results back:
 Errors leave the session as matchrec's PEP 249 classes, whichever entry point called.
 Open one with ``Session.open(database, dialect=...)`` (a path, ``:memory:`` or a DuckDB
 connection) or ``Session(duck_connection)``. A session serves one call at a time: callers
-that share one between threads serialise their calls (the DB-API connection holds a lock).
+that share one between threads take turns on ``lock`` (the DB-API connection holds it around
+each call; ``claim`` holds it around a workload).
 """
 from __future__ import annotations
 
 import contextlib
 import secrets
+import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +81,12 @@ class Session:
         self.sources: dict[str, str] = {}  # registered name -> what it is (local, storage node, spark input)
         self.materialized: set[str] = set()  # storage-node tables pulled whole for the current statement
         self.closed = False
+        # Callers sharing the session between threads take turns on this (re-entrant) lock; the
+        # DB-API connection holds it around each call, ``claim`` around a whole workload.
+        self.lock = threading.RLock()
+        # Called under the lock before a caller runs statements on the session directly: the owner
+        # of the session (the DB-API connection) reads a cursor's pending rows into memory there.
+        self.on_claim = None
 
     @classmethod
     def open(cls, database: str | duckdb.DuckDBPyConnection = ":memory:", dialect: str = "duckdb",
@@ -134,6 +142,17 @@ class Session:
     def unregister(self, name: str) -> None:
         self.duck.unregister(name)
         self.sources.pop(name, None)
+
+    @contextlib.contextmanager
+    def claim(self):
+        """The session for one caller's exclusive use (``run_many``): other threads wait until the
+        block ends, and whatever the owner keeps pending in DuckDB is read first."""
+        with self.lock:
+            if self.closed:
+                raise E.InterfaceError("Connection is closed")
+            if self.on_claim is not None:
+                self.on_claim()
+            yield self
 
     def close(self) -> None:
         if self.closed:
