@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from dataclasses import dataclass, field, replace
 
 import numpy as np
