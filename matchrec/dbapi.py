@@ -1,5 +1,10 @@
 """The PEP 249 (DB-API 2.0) interface: ``connect()``, Connection and Cursor.
 
+This module owns only what PEP 249 asks for: the objects, their attributes, the type objects,
+the fetch methods and the locking between threads. Everything a statement does happens in the
+connection's ``engine.session.Session`` (classification, SET, EXPLAIN, MATCH_RECOGNIZE, CER):
+a cursor hands it the text and keeps the ``Result`` it returns.
+
 One DuckDB connection backs a matchrec Connection, so every cursor shares its session
 (temporary tables, settings, transactions). A cursor's result stays in DuckDB and is
 streamed as the user fetches; when another cursor of the same connection executes, the
@@ -14,42 +19,23 @@ from __future__ import annotations
 
 import datetime
 import functools
-import re
-import secrets
-import threading
 import time
 import warnings
-from dataclasses import fields
 from typing import Any, Iterable, Sequence
 
 import duckdb
 import pyarrow as pa
-import sqlglot
 
-from matchrec import budget as work
 from matchrec import errors as E
 from matchrec.engine import interrupts
 from matchrec.engine.errors import map_duckdb_error
-from matchrec.engine.executor import Settings
-from matchrec.engine.statement import Prepared, StatementRunner, to_duckdb
-from matchrec.parser.query import dialect_of, has_match_recognize as _has_mr, split_statements
-from matchrec.parser.window import has_pattern_window
-from matchrec.parser.sase import has_strategy_clause, is_cer_statement
-from matchrec.parser.source import Origin
-from matchrec.planner.cer import CER_CHOICES, CerSettings
+from matchrec.engine.session import Result, Session
 
 apilevel = "2.0"
 threadsafety = 2  # threads may share a connection (calls on it are serialised)
 paramstyle = "qmark"
 
-_SET_RE = re.compile(
-    r"^\s*(SET|RESET)\s+(?:SESSION\s+|GLOBAL\s+|LOCAL\s+)?(matchrec_\w+|pull_strategy)\s*(?:(?:=|TO)\s*(.+?))?\s*;?\s*$",
-    re.I | re.S)
-SETTINGS = {f"matchrec_{f.name}": f.name for f in fields(Settings)}
-SETTINGS["pull_strategy"] = "pull_strategy"  # the name storage-node users know from the literature
 DEFAULT_BATCH_SIZE = 131072  # DuckDB's default batch size for Arrow readers and tables
-_CHOICES = {"pull_strategy": ("auto", "pull_all", "push_down", "naive_dfs", "dfs", "push_pull"),
-            "round_trips": ("auto", "always", "never")}
 
 
 def connect(database: str | duckdb.DuckDBPyConnection = ":memory:", dialect: str = "duckdb",
@@ -66,25 +52,8 @@ def connect(database: str | duckdb.DuckDBPyConnection = ":memory:", dialect: str
     system's authorities or ``tls_root_certs`` (a PEM file or its bytes; default
     ``$MATCHREC_NODE_TLS_ROOT_CERTS``).
     """
-    dialect_of(dialect)
-    if storage_nodes is not None:
-        if isinstance(storage_nodes, str):
-            storage_nodes = [u for u in storage_nodes.split(",") if u.strip()]
-        from matchrec.connectors.remote import RemoteStore
-        remote = RemoteStore([u.strip() for u in storage_nodes], token=token, timeout=node_timeout,
-                             tls_root_certs=tls_root_certs)
-        con = connect(database, dialect, read_only, config)
-        con._attach_remote(remote)
-        return con
-    if isinstance(database, duckdb.DuckDBPyConnection):
-        return Connection(database, dialect, owned=False)
-    if not isinstance(database, str):
-        raise E.InterfaceError("database must be a path, ':memory:' or a duckdb connection")
-    try:
-        con = duckdb.connect(database, read_only=read_only, config=config or {})
-    except duckdb.Error as err:
-        raise map_duckdb_error(err) from None
-    return Connection(con, dialect, owned=True)
+    return Connection(Session.open(database, dialect, read_only, config, storage_nodes, token, node_timeout,
+                                   tls_root_certs))
 
 
 def _serialised(method):
@@ -98,29 +67,37 @@ def _serialised(method):
 
 
 class Connection:
-    def __init__(self, duck: duckdb.DuckDBPyConnection, dialect: str, owned: bool):
-        self._duck = duck
-        # Re-entrant: run_many and executemany hold it across the statements they execute.
-        self._lock = threading.RLock()
-        self.dialect = dialect.lower()
-        self._owned = owned
-        self._closed = False
+    def __init__(self, session: Session):
+        self.session = session
+        # The session's re-entrant lock: executemany (and run_many, through Session.claim) hold it
+        # across the statements they execute.
+        self._lock = session.lock
         self._active: Cursor | None = None
-        self.settings = Settings()
-        self.cer_settings = CerSettings()  # SET matchrec_cer_...: CER statements (PATTERN ... FROM ...)
-        self.remote = None  # connectors.remote.RemoteStore when this is a compute node
-        self._materialized: set[str] = set()
+        session.on_claim = self._release  # a caller of the session directly must not find rows pending
 
-    def _attach_remote(self, remote) -> None:
-        self.remote = remote
-        self._placeholders()
+    # The session's state, under the names a connection has always had
+    @property
+    def _duck(self) -> duckdb.DuckDBPyConnection:
+        return self.session.duck
 
-    def _placeholders(self) -> None:
-        """Register every storage-node table as an empty relation with its columns (for planning);
-        a statement that reads one replaces it with pulled rows until the next statement."""
-        for name, schema in self.remote.schemas.items():
-            self._duck.register(name, schema.empty_table())
-        self._materialized = set()
+    @property
+    def dialect(self) -> str:
+        return self.session.dialect
+
+    @property
+    def settings(self):
+        """The MATCH_RECOGNIZE engine's settings (``SET matchrec_...``): ``engine.executor.Settings``."""
+        return self.session.settings
+
+    @property
+    def cer_settings(self):
+        """The CER statements' settings (``SET matchrec_cer_...``): ``planner.cer.CerSettings``."""
+        return self.session.cer_settings
+
+    @property
+    def remote(self):
+        """``connectors.remote.RemoteStore`` when this is a compute node, else None."""
+        return self.session.remote
 
     # -- PEP 249
     def cursor(self) -> "Cursor":
@@ -151,14 +128,10 @@ class Connection:
 
     @_serialised
     def close(self) -> None:
-        if self._closed:
+        if self.session.closed:
             return
         self._release()
-        self._closed = True
-        if self.remote is not None:
-            self.remote.close()
-        if self._owned:
-            self._duck.close()
+        self.session.close()
 
     def __enter__(self) -> "Connection":
         return self
@@ -178,28 +151,25 @@ class Connection:
         """Make a pandas DataFrame, Arrow table or similar queryable under ``name``."""
         self._check()
         self._release()
-        try:
-            self._duck.register(name, obj)
-        except duckdb.Error as err:
-            raise map_duckdb_error(err) from None
+        self.session.register(name, obj)
 
     @_serialised
     def unregister(self, name: str) -> None:
         self._check()
         self._release()
-        self._duck.unregister(name)
+        self.session.unregister(name)
 
     @property
     def duckdb_connection(self) -> duckdb.DuckDBPyConnection:
-        return self._duck
+        return self.session.duck
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self.session.closed
 
     # -- internals
     def _check(self) -> None:
-        if self._closed:
+        if self.session.closed:
             raise E.InterfaceError("Connection is closed")
 
     def _release(self) -> None:
@@ -207,26 +177,6 @@ class Connection:
         if self._active is not None:
             active, self._active = self._active, None
             active._buffer()
-
-
-SETTING_MAX = (1 << 63) - 1  # settings reach the compiled matcher as 64-bit integers
-
-
-def _integer_setting(name: str, raw: str, minimum: int) -> int:
-    """The value of ``SET name = raw`` for an integer setting (digits may be grouped by _)."""
-    try:
-        value = int(raw.replace("_", ""))
-        if not minimum <= value <= SETTING_MAX:
-            raise ValueError
-    except ValueError:
-        raise E.ProgrammingError(f"SET {name} needs an integer >= {minimum} (and at most {SETTING_MAX:,}), "
-                                 f"got {raw!r}") from None
-    return value
-
-
-def _needs_engine(sql: str) -> bool:
-    """Whether the statement has row pattern recognition (MATCH_RECOGNIZE or a pattern window)."""
-    return _has_mr(sql) or has_pattern_window(sql)
 
 
 class Cursor:
@@ -242,8 +192,6 @@ class Cursor:
         self._pending = False
         self._buffer_rows: list[tuple] | None = None
         self._registered: list[str] = []
-        self._prepared: Prepared | None = None
-        self._explain_rows: list[tuple] | None = None
         self.stats: list = []  # per MATCH_RECOGNIZE of the last statement: (plan, Stats)
         self.pull_stats: list = []  # per MATCH_RECOGNIZE read from storage nodes: connectors.remote.PullStats
         self.cer_run = None  # engine.cer.CerRun of the last CER statement (plan and counters)
@@ -286,35 +234,10 @@ class Cursor:
         self._reset()
         started = time.perf_counter()
         try:
-            self._run(operation, parameters)
-        except E.Error:
+            self._take(con.session.execute(operation, parameters))
+        except BaseException:
             self._reset()
             raise
-        except duckdb.Error as err:
-            self._reset()
-            raise map_duckdb_error(err) from None
-        except (KeyboardInterrupt, MemoryError):
-            self._reset()
-            raise
-        except work.BudgetExceeded:  # arrived just as its statement ended
-            self._reset()
-            raise work.memory_error(con.settings.max_memory_mb) from None
-        except RuntimeError as err:
-            self._reset()
-            if "interrupted" in str(err).lower():  # DuckDB's own answer to Ctrl-C
-                raise KeyboardInterrupt() from None
-            raise E.InternalError(f"Internal error while executing the query ({type(err).__name__}: {err}). "
-                                  "Please report it with the query.") from err
-        except RecursionError:
-            self._reset()
-            raise E.OperationalError("The query is too deeply nested to process") from None
-        except sqlglot.errors.SqlglotError as err:  # a statement sqlglot cannot read or write
-            self._reset()
-            raise E.ProgrammingError(f"Cannot read the statement: {err}") from None
-        except Exception as err:  # noqa: BLE001 - never let an engine bug escape as a raw exception
-            self._reset()
-            raise E.InternalError(f"Internal error while executing the query ({type(err).__name__}: {err}). "
-                                  "Please report it with the query.") from err
         finally:
             self.elapsed = time.perf_counter() - started
         return self
@@ -331,177 +254,21 @@ class Cursor:
         self._rowcount = total if total else self._rowcount
         return self
 
-    def _run(self, sql: str, params) -> None:
-        con = self.connection
-        if params is not None and not isinstance(params, (list, tuple, dict)):
-            raise E.ProgrammingError("parameters must be a sequence or a mapping")
-        setting = _SET_RE.match(sql)
-        if setting:
-            self._set(setting)
-            return
-        if is_cer_statement(sql) or has_strategy_clause(sql):
-            if params:
-                raise E.NotSupportedError("CER statements (PATTERN ... FROM, MATCH_RECOGNIZE with STRATEGY) take no "
-                                          "parameters: write the values into the statement")
-            self._run_cer(sql)
-            return
-        if con.remote is not None:
-            con.remote.retries = con.settings.node_retries
-            con.remote.retry_backoff = con.settings.node_retry_backoff_ms / 1000
-            if con._materialized:
-                con._placeholders()
-        if not _needs_engine(sql):
-            text = to_duckdb(sql, con.dialect, Origin.identity(len(sql)), sql) if con.dialect != "duckdb" else sql
-            self._materialize(text)
-            self._duck_execute(text, params)
-            return
-        statements = split_statements(sql, con.dialect)
-        for i, (text, _) in enumerate(statements):
-            if i < len(statements) - 1:
-                self._run_one(text, None if not _needs_engine(text) else None)
-                self._buffer()
-                self._reset()
-            else:
-                self._run_one(text, params)
-
-    def _run_one(self, sql: str, params) -> None:
-        con = self.connection
-        if not _needs_engine(sql):
-            text = to_duckdb(sql, con.dialect, Origin.identity(len(sql)), sql)
-            self._materialize(text)
-            self._duck_execute(text, params)
-            return
-        runner = StatementRunner(con._duck, con.settings, con.dialect, con.remote, con._materialized)
-        with work.statement(con.settings):
-            prepared = runner.prepare(sql, params)
-        self._registered = list(prepared.registered)
-        self.stats = [(run.plan, run.stats) for run in prepared.runs]
-        self.pull_stats = [run.pull for run in prepared.runs if run.pull is not None]
-        if prepared.explain is not None:
-            self._explain(prepared, sql)
-            return
-        self._duck_execute(prepared.sql, None, source=sql)
-
-    def _run_cer(self, sql: str) -> None:
-        """A CER statement: matched in Python over events read from DuckDB, the result served by DuckDB."""
-        from matchrec.engine import cer
-        from matchrec.parser.sase import parse
-        con = self.connection
-        if con.remote is not None:
-            raise E.NotSupportedError("CER statements read local DuckDB tables; storage-node tables are not supported")
-        with work.statement(con.settings):
-            run = cer.execute(con._duck, parse(sql), con.cer_settings)
-        self.cer_run = run
-        if run.explain is not None:
-            self._description = [("explain_key", "VARCHAR", None, None, None, None, None),
-                                 ("explain_value", "VARCHAR", None, None, None, None, None)]
-            self._buffer_rows = [("matchrec", run.explain)]
-            return
-        name = f"__matchrec_cer_result_{secrets.token_hex(6)}"
-        con._duck.register(name, run.table)
-        self._registered = [name]
-        self._duck_execute(f"SELECT * FROM {name}", None)
-
-    def _materialize(self, sql: str) -> None:
-        con = self.connection
-        if con.remote is not None:
-            StatementRunner(con._duck, con.settings, con.dialect, con.remote, con._materialized).materialize(sql)
-
-    def _duck_execute(self, sql: str, params, source: str | None = None) -> None:
-        con = self.connection
-        duck = con._duck
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                if params is None:
-                    duck.execute(sql)
-                else:
-                    duck.execute(sql, params)
-        except duckdb.Error as err:
-            self._unregister()
-            if source is not None:
-                raise map_duckdb_error(err, source, 0) from None
-            raise map_duckdb_error(err) from None
-        self._description = duck.description
-        self._rowcount = duck.rowcount
-        self._pending = True
-        con._active = self
-
-    def _explain(self, prepared: Prepared, source: str) -> None:
-        con = self.connection
-        lines = []
-        for i, run in enumerate(prepared.runs):
-            lines.append(f"MATCH_RECOGNIZE #{i + 1}" if run.window is None else
-                         f"#{i + 1}: window {run.window} with PATTERN")
-            lines.append(run.plan.explain())
-            if prepared.explain == "analyze":
-                s = run.stats
-                lines.append(f"Analyze: rows in {s.rows_in}, partitions {s.partitions}, matches {s.matches} "
-                             f"(+{s.empty_matches} empty), rows out {s.rows_out}")
-                lines.append(f"  matcher {s.matcher}: {s.match_seconds:.3f} s; output and MEASURES "
-                             f"{s.output_seconds:.3f} s; DuckDB input {run.input_seconds:.3f} s")
-                if s.starts_tried or s.starts_pruned:
-                    lines.append(f"  reference matcher started at {s.starts_tried} rows; "
-                                 f"{s.starts_pruned} start rows pruned by the compiled pre-filter")
-                lines.append(f"  DuckDB fallback evaluations {s.fallback_calls}")
-                for key, value in s.extra.items():
-                    lines.append(f"  {key}: {value}")
-        rows = [("matchrec", "\n".join(lines))]
-        keyword = "EXPLAIN ANALYZE " if prepared.explain == "analyze" else "EXPLAIN "
-        try:
-            duck_rows = con._duck.execute(keyword + prepared.sql).fetchall()
-            rows += [(str(a), str(b)) for a, b in duck_rows]
-        except duckdb.Error as err:  # DuckDB's excerpt would show the SQL matchrec wrote, not the user's
-            raise map_duckdb_error(err, source, 0) from None
-        finally:
-            self._unregister()
-        self._description = [("explain_key", "VARCHAR", None, None, None, None, None),
-                             ("explain_value", "VARCHAR", None, None, None, None, None)]
-        self._buffer_rows = rows
-        self._rowcount = -1
-
-    def _set(self, m: re.Match) -> None:
-        settings = self.connection.settings
-        name = m.group(2).lower()
-        if name.startswith("matchrec_cer_"):
-            self._set_cer(name, m)
-            return
-        if name not in SETTINGS:
-            raise E.ProgrammingError(f"Unknown setting {name}; known: {', '.join(sorted(SETTINGS))}")
-        attr = SETTINGS[name]
-        if m.group(1).upper() == "RESET":
-            setattr(settings, attr, getattr(Settings(), attr))
-            return
-        raw = (m.group(3) or "").strip().strip("'\"")
-        if attr in _CHOICES:
-            if raw.lower() not in _CHOICES[attr]:
-                raise E.ProgrammingError(f"SET {name} takes one of {', '.join(_CHOICES[attr])}, got {raw!r}")
-            setattr(settings, attr, raw.lower())
-            return
-        minimum = 0 if attr in ("fast_path", "prefilter", "node_retries", "node_retry_backoff_ms") else 1
-        setattr(settings, attr, _integer_setting(name, raw, minimum))
-
-    def _set_cer(self, name: str, m: re.Match) -> None:
-        settings = self.connection.cer_settings
-        attr = name[len("matchrec_cer_"):]
-        known = [f.name for f in fields(CerSettings)]
-        if attr not in known:
-            raise E.ProgrammingError(f"Unknown setting {name}; known: "
-                                     f"{', '.join('matchrec_cer_' + k for k in known)}")
-        if m.group(1).upper() == "RESET":
-            setattr(settings, attr, getattr(CerSettings(), attr))
-            return
-        raw = (m.group(3) or "").strip().strip("'\"")
-        if attr in CER_CHOICES:
-            if raw.lower() not in CER_CHOICES[attr]:
-                raise E.ProgrammingError(f"SET {name} takes one of {', '.join(CER_CHOICES[attr])}, got {raw!r}")
-            setattr(settings, attr, raw.lower())
-        elif attr in ("max_matches", "max_partial_matches"):
-            setattr(settings, attr, _integer_setting(name, raw, 1))
-        else:
-            if not raw:
-                raise E.ProgrammingError(f"SET {name} needs a column name")
-            setattr(settings, attr, raw)
+    def _take(self, result: Result) -> None:
+        """Keep what the session returned: rows pending in DuckDB (streamed as fetched) or in memory."""
+        if result.stats is not None:
+            self.stats = result.stats
+            self.pull_stats = result.pull_stats or []
+        if result.cer_run is not None:
+            self.cer_run = result.cer_run
+        self._registered = list(result.registered)
+        self._description = result.description
+        self._rowcount = result.rowcount
+        if result.pending:
+            self._pending = True
+            self.connection._active = self
+        elif result.rows is not None:
+            self._buffer_rows = result.rows
 
     # -- fetching
     @_serialised

@@ -148,8 +148,7 @@ def _altair():
 
 
 def _as_table(result: Any) -> pa.Table:
-    from matchrec.dbapi import Cursor
-    if isinstance(result, Cursor):
+    if callable(getattr(result, "fetch_arrow_table", None)):  # a matchrec (or DuckDB) cursor
         return result.fetch_arrow_table()
     if isinstance(result, pa.Table):
         return result

@@ -258,10 +258,9 @@ def ship(builder, archive: str | None = None):
                                  "packed interpreter instead: unset PYSPARK_PYTHON, or keep it and install "
                                  "matchrec in that Python on every worker")
     if archive is None:
-        import matchrec
         cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "matchrec")
         os.makedirs(cache, exist_ok=True)
-        archive = os.path.join(cache, f"spark-env-{matchrec.__version__}-py{sys.version_info[0]}"
+        archive = os.path.join(cache, f"spark-env-{spark_env.version()}-py{sys.version_info[0]}"
                                       f"{sys.version_info[1]}.tar.gz")
         if not os.path.exists(archive):
             spark_env.build(archive)

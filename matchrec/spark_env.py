@@ -93,9 +93,13 @@ def distributions() -> list:
     return found
 
 
+def version() -> str:
+    """matchrec's version: the package's own (it is loaded already, this module being part of it)."""
+    return getattr(sys.modules.get(__package__), "__version__", None) or metadata.version("matchrec")
+
+
 def _matchrec_files():
-    import matchrec
-    root = Path(matchrec.__file__).resolve().parent
+    root = Path(__file__).resolve().parent  # the package this module belongs to
     for path in root.rglob("*"):
         if path.is_file() and "__pycache__" not in path.parts:
             yield path, Path("matchrec") / path.relative_to(root)

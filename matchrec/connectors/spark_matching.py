@@ -1,9 +1,10 @@
 """MATCH_RECOGNIZE over Spark DataFrames: analysis on the driver, matching on the executors.
 
-A clause body is analysed on the driver by running it through matchrec's DuckDB engine over an
-empty Arrow table with the input's schema: that gives the output schema, the plan, and errors
-with line and column before any Spark job starts. Executors then run the very same engine over
-Arrow batches (``mapInArrow``), so Spark and DuckDB results agree by construction:
+A clause body is parsed once and analysed on the driver by handing the parsed clause and an
+empty Arrow table with the input's schema to an engine session (``engine.session.Session.match``):
+that gives the output schema, the plan, and errors with line and column in the user's text
+before any Spark job starts. Executors hand the very same session call their Arrow batches
+(``mapInArrow``), so Spark and DuckDB results agree by construction:
 
 * with PARTITION BY, rows are hash-partitioned by the keys and every task matches the keys it
   holds (one DuckDB connection per task, not per key);
@@ -22,8 +23,7 @@ from __future__ import annotations
 
 import os
 import re
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -34,8 +34,7 @@ from matchrec.parser.body import parse_body
 from matchrec.parser import spec as S
 
 HIDDEN = "__mrs_"  # not __mr_: the body parser names navigation functions so
-_INPUT = "__mrs_input"
-_PREFIX = f"SELECT * FROM {_INPUT} MATCH_RECOGNIZE (\n"
+_INPUT = "__mrs_input"  # the table a window statement reads
 
 
 @dataclass
@@ -75,64 +74,55 @@ class Analysis:
 
 
 # ------------------------------------------------------------------ running the engine locally
+def _session(dialect: str, threads: int | None = None):
+    """An engine session on a private in-memory DuckDB (``threads``: DuckDB's and the matcher's;
+    a Spark task runs on one core)."""
+    from matchrec.engine.session import Session
+    session = Session.open(":memory:", dialect)
+    if threads is not None:
+        session.duck.execute(f"SET threads = {int(threads)}")
+        session.set("matchrec_threads", int(threads))
+    return session
+
+
+def _clause(body: Body) -> S.MatchSpec:
+    """The body's parsed clause; the clause as a whole is the body's own text (errors about it
+    point at the body's start, not at a MATCH_RECOGNIZE keyword the body may not have)."""
+    return replace(body.spec, span=S.Span(body.offset, body.offset + len(body.text)))
+
+
 def run_local(table: pa.Table, text: str, dialect: str, threads: int | None = None) -> pa.Table:
-    """The rows of ``SELECT * FROM table MATCH_RECOGNIZE (text)`` computed by matchrec on DuckDB
+    """The rows of the MATCH_RECOGNIZE body ``text`` over ``table``, computed by matchrec on DuckDB
     (``threads``: DuckDB's and the matcher's threads; a Spark task runs on one core)."""
-    from matchrec.dbapi import connect
-    con = connect(dialect=dialect)
+    return run_body(table, Body.parse(text, dialect), threads).table
+
+
+def run_body(table: pa.Table, body: Body, threads: int | None = None):
+    """The parsed ``body`` matched over ``table`` by an engine session: ``engine.session.ClauseResult``
+    (rows, plan, EXPLAIN text); errors point into the body's source."""
+    session = _session(body.dialect, threads)
     try:
-        con.register(_INPUT, table)
-        cur = con.cursor()
-        if threads is not None:
-            con.duckdb_connection.execute(f"SET threads = {int(threads)}")
-            cur.execute(f"SET matchrec_threads = {int(threads)}")
-        cur.execute(_PREFIX + text + "\n)")
-        return cur.fetch_arrow_table()
+        return session.match(_clause(body), table)
     finally:
-        con.close()
-
-
-def remap_error(err: E.Error, body: Body, text: str | None = None) -> E.Error:
-    """``err`` raised on the synthetic statement, pointing into the user's own text instead."""
-    text = body.text if text is None else text
-    position = getattr(err, "position", None)
-    if position is None or not hasattr(err, "problem"):
-        return err
-    at = position - len(_PREFIX)
-    end = getattr(err, "end", None)
-    end = None if end is None else end - len(_PREFIX)
-    if not 0 <= at <= len(text) or text is not body.text:
-        at, end = 0, None  # the reading of the input or a hidden rewrite: point at the clause
-    return E.positioned(type(err), err.problem, body.source, body.local(at),
-                        None if end is None else body.local(end))
+        session.close()
 
 
 def analyze(body: Body, input_schema: pa.Schema) -> Analysis:
     """Plan ``body`` over rows of ``input_schema``: output schema, EXPLAIN text, split decision."""
     from matchrec.connectors.duckdb_source import DuckDBOracle
-    from matchrec.dbapi import connect
     from matchrec.planner.intervals import key_and_window
-    con = connect(dialect=body.dialect)
+    session = _session(body.dialect)
     try:
-        con.register(_INPUT, input_schema.empty_table())
-        cur = con.cursor()
-        try:
-            cur.execute(_PREFIX + body.text + "\n)")
-            output = cur.fetch_arrow_table().schema
-            plan = cur.stats[0][0]
-            cur.execute("EXPLAIN " + _PREFIX + body.text + "\n)")
-            explain = cur.fetchall()[0][1]
-        except E.Error as err:
-            raise remap_error(err, body) from None
-        analysis = Analysis(body, input_schema, output, plan, explain)
-        kw = key_and_window(plan, DuckDBOracle(con.duckdb_connection))
+        ran = session.match(_clause(body), input_schema.empty_table())
+        analysis = Analysis(body, input_schema, ran.table.schema, ran.plan, ran.explain)
+        kw = key_and_window(ran.plan, DuckDBOracle(session.duck))
         if isinstance(kw, str):
             analysis.split_reason = kw
         else:
             analysis.key_sql, analysis.window = kw
             analysis.split_reason = _split_blocker(body)
     finally:
-        con.close()
+        session.close()
     return analysis
 
 
@@ -296,17 +286,12 @@ def match_task(text: str, dialect: str, input_schema: pa.Schema, output_schema: 
 def run_statement_local(table: pa.Table, statement: str, dialect: str) -> pa.Table:
     """The rows of ``statement`` (which reads the table ``__mrs_input``) computed by matchrec on
     DuckDB over ``table``, on one thread (a Spark task runs on one core)."""
-    from matchrec.dbapi import connect
-    con = connect(dialect=dialect)
+    session = _session(dialect, threads=1)
     try:
-        con.register(_INPUT, table)
-        con.duckdb_connection.execute("SET threads = 1")
-        cur = con.cursor()
-        cur.execute("SET matchrec_threads = 1")
-        cur.execute(statement)
-        return cur.fetch_arrow_table()
+        session.register(_INPUT, table, kind="spark input")
+        return session.table(statement)
     finally:
-        con.close()
+        session.close()
 
 
 def window_statement(body: str, measures: list[tuple[str, str]]) -> str:
@@ -437,9 +422,10 @@ def split_match_task(text: str, dialect: str, input_schema: pa.Schema, output_sc
             return
         table = pa.Table.from_batches(batches)
         ranges = pc.unique(table.column(f"{HIDDEN}range")).to_pylist()
+        body = Body.parse(text, dialect)
         for r in ranges:  # a task may hold several ranges
             part = table.filter(pc.equal(table.column(f"{HIDDEN}range"), r)).drop_columns([f"{HIDDEN}range"])
-            out = run_local(conform(part, input_schema), text, dialect, threads=1)
+            out = run_body(conform(part, input_schema), body, threads=1).table
             sk = np.asarray(out.column(f"{HIDDEN}sk").to_numpy(zero_copy_only=False), np.int64)
             lo = cut[r - 1] if r > 0 else np.iinfo(np.int64).min
             hi = cut[r] if r < len(cut) else np.iinfo(np.int64).max

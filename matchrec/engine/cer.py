@@ -41,7 +41,7 @@ class CerRun:
 
 def execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSettings) -> CerRun:
     # floating-point overflow gives infinity (and 0 * inf NaN) as DuckDB's DOUBLE does: no warnings;
-    # the work budget is the caller's when it has one (the cursor's settings)
+    # the work budget is the caller's when it has one (the session's settings: engine.session)
     with work.statement(), np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         return _execute(duck, query, settings)
 

@@ -50,7 +50,7 @@ import pyarrow as pa
 from matchrec.engine import cer as E
 from matchrec.engine import interrupts
 from matchrec.engine.multi_group import SLICE_EVENTS, _Group, evaluate_read  # a group: read, classes, evaluation
-from matchrec.errors import check_text
+from matchrec.errors import Error, check_text
 from matchrec.parser import sase as S
 from matchrec.planner import cer as P
 
@@ -82,45 +82,46 @@ class ManyResult:
 
 def run_many(con, statements: list[str], *, share: bool = True, reorder: bool = True,
              budget: float = 1.0, slice_events: int | None = None) -> ManyResult:
-    """Evaluate ``statements`` on the matchrec connection ``con`` and return one table each.
+    """Evaluate ``statements`` on ``con`` and return one table each.
 
-    ``share`` lets pattern queries over the same source share one read and their common
-    sub-patterns, ``reorder`` lets the planner choose each pattern's evaluation order (otherwise
-    elements are bound in the order written), ``budget`` bounds the plan search in seconds (a
-    search also stops at ``SEARCH_SHARE`` of the evaluation time it expects), ``slice_events`` the
-    events per slice of the stream between checks for drifting rates (default ``SLICE_EVENTS``).
-    A failing statement raises its error, as it would alone; a statement without a result (SET,
-    RESET) gets an empty table.
+    ``con`` is a matchrec connection (its ``session``) or an ``engine.session.Session``. ``share`` lets pattern queries over the
+    same source share one read and their common sub-patterns, ``reorder`` lets the planner choose
+    each pattern's evaluation order (otherwise elements are bound in the order written), ``budget``
+    bounds the plan search in seconds (a search also stops at ``SEARCH_SHARE`` of the evaluation
+    time it expects), ``slice_events`` the events per slice of the stream between checks for
+    drifting rates (default ``SLICE_EVENTS``). A failing statement raises its error, as it would
+    alone; a statement without a result (SET, RESET) gets an empty table.
     """
     statements = list(statements)
     for sql in statements:
         if isinstance(sql, str):
             check_text(sql)
-    # The groups read the connection's DuckDB session directly between the statements its
-    # cursors run: threads sharing the connection wait until the whole run is done.
-    with con._lock, interrupts.forwarding(con.duckdb_connection), \
+    # The groups read the session's DuckDB connection directly between the statements it runs:
+    # threads sharing the connection wait until the whole run is done (``claim``).
+    with getattr(con, "session", con).claim() as session, \
+            interrupts.forwarding(session.duck), \
             np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # as in engine.cer.execute
-        con._check()
-        con._release()  # a cursor's streamed result would not survive the groups' own queries
-        return _run_many(con, statements, share, reorder, budget, slice_events)
+        return _run_many(session, statements, share, reorder, budget, slice_events)
 
 
-def _run_many(con, statements: list[str], share: bool, reorder: bool, budget: float,
+def _run_many(session, statements: list[str], share: bool, reorder: bool, budget: float,
               slice_events: int | None) -> ManyResult:
     t0 = time.perf_counter()
-    run = _Run(con, share, reorder, float(budget), int(slice_events or SLICE_EVENTS))
+    run = _Run(session, share, reorder, float(budget), int(slice_events or SLICE_EVENTS))
     tables: list = [None] * len(statements)
+    classified: list = [None] * len(statements)
     pending: list = []
     for i, sql in enumerate(statements):
-        kind = run.kind(sql)
+        classified[i] = statement = run.classify(sql)
+        kind = run.kind(sql, statement)
         if kind == "cer":
             pending.append(i)
             continue
         if kind == "barrier":
-            run.flush(statements, pending, tables)
+            run.flush(statements, pending, tables, classified)
             pending = []
-        tables[i] = run.alone(sql)
-    run.flush(statements, pending, tables)
+        tables[i] = run.alone(statement if statement is not None else sql)
+    run.flush(statements, pending, tables, classified)
     alone = sum(1 for i in range(len(statements)) if i not in run.grouped)
     head = (f"{len(statements)} statement(s): {len(run.grouped)} CER pattern quer"
             f"{'y' if len(run.grouped) == 1 else 'ies'} in {run.stats['groups']} group(s), {alone} run alone; "
@@ -144,9 +145,11 @@ class _Item:
 
 
 class _Run:
-    def __init__(self, con, share: bool, reorder: bool, budget: float, slice_events: int, *, duck=None,
+    def __init__(self, session, share: bool, reorder: bool, budget: float, slice_events: int, *, duck=None,
                  settings: P.CerSettings | None = None):
-        self.con = con  # None for one statement the cursor has read (``evaluate_read``): ``duck``, ``settings``
+        # The engine.session.Session the workload runs in (named con for the groups, which read its
+        # settings); None for one statement the cursor has read (``evaluate_read``): ``duck``, ``settings``
+        self.con = session
         self._fixed = (duck, settings)
         self.share, self.reorder, self.budget, self.slice_events = share, reorder, budget, slice_events
         self.report: list[str] = []
@@ -160,38 +163,42 @@ class _Run:
 
     def duck_and_settings(self) -> tuple:
         """The DuckDB connection and CER settings now (a SET between two groups changes them)."""
-        return self._fixed if self.con is None else (self.con._duck, self.con.cer_settings)
+        return self._fixed if self.con is None else (self.con.duck, self.con.cer_settings)
 
     # ------------------------------------------------------------ classification
-    def kind(self, sql: str) -> str:
+    def classify(self, sql):
+        """The statement classified once by the session; None when it cannot be (``alone`` then
+        runs the text and raises its error in its turn, as the statement alone would)."""
+        if not isinstance(sql, str):
+            return None
+        try:
+            return self.con.classify(sql)
+        except Error:
+            return None
+
+    def kind(self, sql: str, statement=None) -> str:
         """'cer' (a pattern query this module may evaluate), 'read' (any other query) or 'barrier'."""
         text = _LEAD.sub("", sql, count=1)
-        con = self.con
-        if S.is_cer_statement(sql) or S.has_strategy_clause(sql):
-            if con.remote is not None or con.cer_settings.mechanism != "auto" or text[:7].lower() == "explain":
-                return "read"  # the cursor raises or explains exactly as it would alone
+        session = self.con
+        if statement is not None and statement.kind == "cer":
+            if session.remote is not None or session.cer_settings.mechanism != "auto" or \
+                    text[:7].lower() == "explain":
+                return "read"  # the session raises or explains exactly as it would alone
             return "cer"
         word = re.match(r"\(|[A-Za-z_]+", text)
         return "read" if word and word.group(0).lower() in _READ_WORDS else "barrier"
 
-    def alone(self, sql: str) -> pa.Table:
-        cur = self.con.cursor()
-        try:
-            cur.execute(sql)
-            if cur.description is None:
-                return pa.table({})  # a statement without a result (SET, RESET)
-            return cur.fetch_arrow_table()
-        finally:
-            cur.close()
+    def alone(self, statement) -> pa.Table:
+        """The result of one statement run by the session (an empty table when it has none)."""
+        return self.con.table(statement)
 
     # ------------------------------------------------------------ groups
-    def flush(self, statements: list, pending: list, tables: list) -> None:
+    def flush(self, statements: list, pending: list, tables: list, classified: list | None = None) -> None:
         if not pending:
             return
         self._count_schema = None  # a statement before this flush may have changed DuckDB's settings
         groups: dict = {}
-        settings = self.con.cer_settings
-        duck = self.con._duck
+        duck, settings = self.duck_and_settings()
         for i in pending:
             try:
                 q = _parse(statements[i])
@@ -201,8 +208,9 @@ class _Run:
                 if cols is None:
                     cols = self._schemas[q.source] = (P.describe_source(duck, q), P.has_rowid(duck, q.source))
                 plan = P.resolve_query(duck, q, settings, cols[0], cols[1])
-            except Exception:  # noqa: BLE001 - the cursor reports the statement's error as it would alone
-                tables[i] = self.alone(statements[i])
+            except Exception:  # noqa: BLE001 - the session reports the statement's error as it would alone
+                statement = classified[i] if classified is not None else None
+                tables[i] = self.alone(statement if statement is not None else statements[i])
                 continue
             item = _Item(i, statements[i], q, plan)
             key = (q.source.lower(), plan.type_column, plan.key_column, plan.key_sql, plan.partition_column,

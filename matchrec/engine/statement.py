@@ -27,6 +27,7 @@ from matchrec.errors import Error, NotSupportedError, ProgrammingError, position
 from matchrec.parser import parameters
 from matchrec.parser.query import Clause, SplitQuery, split, tokenize
 from matchrec.parser.source import Origin, rewrite
+from matchrec.parser.spec import Span
 from matchrec.parser.translate import is_trino, translate_statement
 from matchrec.planner.fastpath import fast_plan
 from matchrec.planner.prefilter import row_filter
@@ -55,7 +56,6 @@ class Prepared:
 
 
 _STORED_OBJECT = re.compile(r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\w*\s+)?(VIEW|MACRO|FUNCTION)\b", re.I)
-_EXPLAIN = re.compile(r"\s*EXPLAIN\s+(ANALY[SZ]E\s+)?", re.I)
 
 
 # ------------------------------------------------------------------ SQL helpers
@@ -84,9 +84,12 @@ def to_duckdb(sql: str, dialect: str, origin: Origin, source: str, write: str = 
     return out[0]
 
 
-def replace_identifiers(sql: str, mapping: dict[str, str]) -> str:
-    """Replace whole identifier tokens (placeholders) in DuckDB SQL."""
-    tokens = tokenize(sql, "duckdb")
+def replace_identifiers(sql: str, mapping: dict[str, str], tokens: list | None = None) -> str:
+    """Replace whole identifier tokens (placeholders) in DuckDB SQL (``tokens``: its DuckDB tokens, if read)."""
+    if not mapping:
+        return sql
+    if tokens is None:
+        tokens = tokenize(sql, "duckdb")
     edits = []
     for tok in tokens:
         text = sql[tok.start:tok.end + 1]
@@ -97,7 +100,10 @@ def replace_identifiers(sql: str, mapping: dict[str, str]) -> str:
 
 def cte_prefixes(split_query: SplitQuery, write: str = "duckdb") -> dict[str, str]:
     """For each clause placeholder, the WITH clause (SQL of ``write``) its input may need."""
-    if not any(t.token_type == TokenType.WITH for t in tokenize(split_query.text, split_query.dialect)):
+    tokens = getattr(split_query, "tokens", None)
+    if tokens is None:
+        tokens = tokenize(split_query.text, split_query.dialect)
+    if not any(t.token_type == TokenType.WITH for t in tokens):
         return {}
     try:
         tree = sqlglot.parse_one(split_query.text, read=split_query.dialect)
@@ -188,19 +194,20 @@ class StatementRunner:
             self.con.register(name, self.remote.pull_all(name, PullStats()))
             self.materialized.add(name)
 
-    def prepare(self, sql: str, params=None) -> Prepared:
-        """Run every MATCH_RECOGNIZE of ``sql`` and return the DuckDB statement that finishes it.
+    def prepare(self, statement) -> Prepared:
+        """Run every MATCH_RECOGNIZE of ``statement`` (a ``parser.classify.Statement`` of kind match
+        or explain) and return the DuckDB statement that finishes it.
 
         Parameters never enter text that the dialect's tokenizer reads: placeholders become
         marker identifiers first, and the values replace them only in the parsed expressions
         and in the DuckDB SQL the statement is translated to (see parser.parameters).
         """
-        explain = None
+        sql, params, explain = statement.text, statement.parameters, statement.explain
         origin = Origin.identity(len(sql))
-        m = _EXPLAIN.match(sql)
-        if m:
-            explain = "analyze" if m.group(1) else "plain"
-            stripped, origin = rewrite(sql, [(0, m.end(), "")])
+        tokens = statement.tokens
+        if explain is not None:
+            stripped, origin = rewrite(sql, [(0, statement.explain_end, "")])
+            tokens = None  # they are the tokens of the text with EXPLAIN
         else:
             stripped = sql
         try:
@@ -208,7 +215,8 @@ class StatementRunner:
         except Error as err:
             raise parameters.unmark_error(err, None, origin, sql) from None
         if marked is None or not marked.values:
-            return self._prepare(marked.text if marked else stripped, explain, {}, {})
+            return self._prepare(marked.text if marked else stripped, explain, {}, {},
+                                 tokens=tokens if marked is None else None)
         nodes = marked.nodes()
         literals = {marker: parameters.duckdb_sql(node) for marker, node in nodes.items()}
         try:
@@ -219,15 +227,31 @@ class StatementRunner:
         except Error as err:
             raise parameters.unmark_error(err, marked, marked.origin.compose(origin), sql) from None
 
-    def _prepare(self, sql: str, explain: str | None, nodes: dict, literals: dict[str, str]) -> Prepared:
+    def prepare_clause(self, spec, relation: str) -> Prepared:
+        """Run one parsed clause (``parser.spec.MatchSpec``) over the relation named ``relation``;
+        ``runs[0].view_sql`` is its result. Errors point into ``spec.source``, the clause's text."""
+        prepared = Prepared(sql="")
+        source = spec.source or ""
+        at = spec.span.start
+        clause = Clause(f"__matchrec_{secrets.token_hex(4)}_0", relation, Span(at, at), spec, None)
+        query = SplitQuery(source=source, dialect=self.dialect, text=clause.placeholder,
+                           origin=Origin.identity(len(clause.placeholder)), clauses=[clause])
+        self._run_clause(query, clause, {}, {}, prepared, secrets.token_hex(4), dry=False)
+        prepared.sql = f"SELECT * FROM {prepared.runs[0].view_sql}"
+        return prepared
+
+    def _prepare(self, sql: str, explain: str | None, nodes: dict, literals: dict[str, str],
+                 tokens: list | None = None) -> Prepared:
         prepared = Prepared(sql="", explain=explain)
         tag = secrets.token_hex(4)
         # markers left in the DuckDB SQL of inputs and of the outer statement become the values
         done: dict[str, str] = dict(literals)
         # Windows with PATTERN first: MATCH_RECOGNIZE in a window's table runs inside that
         # window's own input, and a window inside a MATCH_RECOGNIZE input is a placeholder there.
-        sql = run_windows(self, sql, prepared, done, tag, dry=(explain == "plain"), nodes=nodes, literals=literals)
-        query = split(sql, self.dialect)
+        cut = run_windows(self, sql, prepared, done, tag, dry=(explain == "plain"), nodes=nodes, literals=literals)
+        if cut is not sql:
+            tokens = None
+        query = split(cut, self.dialect, tokens)
         source = query.source
         stored = _STORED_OBJECT.match(query.text)
         if stored:
@@ -241,7 +265,9 @@ class StatementRunner:
         for clause in query.clauses:
             self._run_clause(query, clause, prefixes, done, prepared, tag, dry=(explain == "plain"))
         outer = to_duckdb(query.text, self.dialect, query.origin, source)
-        prepared.sql = replace_identifiers(outer, done)
+        # the tokens split read last are the outer statement's when it needs no translation
+        same = outer is query.text and self.dialect == "duckdb"
+        prepared.sql = replace_identifiers(outer, done, query.tokens if same else None)
         if explain != "plain":
             self.materialize(prepared.sql)
         return prepared

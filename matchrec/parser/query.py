@@ -46,6 +46,7 @@ class SplitQuery:
     text: str  # the statement with placeholders
     origin: Origin  # offsets of ``text`` -> offsets of ``source``
     clauses: list[Clause]
+    tokens: list | None = None  # the dialect's tokens of ``text``
 
 
 def dialect_of(name: str) -> Dialect:
@@ -115,13 +116,14 @@ def _table_ref_start(tokens, i: int) -> int:
     return -1
 
 
-def split(sql: str, dialect: str = "duckdb") -> SplitQuery:
-    """Cut every MATCH_RECOGNIZE out of ``sql`` (one statement)."""
+def split(sql: str, dialect: str = "duckdb", tokens: list | None = None) -> SplitQuery:
+    """Cut every MATCH_RECOGNIZE out of ``sql`` (one statement; ``tokens``: its tokens, when read already)."""
     text, origin = sql, Origin.identity(len(sql))
     clauses: list[Clause] = []
     tag = secrets.token_hex(4)
     while True:
-        tokens = tokenize(text, dialect, origin, sql)
+        if tokens is None:
+            tokens = tokenize(text, dialect, origin, sql)
         found = [i for i in range(len(tokens)) if _is_mr(tokens, i)]
         if not found:
             break
@@ -181,8 +183,8 @@ def split(sql: str, dialect: str = "duckdb") -> SplitQuery:
                               alias=alias))
         replacement = placeholder + (f" AS {alias}" if alias else "")
         new_text, step = rewrite(text, [(input_start, tokens[end_tok].end + 1, replacement)])
-        text, origin = new_text, step.compose(origin)
-    return SplitQuery(source=sql, dialect=dialect, text=text, origin=origin, clauses=clauses)
+        text, origin, tokens = new_text, step.compose(origin), None
+    return SplitQuery(source=sql, dialect=dialect, text=text, origin=origin, clauses=clauses, tokens=tokens)
 
 
 def split_statements(sql: str, dialect: str) -> list[tuple[str, int]]:
