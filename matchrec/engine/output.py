@@ -21,11 +21,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from matchrec.engine import arrow_eval
+from matchrec.errors import DataError
 from matchrec.operators import expr as ir
 from matchrec.operators.kernels import label_extents
 from matchrec.operators.matcher import ListView
 
-MATCH, EMPTY, UNMATCHED = 0, 1, 2
+MATCH, EMPTY, UNMATCHED = 0, 1, 2  # event kinds, shared with the executor that produces them
+
+
+class LazyColumn:
+    """Python values of an Arrow column, converted one row at a time on demand."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        self.array = array
+
+    def __getitem__(self, i: int):
+        return self.array[i].as_py()
 
 
 @dataclass
@@ -131,7 +144,6 @@ class MeasureComputer:
 
     def row_values(self, fn, table, colmap, m: Matches, rows: Rows) -> list:
         """The defining evaluation: one row at a time with the expression evaluator."""
-        from matchrec.engine.executor import LazyColumn
         ctx = self.ctx
         values = []
         current_part = None
@@ -451,7 +463,6 @@ def _cast(arr, typ: pa.DataType, name: str):
 
 
 def _to_arrow(values: list, typ: pa.DataType, name: str) -> pa.Array:
-    from matchrec.errors import DataError
     if _textual(typ):  # a number carried as text (TEXT_CARRIED)
         values = [v if v is None or isinstance(v, str) else str(v) for v in values]
     try:
