@@ -14,11 +14,13 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from matchrec.parser.names import quote_ident  # noqa: F401 (callers import it from here too)
 from matchrec.planner.analysis import OracleError
 
-
-def quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+# DuckDB types whose values Arrow cannot carry exactly in DuckDB's own Arrow form: UHUGEINT is
+# exported as a signed decimal128 (wrong above 2**127), BIGNUM as opaque bytes. Measures of these
+# types travel as their text, which DuckDB casts back exactly (engine.output reads them back).
+TEXT_CARRIED = ("UHUGEINT", "BIGNUM", "VARINT")
 
 
 def quote_literal(value: str) -> str:
@@ -63,7 +65,6 @@ class DuckDBOracle:
 
     def arrow_type(self, duck_type: str) -> pa.DataType:
         """The Arrow type a measure of ``duck_type`` is carried in (then cast back by DuckDB)."""
-        from matchrec.engine.output import TEXT_CARRIED
         if duck_type.upper() in TEXT_CARRIED:
             return pa.string()
         return self.con.sql(f"SELECT CAST(NULL AS {duck_type}) AS x").to_arrow_table().schema.field(0).type

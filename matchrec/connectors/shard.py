@@ -39,15 +39,12 @@ from matchrec.connectors.session import SessionLost, SessionStore, VariableState
 from matchrec.operators.intervals import (FilterPayloadError, IntervalSet, ShrinkingWindowFilter, WindowJoinFilter,
                                           distinct, mix)
 from matchrec.operators.packing import SlotJoinSet, pack, unpack, unpack_intervals
+from matchrec.parser.names import quote_ident
 
 DEFAULT_MAX_PAYLOAD_MB = 256
 SAMPLE_ROWS = 5000  # rows per node the statistics and the cost model are estimated from
 MAX_NESTING = 200  # parentheses in one SQL fragment: deeper would exhaust the parser's recursion
 MAX_PROBE_BYTES = 16 << 20  # filler one bandwidth probe may ask for
-
-
-def quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 class RequestError(ValueError):
@@ -176,7 +173,7 @@ class ShardService:
         rows = self._one_row("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'", [name])
         if not rows[0]:
             raise RequestError(f"no table {name} on this node")
-        return quote(name)
+        return quote_ident(name)
 
     def answer(self, req: dict, blobs: list[bytes]) -> pa.Table:
         op = req["op"]
@@ -206,7 +203,7 @@ class ShardService:
             "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' ORDER BY table_name").fetchall()]
         schemas = []
         for n in names:
-            schema = cur.sql(f"SELECT * FROM {quote(n)} LIMIT 0").to_arrow_table().schema
+            schema = cur.sql(f"SELECT * FROM {quote_ident(n)} LIMIT 0").to_arrow_table().schema
             schemas.append(schema.serialize().to_pybytes())
         indexed = acer.indexed_tables(self.con)
         return pa.table({"name": pa.array(names, pa.string()), "schema": pa.array(schemas, pa.large_binary()),
@@ -216,7 +213,7 @@ class ShardService:
         table = self._table(req.get("table"))
         conds = [check_fragment(c) for c in req.get("conditions", [])]
         pk, key = self._select_keys(req)
-        cols = [quote(c) for c in req.get("columns", [])] or ["*"]
+        cols = [quote_ident(c) for c in req.get("columns", [])] or ["*"]
         cur = self._cursor()
         counts = ", ".join([f"count(*) FILTER (WHERE {c}) AS c{i}" for i, c in enumerate(conds)] + ["count(*) AS n"])
         row = cur.sql(f"SELECT {counts}, approx_count_distinct({pk}) AS parts, min({key}) AS kmin, "
@@ -487,7 +484,7 @@ class ShardService:
         where = check_fragment(req["where"]) if req.get("where") else "TRUE"
         tf = self._time_filter(req.get("filter"), blobs)
         cur = self._cursor()
-        cols = ", ".join(quote(c) for c in columns) if columns else "*"
+        cols = ", ".join(quote_ident(c) for c in columns) if columns else "*"
         if req.get("session") is not None:
             session = self._open_session(req, name)
             self.sessions.drop(req["session"])  # the final pull ends the session, whatever happens next

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from matchrec.connectors.duckdb_source import TEXT_CARRIED
 from matchrec.engine import arrow_eval
 from matchrec.errors import DataError
 from matchrec.operators import expr as ir
@@ -407,10 +408,6 @@ def _op_sql(op: str, n: int) -> str | None:
     return None
 
 
-# DuckDB types whose values Arrow cannot carry exactly in DuckDB's own Arrow form: UHUGEINT is
-# exported as a signed decimal128 (wrong above 2**127), BIGNUM as opaque bytes. Measures of these
-# types travel as their text, which DuckDB casts back exactly.
-TEXT_CARRIED = ("UHUGEINT", "BIGNUM", "VARINT")
 _INT128 = (-(1 << 127), (1 << 127) - 1)
 
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from matchrec.connectors.duckdb_source import DuckDBOracle, describe, quote_ident
+from matchrec.connectors.duckdb_source import DuckDBOracle, describe
 from matchrec.engine.fast import CompiledMatcher, numeric_kind, to_numpy
 from matchrec.errors import ProgrammingError, positioned
+from matchrec.parser.names import quote_ident
 from matchrec.operators import expr as ir
 from matchrec.planner.fastpath import FastPlan
 from matchrec.planner.plan import Plan
