@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
+from matchrec.parser import hidden as H
 from matchrec.parser.names import quote_ident
 
 SCHEMA = "mr_acer"
@@ -76,9 +77,9 @@ def build(con: duckdb.DuckDBPyConnection, table: str, attributes: list[str], typ
         raise IndexError_(f"time column {time_column} has type {tt}: an integer, date or timestamp is needed")
     ty, tm = quote_ident(type_column), quote_ident(time_column)
     cur.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-    cur.execute(f"CREATE OR REPLACE TABLE {quote_ident(table)} AS SELECT * EXCLUDE (__mr_b) FROM ("
-                f"SELECT *, (row_number() OVER (ORDER BY {tm} NULLS LAST) - 1) // {block_size} AS __mr_b "
-                f"FROM {quote_ident(table)}) ORDER BY __mr_b, {ty} NULLS LAST, {tm} NULLS LAST")
+    cur.execute(f"CREATE OR REPLACE TABLE {quote_ident(table)} AS SELECT * EXCLUDE ({H.BLOCK}) FROM ("
+                f"SELECT *, (row_number() OVER (ORDER BY {tm} NULLS LAST) - 1) // {block_size} AS {H.BLOCK} "
+                f"FROM {quote_ident(table)}) ORDER BY {H.BLOCK}, {ty} NULLS LAST, {tm} NULLS LAST")
     aggs = "".join(f", min({quote_ident(a)}) AS {quote_ident('min_' + a)}, max({quote_ident(a)}) AS {quote_ident('max_' + a)}" for a in attributes)
     syn = f"{SCHEMA}.{quote_ident('syn_' + table)}"
     cur.execute(f"""CREATE OR REPLACE TABLE {syn} AS
@@ -321,14 +322,15 @@ class TableIndex:
         with self.lock:
             if key_sql not in self.keys:
                 cur = con.cursor()
-                cur.register("__mr_syn", self.syn.select(["tmin", "tmax"]))
+                cur.register(H.SYNOPSIS, self.syn.select(["tmin", "tmax"]))
                 try:
-                    lo = cur.sql(f"SELECT {key_sql} FROM (SELECT tmin AS {quote_ident(self.time_column)} FROM __mr_syn)"
+                    tm = quote_ident(self.time_column)
+                    lo = cur.sql(f"SELECT {key_sql} FROM (SELECT tmin AS {tm} FROM {H.SYNOPSIS})"
                                  ).to_arrow_table().column(0)
-                    hi = cur.sql(f"SELECT {key_sql} FROM (SELECT tmax AS {quote_ident(self.time_column)} FROM __mr_syn)"
+                    hi = cur.sql(f"SELECT {key_sql} FROM (SELECT tmax AS {tm} FROM {H.SYNOPSIS})"
                                  ).to_arrow_table().column(0)
                 finally:
-                    cur.unregister("__mr_syn")
+                    cur.unregister(H.SYNOPSIS)
                 self.keys[key_sql] = (pc.fill_null(lo, 0).to_numpy(), pc.fill_null(hi, -1).to_numpy())
             return self.keys[key_sql]
 

@@ -24,6 +24,7 @@ from matchrec.connectors.shard import DEFAULT_MAX_PAYLOAD_MB, ShardService
 from matchrec.connectors.spark_common import cache
 from matchrec.connectors.spark_matching import conform
 from matchrec.connectors.spark_metrics import ShuffleMeter, collect
+from matchrec.parser import hidden as H
 from matchrec.planner.fastpath import fast_plan
 from matchrec.planner.intervals import interval_plan
 
@@ -52,9 +53,9 @@ def _load(batches, schema: pa.Schema):
     con.execute("SET threads = 1")  # Spark runs one task per core already
     batches = [b for b in batches if b.num_rows]
     table = conform(pa.Table.from_batches(batches), schema) if batches else schema.empty_table()
-    con.register("__mr_part", table)
-    con.execute(f"CREATE TABLE {TABLE} AS SELECT * FROM __mr_part")
-    con.unregister("__mr_part")
+    con.register(H.PARTITION, table)
+    con.execute(f"CREATE TABLE {TABLE} AS SELECT * FROM {H.PARTITION}")
+    con.unregister(H.PARTITION)
     return con
 
 

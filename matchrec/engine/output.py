@@ -26,6 +26,7 @@ from matchrec.errors import DataError
 from matchrec.operators import expr as ir
 from matchrec.operators.kernels import label_extents
 from matchrec.operators.matcher import ListView
+from matchrec.parser import hidden as H
 
 MATCH, EMPTY, UNMATCHED = 0, 1, 2  # event kinds, shared with the executor that produces them
 
@@ -343,21 +344,21 @@ class _Vector:
         if duck is None:
             raise _NotVectorizable()
         if isinstance(node, ir.Fallback):
-            if not node.template.endswith(" FROM __mr_args"):
+            if not node.template.endswith(" FROM " + H.ARGS):
                 raise _NotVectorizable()
             sql = node.template
         else:
             expr = _op_sql(node.op, len(args))
             if expr is None:
                 raise _NotVectorizable()
-            sql = f"SELECT {expr} FROM __mr_args"
-        columns = {f"__mr_a{k}": a for k, a in enumerate(args)}
-        columns["__mr_i"] = pa.array(np.arange(len(self.i)))
+            sql = f"SELECT {expr} FROM {H.ARGS}"
+        columns = {H.arg(k): a for k, a in enumerate(args)}
+        columns[H.ROW_INDEX] = pa.array(np.arange(len(self.i)))
         cur = duck.cursor()
         try:
-            cur.register("__mr_args", pa.table(columns))
+            cur.register(H.ARGS, pa.table(columns))
             # an explicit order: DuckDB may scan the rows in parallel
-            return cur.sql(sql + " ORDER BY __mr_i").to_arrow_table().column(0)
+            return cur.sql(sql + " ORDER BY " + H.ROW_INDEX).to_arrow_table().column(0)
         except duckdb.Error:
             raise _NotVectorizable() from None
         finally:
@@ -378,7 +379,7 @@ _BINARY = {"eq": "=", "ne": "<>", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", 
 
 
 def _op_sql(op: str, n: int) -> str | None:
-    a = [f"__mr_a{k}" for k in range(n)]
+    a = [H.arg(k) for k in range(n)]
     if op in _BINARY and n == 2:
         return f"({a[0]} {_BINARY[op]} {a[1]})"
     if op == "div" and n == 2:

@@ -36,6 +36,7 @@ from matchrec.operators import expr as ir
 from matchrec.operators import vm
 from matchrec.operators.matcher import MatchLimitExceeded, MatchResult
 from matchrec.parser import parameters
+from matchrec.parser import hidden as H
 from matchrec.parser.names import quote_ident
 from matchrec.parser.query import Clause
 from matchrec.parser.spec import Anchor
@@ -337,7 +338,7 @@ def run_windows(runner, sql: str, prepared, done: dict, tag: str, dry: bool, nod
                 reader.close()
             del reader
         stats.seconds = time.perf_counter() - started
-        name = f"__matchrec_result_{tag}_{len(prepared.registered)}"
+        name = H.result(tag, len(prepared.registered))
         con.register(name, table)
         prepared.registered.append(name)
         select = [f"c{k} AS {quote_ident(n)}" for k, n in enumerate(input_names)]
@@ -347,6 +348,6 @@ def run_windows(runner, sql: str, prepared, done: dict, tag: str, dry: bool, nod
                    for j, (m, col) in enumerate(zip(plan.measures, w.measure_columns))]
         view = f"(SELECT {', '.join(select)} FROM {name})"
         done[w.placeholder] = view
-        done[w.star_marker] = ", ".join(quote_ident(n) for n in input_names if not n.startswith("__mrw_"))
+        done[w.star_marker] = ", ".join(quote_ident(n) for n in input_names if not n.startswith(H.WINDOW_PREFIX))
         prepared.runs.append(ClauseRun(clause, plan, stats, name, view, 0.0, None, w.name))
     return wq.text

@@ -27,6 +27,7 @@ from sqlglot import exp
 from sqlglot.tokens import TokenType
 
 from matchrec.errors import NotSupportedError, ProgrammingError, positioned
+from matchrec.parser import hidden as H
 from matchrec.parser.body import parse_body
 from matchrec.parser.names import quote_ident
 from matchrec.parser.query import matching_paren, tokenize
@@ -212,7 +213,7 @@ def split_windows(sql: str, dialect: str, source: str | None = None, origin: Ori
         # innermost first: its table reference holds no other pattern window
         d = max(defs, key=lambda x: (x.depth, -x.open_i))
         k = len(windows)
-        placeholder = f"__mrw_{tag}_{k}"
+        placeholder = H.window(tag, k)
         text, origin, window = _cut_one(text, origin, source, dialect, tokens, depths, d, placeholder)
         windows.append(window)
     return WindowQuery(text, origin, windows)

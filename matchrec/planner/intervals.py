@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from matchrec.operators import expr as ir
 from matchrec.operators import vm
 from matchrec.operators.program import DONE, MATCH
+from matchrec.parser import hidden as H
 from matchrec.parser import spec as S
 from matchrec.parser.names import quote_ident
 from matchrec.planner.fastpath import FastPlan
@@ -198,7 +199,7 @@ def interval_plan(plan: Plan, fp: FastPlan | None, oracle) -> tuple[IntervalPlan
     for name in plan.labels:
         label = plan.labels.index(name)
         cond = fp.row_sql[label]
-        if name not in mandatory or always_true(defined.get(name)) or cond is None or "__mr_" in cond:
+        if name not in mandatory or always_true(defined.get(name)) or cond is None or H.PREFIX in cond:
             continue
         before = 0 if first == {label} else window
         after = 0 if last == {label} else window
@@ -213,7 +214,7 @@ def interval_plan(plan: Plan, fp: FastPlan | None, oracle) -> tuple[IntervalPlan
         if v is None or c.op != vm.CMP_EQ or c.offset != 0:
             continue
         src_conds = [fp.row_sql[s] for s in sorted(srcs)]
-        if any(sc is None or "__mr_" in sc or always_true(defined.get(plan.labels[s]))
+        if any(sc is None or H.PREFIX in sc or always_true(defined.get(plan.labels[s]))
                for s, sc in zip(sorted(srcs), src_conds)):
             continue  # every row could be a source: the filter would carry the whole table
         if not _null_fails(c.other_sql, plan, oracle):
