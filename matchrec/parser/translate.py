@@ -57,6 +57,7 @@ def translate_statement(tree: exp.Expression, dialect: str) -> exp.Expression:
         tree = expand_aggregates(tree)
     if not is_trino(dialect) or not any(isinstance(n, exp.Sub) for n in tree.walk()):
         return tree
+    # the type annotator loads sqlglot's optimizer: only Trino statements with a subtraction need it
     from sqlglot.optimizer.annotate_types import annotate_types
     try:
         typed = annotate_types(tree.copy())
