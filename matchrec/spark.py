@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from matchrec import errors as E
 from matchrec.connectors import spark_matching as M
+from matchrec.connectors.spark_common import cache, release  # noqa: F401 (release is public API)
 
 __all__ = ["register", "match_recognize", "sql", "ship", "AnalysisError", "last_runs", "matchrec_error",
            "release"]
@@ -134,28 +135,6 @@ class ClauseReport:
 
 
 _LAST: list[ClauseReport] = []
-_CACHED: list = []  # DataFrames matchrec persisted; they back the DataFrames it returned
-
-
-def cache(df):
-    """Persist ``df`` (memory, spilling to disk) until ``release()``."""
-    from pyspark import StorageLevel
-
-    from matchrec.connectors.spark_metrics import before_cache
-    before_cache(df)
-    out = df.persist(StorageLevel.MEMORY_AND_DISK)
-    _CACHED.append(out)
-    return out
-
-
-def release() -> int:
-    """Unpersist what matchrec cached for the DataFrames it returned (the time split caches its
-    input and the candidate matches; interval filtering caches its input). Call it when those
-    DataFrames are no longer needed; returns how many were released."""
-    n = len(_CACHED)
-    while _CACHED:
-        _CACHED.pop().unpersist()
-    return n
 
 
 def last_runs() -> list[ClauseReport]:

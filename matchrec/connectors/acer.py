@@ -37,6 +37,9 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
+from matchrec.parser import hidden as H
+from matchrec.parser.names import quote_ident
+
 SCHEMA = "mr_acer"
 DEFAULT_BLOCK = 65536
 BINS = 64
@@ -45,10 +48,6 @@ MAX_RANGES = 8  # rowid ranges per DuckDB scan: many OR-ed ranges scan slower th
 
 class IndexError_(ValueError):
     """An index that cannot be built as asked; the message says why."""
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _numeric(t: pa.DataType) -> bool:
@@ -61,7 +60,7 @@ def build(con: duckdb.DuckDBPyConnection, table: str, attributes: list[str], typ
           block_size: int = DEFAULT_BLOCK) -> dict:
     """Cluster ``table`` and write its synopsis and bitmaps; returns a summary."""
     cur = con.cursor()
-    schema = cur.sql(f"SELECT * FROM {_q(table)} LIMIT 0").to_arrow_table().schema
+    schema = cur.sql(f"SELECT * FROM {quote_ident(table)} LIMIT 0").to_arrow_table().schema
     names = {n.lower(): n for n in schema.names}
     if not isinstance(block_size, int) or not 1024 <= block_size <= 1 << 22:
         raise IndexError_("block size must be between 1024 and 4194304 events")
@@ -76,16 +75,16 @@ def build(con: duckdb.DuckDBPyConnection, table: str, attributes: list[str], typ
     tt = schema.field(time_column).type
     if not (pa.types.is_integer(tt) or pa.types.is_timestamp(tt) or pa.types.is_date(tt)):
         raise IndexError_(f"time column {time_column} has type {tt}: an integer, date or timestamp is needed")
-    ty, tm = _q(type_column), _q(time_column)
+    ty, tm = quote_ident(type_column), quote_ident(time_column)
     cur.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-    cur.execute(f"CREATE OR REPLACE TABLE {_q(table)} AS SELECT * EXCLUDE (__mr_b) FROM ("
-                f"SELECT *, (row_number() OVER (ORDER BY {tm} NULLS LAST) - 1) // {block_size} AS __mr_b "
-                f"FROM {_q(table)}) ORDER BY __mr_b, {ty} NULLS LAST, {tm} NULLS LAST")
-    aggs = "".join(f", min({_q(a)}) AS {_q('min_' + a)}, max({_q(a)}) AS {_q('max_' + a)}" for a in attributes)
-    syn = f"{SCHEMA}.{_q('syn_' + table)}"
+    cur.execute(f"CREATE OR REPLACE TABLE {quote_ident(table)} AS SELECT * EXCLUDE ({H.BLOCK}) FROM ("
+                f"SELECT *, (row_number() OVER (ORDER BY {tm} NULLS LAST) - 1) // {block_size} AS {H.BLOCK} "
+                f"FROM {quote_ident(table)}) ORDER BY {H.BLOCK}, {ty} NULLS LAST, {tm} NULLS LAST")
+    aggs = "".join(f", min({quote_ident(a)}) AS {quote_ident('min_' + a)}, max({quote_ident(a)}) AS {quote_ident('max_' + a)}" for a in attributes)
+    syn = f"{SCHEMA}.{quote_ident('syn_' + table)}"
     cur.execute(f"""CREATE OR REPLACE TABLE {syn} AS
         WITH x AS (SELECT rowid AS r, rowid // {block_size} AS b, {ty} AS ty, {tm} AS tm
-                   {''.join(', ' + _q(a) for a in attributes)} FROM {_q(table)}),
+                   {''.join(', ' + quote_ident(a) for a in attributes)} FROM {quote_ident(table)}),
         y AS (SELECT *, CASE WHEN b IS DISTINCT FROM lag(b) OVER w OR ty IS DISTINCT FROM lag(ty) OVER w
                              THEN 1 ELSE 0 END AS c FROM x WINDOW w AS (ORDER BY r)),
         z AS (SELECT *, sum(c) OVER (ORDER BY r) AS cl FROM y)
@@ -95,13 +94,13 @@ def build(con: duckdb.DuckDBPyConnection, table: str, attributes: list[str], typ
     bad = cur.execute(f"SELECT count(*) FROM {syn} WHERE r_hi - r_lo + 1 <> n").fetchall()[0][0]
     if bad:  # row ids must be positions of the clustered order, or the ranges would mean other rows
         raise IndexError_("the rewritten table's row ids do not follow its order; the index was not built")
-    n_rows = cur.execute(f"SELECT count(*) FROM {_q(table)}").fetchall()[0][0]
-    bm = f"{SCHEMA}.{_q('bm_' + table)}"
+    n_rows = cur.execute(f"SELECT count(*) FROM {quote_ident(table)}").fetchall()[0][0]
+    bm = f"{SCHEMA}.{quote_ident('bm_' + table)}"
     cur.execute(f"CREATE OR REPLACE TABLE {bm} (b BIGINT, attr VARCHAR, dtype VARCHAR, lo BLOB, hi BLOB, "
                 "single BOOLEAN, bits BLOB, nonnull BLOB, nan BLOB)")
     n_blocks = (n_rows + block_size - 1) // block_size
     for a in attributes:
-        col = cur.sql(f"SELECT {_q(a)} FROM {_q(table)} ORDER BY rowid").to_arrow_table().column(0)
+        col = cur.sql(f"SELECT {quote_ident(a)} FROM {quote_ident(table)} ORDER BY rowid").to_arrow_table().column(0)
         col = col.combine_chunks() if col.num_chunks else pa.array([], col.type)
         dtype = "f8" if pa.types.is_floating(col.type) else "i8"
         rows = []
@@ -153,8 +152,8 @@ def drop(con: duckdb.DuckDBPyConnection, table: str) -> None:
                        [SCHEMA]).fetchall()[0][0]:
         return
     cur.execute(f"DELETE FROM {SCHEMA}.meta WHERE tbl = ?", [table])
-    cur.execute(f"DROP TABLE IF EXISTS {SCHEMA}.{_q('syn_' + table)}")
-    cur.execute(f"DROP TABLE IF EXISTS {SCHEMA}.{_q('bm_' + table)}")
+    cur.execute(f"DROP TABLE IF EXISTS {SCHEMA}.{quote_ident('syn_' + table)}")
+    cur.execute(f"DROP TABLE IF EXISTS {SCHEMA}.{quote_ident('bm_' + table)}")
 
 
 def indexed_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
@@ -291,7 +290,7 @@ class TableIndex:
         self.attributes = info["attributes"]
         self.block = info["block"]
         self.rows = info["rows"]
-        syn = cur.sql(f"SELECT * FROM {SCHEMA}.{_q('syn_' + table)} ORDER BY cl").to_arrow_table()
+        syn = cur.sql(f"SELECT * FROM {SCHEMA}.{quote_ident('syn_' + table)} ORDER BY cl").to_arrow_table()
         self.syn = syn
         ty = syn.schema.field("ty").type
         self.type_is_string = pa.types.is_string(ty) or pa.types.is_large_string(ty)
@@ -306,7 +305,7 @@ class TableIndex:
                        for a in self.attributes}
         self.by_lower = {a.lower(): a for a in self.attributes}
         self.bitmaps: dict[tuple[int, str], tuple] = {}
-        for row in cur.sql(f"SELECT * FROM {SCHEMA}.{_q('bm_' + table)}").fetchall():
+        for row in cur.sql(f"SELECT * FROM {SCHEMA}.{quote_ident('bm_' + table)}").fetchall():
             b, a, dtype, lo, hi, single, bits, nonnull, nan = row
             self.bitmaps[(b, a.lower())] = (np.frombuffer(lo, dtype), np.frombuffer(hi, dtype), single,
                                             bits, nonnull, nan)
@@ -316,21 +315,22 @@ class TableIndex:
     def _key_range(self, con, key_sql: str):
         """Each cluster's range of ``key_sql``, or None when the key is not a monotone form of the
         time column (then no cluster is skipped by time)."""
-        col = re.escape(_q(self.time_column))
+        col = re.escape(quote_ident(self.time_column))
         forms = [rf"CAST\({col} AS BIGINT\)", rf"epoch_us\({col}\)", rf"epoch_us\(CAST\({col} AS TIMESTAMP\)\)"]
         if not any(re.fullmatch(f, key_sql.strip()) for f in forms):
             return None
         with self.lock:
             if key_sql not in self.keys:
                 cur = con.cursor()
-                cur.register("__mr_syn", self.syn.select(["tmin", "tmax"]))
+                cur.register(H.SYNOPSIS, self.syn.select(["tmin", "tmax"]))
                 try:
-                    lo = cur.sql(f"SELECT {key_sql} FROM (SELECT tmin AS {_q(self.time_column)} FROM __mr_syn)"
+                    tm = quote_ident(self.time_column)
+                    lo = cur.sql(f"SELECT {key_sql} FROM (SELECT tmin AS {tm} FROM {H.SYNOPSIS})"
                                  ).to_arrow_table().column(0)
-                    hi = cur.sql(f"SELECT {key_sql} FROM (SELECT tmax AS {_q(self.time_column)} FROM __mr_syn)"
+                    hi = cur.sql(f"SELECT {key_sql} FROM (SELECT tmax AS {tm} FROM {H.SYNOPSIS})"
                                  ).to_arrow_table().column(0)
                 finally:
-                    cur.unregister("__mr_syn")
+                    cur.unregister(H.SYNOPSIS)
                 self.keys[key_sql] = (pc.fill_null(lo, 0).to_numpy(), pc.fill_null(hi, -1).to_numpy())
             return self.keys[key_sql]
 
@@ -444,7 +444,7 @@ class IndexCache:
         if table in indexed_tables(con):
             info = json.loads(con.cursor().execute(f"SELECT info FROM {SCHEMA}.meta WHERE tbl = ?",
                                                    [table]).fetchall()[0][0])
-            n = con.cursor().execute(f"SELECT count(*) FROM {_q(table)}").fetchall()[0][0]
+            n = con.cursor().execute(f"SELECT count(*) FROM {quote_ident(table)}").fetchall()[0][0]
             if n == info["rows"]:  # else the table changed since the index was built
                 idx = TableIndex(con, table, info)
         with self._lock:

@@ -14,11 +14,14 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from matchrec.parser.names import quote_ident  # noqa: F401 (callers import it from here too)
 from matchrec.planner.analysis import OracleError
+from matchrec.parser import hidden as H
 
-
-def quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+# DuckDB types whose values Arrow cannot carry exactly in DuckDB's own Arrow form: UHUGEINT is
+# exported as a signed decimal128 (wrong above 2**127), BIGNUM as opaque bytes. Measures of these
+# types travel as their text, which DuckDB casts back exactly (engine.output reads them back).
+TEXT_CARRIED = ("UHUGEINT", "BIGNUM", "VARINT")
 
 
 def quote_literal(value: str) -> str:
@@ -37,7 +40,7 @@ class DuckDBOracle:
     def type_of(self, sql: str) -> str:
         if sql not in self._types:
             try:
-                rows = self.con.execute(f"DESCRIBE SELECT {sql} AS __mr_t").fetchall()
+                rows = self.con.execute(f"DESCRIBE SELECT {sql} AS {H.PROBE}").fetchall()
             except duckdb.Error as err:
                 raise OracleError(_first_line(err)) from None
             self._types[sql] = rows[0][1]
@@ -47,7 +50,7 @@ class DuckDBOracle:
         if sql not in self._constants:
             typ = self.type_of(sql)
             try:
-                value = self.con.execute(f"SELECT {sql} AS __mr_c").fetchall()[0][0]
+                value = self.con.execute(f"SELECT {sql} AS {H.PROBE}").fetchall()[0][0]
             except duckdb.Error as err:
                 raise OracleError(_first_line(err)) from None
             self._constants[sql] = (value, typ)
@@ -63,7 +66,6 @@ class DuckDBOracle:
 
     def arrow_type(self, duck_type: str) -> pa.DataType:
         """The Arrow type a measure of ``duck_type`` is carried in (then cast back by DuckDB)."""
-        from matchrec.engine.output import TEXT_CARRIED
         if duck_type.upper() in TEXT_CARRIED:
             return pa.string()
         return self.con.sql(f"SELECT CAST(NULL AS {duck_type}) AS x").to_arrow_table().schema.field(0).type
@@ -101,8 +103,8 @@ class FallbackEvaluator:
         else:
             sql = self._sql.get((template, types))
             if sql is None:
-                cols = ", ".join(f"CAST(${i + 1} AS {t}) AS __mr_a{i}" for i, t in enumerate(types))
-                sql = self._sql[(template, types)] = f"WITH __mr_args AS (SELECT {cols}) {template}"
+                cols = ", ".join(f"CAST(${i + 1} AS {t}) AS {H.arg(i)}" for i, t in enumerate(types))
+                sql = self._sql[(template, types)] = f"WITH {H.ARGS} AS (SELECT {cols}) {template}"
             value = self.con.execute(sql, [_param(a) for a in args]).fetchall()[0][0]
         if key is not None:
             if len(self.memo) >= self.max_entries:
@@ -120,13 +122,13 @@ class FallbackEvaluator:
         arrays = {}
         for i, (t, v) in enumerate(zip(types, args)):
             typ = self._arrow_type(t)
-            arrays[f"__mr_a{i}"] = pa.array([_arrow_value(_param(v), typ)], type=typ)
+            arrays[H.arg(i)] = pa.array([_arrow_value(_param(v), typ)], type=typ)
         table = pa.table(arrays)
-        self.con.register("__mr_args", table)
+        self.con.register(H.ARGS, table)
         try:
             return self.con.execute(template).fetchall()[0][0]
         finally:
-            self.con.unregister("__mr_args")
+            self.con.unregister(H.ARGS)
 
 
 def _nested(duck_type: str) -> bool:

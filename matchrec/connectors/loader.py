@@ -19,7 +19,8 @@ import pyarrow.flight as fl
 from matchrec.connectors.credentials import (add_client_arguments, call_headers, connect_node, resolve_token,
                                              root_certificates)
 from matchrec.connectors.duckdb_source import read_batches
-from matchrec.connectors.storage_node import quote
+from matchrec.parser import hidden as H
+from matchrec.parser.names import quote_ident
 
 
 def load(nodes: list[str], table: str, source_sql: str, con: duckdb.DuckDBPyConnection, partition: str,
@@ -32,19 +33,19 @@ def load(nodes: list[str], table: str, source_sql: str, con: duckdb.DuckDBPyConn
     elif partition == "time":
         if not time_column:
             raise ValueError("--partition time needs --time-column")
-        assign = f"CAST(ntile({n}) OVER (ORDER BY {quote(time_column)}) - 1 AS INTEGER)"
+        assign = f"CAST(ntile({n}) OVER (ORDER BY {quote_ident(time_column)}) - 1 AS INTEGER)"
     elif partition == "type":
         if not type_column:
             raise ValueError("--partition type needs --type-column")
-        assign = f"CAST(hash({quote(type_column)}) % {n} AS INTEGER)"
+        assign = f"CAST(hash({quote_ident(type_column)}) % {n} AS INTEGER)"
     else:
         raise ValueError(f"unknown partitioning {partition}: random, time or type")
-    con.execute(f"CREATE OR REPLACE TEMP TABLE __mr_spread AS SELECT *, {assign} AS __mr_node FROM ({source_sql})")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {H.SPREAD} AS SELECT *, {assign} AS {H.NODE} FROM ({source_sql})")
     options = fl.FlightCallOptions(headers=call_headers(resolve_token(token)))
     roots = root_certificates(tls_root_certs)
     counts = []
     for i, uri in enumerate(nodes):
-        reader = read_batches(con, f"SELECT * EXCLUDE (__mr_node) FROM __mr_spread WHERE __mr_node = {i}", 1 << 17)
+        reader = read_batches(con, f"SELECT * EXCLUDE ({H.NODE}) FROM {H.SPREAD} WHERE {H.NODE} = {i}", 1 << 17)
         client = connect_node(uri, roots)
         descriptor = fl.FlightDescriptor.for_command(json.dumps({"op": "load", "table": table, "replace": True}))
         writer, _ = client.do_put(descriptor, reader.schema, options=options)
@@ -59,7 +60,7 @@ def load(nodes: list[str], table: str, source_sql: str, con: duckdb.DuckDBPyConn
         writer.close()
         client.close()
         counts.append(rows)
-    con.execute("DROP TABLE __mr_spread")
+    con.execute("DROP TABLE " + H.SPREAD)
     return counts
 
 
@@ -81,7 +82,7 @@ def run(args) -> int:
     try:
         if args.source.endswith((".duckdb", ".db")):
             con.execute(f"ATTACH {_literal(args.source)} AS src (READ_ONLY)")
-            source_sql = f"SELECT * FROM src.{quote(args.source_table or args.table)}"
+            source_sql = f"SELECT * FROM src.{quote_ident(args.source_table or args.table)}"
         else:
             source_sql = f"SELECT * FROM {_literal(args.source)}"
         total = con.execute(f"SELECT count(*) FROM ({source_sql})").fetchone()[0]

@@ -39,15 +39,13 @@ from matchrec.connectors.session import SessionLost, SessionStore, VariableState
 from matchrec.operators.intervals import (FilterPayloadError, IntervalSet, ShrinkingWindowFilter, WindowJoinFilter,
                                           distinct, mix)
 from matchrec.operators.packing import SlotJoinSet, pack, unpack, unpack_intervals
+from matchrec.parser import hidden as H
+from matchrec.parser.names import quote_ident
 
 DEFAULT_MAX_PAYLOAD_MB = 256
 SAMPLE_ROWS = 5000  # rows per node the statistics and the cost model are estimated from
 MAX_NESTING = 200  # parentheses in one SQL fragment: deeper would exhaust the parser's recursion
 MAX_PROBE_BYTES = 16 << 20  # filler one bandwidth probe may ask for
-
-
-def quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 class RequestError(ValueError):
@@ -176,7 +174,7 @@ class ShardService:
         rows = self._one_row("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'", [name])
         if not rows[0]:
             raise RequestError(f"no table {name} on this node")
-        return quote(name)
+        return quote_ident(name)
 
     def answer(self, req: dict, blobs: list[bytes]) -> pa.Table:
         op = req["op"]
@@ -206,7 +204,7 @@ class ShardService:
             "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' ORDER BY table_name").fetchall()]
         schemas = []
         for n in names:
-            schema = cur.sql(f"SELECT * FROM {quote(n)} LIMIT 0").to_arrow_table().schema
+            schema = cur.sql(f"SELECT * FROM {quote_ident(n)} LIMIT 0").to_arrow_table().schema
             schemas.append(schema.serialize().to_pybytes())
         indexed = acer.indexed_tables(self.con)
         return pa.table({"name": pa.array(names, pa.string()), "schema": pa.array(schemas, pa.large_binary()),
@@ -216,7 +214,7 @@ class ShardService:
         table = self._table(req.get("table"))
         conds = [check_fragment(c) for c in req.get("conditions", [])]
         pk, key = self._select_keys(req)
-        cols = [quote(c) for c in req.get("columns", [])] or ["*"]
+        cols = [quote_ident(c) for c in req.get("columns", [])] or ["*"]
         cur = self._cursor()
         counts = ", ".join([f"count(*) FILTER (WHERE {c}) AS c{i}" for i, c in enumerate(conds)] + ["count(*) AS n"])
         row = cur.sql(f"SELECT {counts}, approx_count_distinct({pk}) AS parts, min({key}) AS kmin, "
@@ -225,10 +223,11 @@ class ShardService:
         # cost model, where the rows the final pull reads lie in time and which variables they are
         bits = " | ".join(f"(CASE WHEN {c} THEN {1 << i} ELSE 0 END)" for i, c in enumerate(conds[:62])) or "0"
         final = conds[-1] if conds else "TRUE"
-        sample = cur.sql(f"SELECT {', '.join(cols)}, {pk} AS __mr_pk, {key} AS __mr_t, "
-                         f"CAST({bits} AS BIGINT) AS __mr_m, {key} IS NOT NULL AND coalesce(({final}), false) AS __mr_f "
+        sample = cur.sql(f"SELECT {', '.join(cols)}, {pk} AS {H.PARTITION_HASH}, {key} AS {H.KEY}, "
+                         f"CAST({bits} AS BIGINT) AS {H.MARKS}, "
+                         f"{key} IS NOT NULL AND coalesce(({final}), false) AS {H.FINAL} "
                          f"FROM (SELECT * FROM {table} USING SAMPLE {SAMPLE_ROWS} ROWS)").to_arrow_table()
-        marks = ["__mr_pk", "__mr_t", "__mr_m", "__mr_f"]
+        marks = [H.PARTITION_HASH, H.KEY, H.MARKS, H.FINAL]
         per_row = sample.drop_columns(marks).nbytes / sample.num_rows if sample.num_rows else 0.0
         active = (row[-1] - row[-2] + 1) if row[-1] is not None else 0
         if req.get("partition_sql"):  # partitions live for a while, not over the whole time line
@@ -236,7 +235,7 @@ class ShardService:
                              f"WHERE {key} IS NOT NULL GROUP BY {pk})").fetchall()[0][0] or 0
         out = {f"c{i}": [row[i]] for i in range(len(conds))}
         if req.get("sample"):
-            got = sample.select(marks[:3]).filter(sample.column("__mr_f"))
+            got = sample.select(marks[:3]).filter(sample.column(H.FINAL))
             cols = [got.column(c).to_numpy().astype(np.int64) for c in marks[:3]]
             order = np.lexsort((cols[1], cols[0]))
             out["sample"] = [pack([np.diff(c[order], prepend=np.int64(0)) for c in cols[:2]] + [cols[2][order]])]
@@ -372,7 +371,7 @@ class ShardService:
         ids, exact = sel
         scope = acer.ranges_sql(ids)
         if len(ids) and (exact or 2 * len(ids) < ids[-1] - ids[0] + 1):
-            view = f"__mr_rows_{id(ids)}"
+            view = H.rows_view(id(ids))
             cur.register(view, pa.table({"r": ids}))
             try:
                 yield cur, f"{scope} AND rowid IN (SELECT r FROM {view})", ("TRUE" if exact else cond)
@@ -403,7 +402,7 @@ class ShardService:
         if todo and state.rows.num_rows:
             cur = self._cursor()
             ids = state.rows.select(["r"])
-            view = f"__mr_ids_{id(ids)}"
+            view = H.ids_view(id(ids))
             cur.register(view, ids)
             try:
                 lo, hi = pc.min_max(ids.column("r")).values()
@@ -487,7 +486,7 @@ class ShardService:
         where = check_fragment(req["where"]) if req.get("where") else "TRUE"
         tf = self._time_filter(req.get("filter"), blobs)
         cur = self._cursor()
-        cols = ", ".join(quote(c) for c in columns) if columns else "*"
+        cols = ", ".join(quote_ident(c) for c in columns) if columns else "*"
         if req.get("session") is not None:
             session = self._open_session(req, name)
             self.sessions.drop(req["session"])  # the final pull ends the session, whatever happens next
@@ -503,15 +502,15 @@ class ShardService:
             if bounds:  # the TIS's hull as a range DuckDB's scan can use (zone maps)
                 lo, hi = int(bounds[0]), int(bounds[1])
                 where = f"({where}) AND ({key} IS NULL OR {key} BETWEEN {lo} AND {hi})"
-            rows = cur.sql(f"SELECT {cols}, {pk} AS __mr_pk, {key} AS __mr_t FROM {table} WHERE {scope} AND {where}"
-                           ).to_arrow_table()
-        t = rows.column("__mr_t")
+            rows = cur.sql(f"SELECT {cols}, {pk} AS {H.PARTITION_HASH}, {key} AS {H.KEY} FROM {table} "
+                           f"WHERE {scope} AND {where}").to_arrow_table()
+        t = rows.column(H.KEY)
         keep = np.ones(rows.num_rows, bool)  # rows without a key are kept: the engine decides on them
         valid = np.asarray(t.is_valid())
         if valid.any():
-            keep[valid] = tf(rows.column("__mr_pk").to_numpy()[valid],
+            keep[valid] = tf(rows.column(H.PARTITION_HASH).to_numpy()[valid],
                              t.filter(pa.array(valid)).to_numpy())
-        return _compact(rows.filter(pa.array(keep)).drop_columns(["__mr_pk", "__mr_t"]))
+        return _compact(rows.filter(pa.array(keep)).drop_columns([H.PARTITION_HASH, H.KEY]))
 
     def _session_pull(self, table, session, union, cols, where, tf, req) -> pa.Table:
         """The rows kept for ``union`` that lie in the final set (the union covers every
@@ -524,7 +523,7 @@ class ShardService:
         keyless = cur.sql(f"SELECT {cols} FROM {table} WHERE {key} IS NULL AND ({where})").to_arrow_table()
         if not len(ids):
             return _compact(keyless)
-        view = f"__mr_ids_{id(ids)}"
+        view = H.ids_view(id(ids))
         cur.register(view, pa.table({"r": ids}))
         try:
             rows = cur.sql(f"SELECT {cols} FROM {table} WHERE rowid BETWEEN {int(ids[0])} AND {int(ids[-1])} "

@@ -11,15 +11,22 @@ matching stage.
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 
+import duckdb
 import pyarrow as pa
 
-from matchrec.connectors.remote import PullStats, RemoteStore
+from matchrec.connectors.duckdb_source import DuckDBOracle
+from matchrec.connectors.remote import NodeTraffic, PullStats, RemoteStore
 from matchrec.connectors.shard import DEFAULT_MAX_PAYLOAD_MB, ShardService
+from matchrec.connectors.spark_common import cache
 from matchrec.connectors.spark_matching import conform
-from matchrec.connectors.spark_metrics import collect
+from matchrec.connectors.spark_metrics import ShuffleMeter, collect
+from matchrec.parser import hidden as H
+from matchrec.planner.fastpath import fast_plan
+from matchrec.planner.intervals import interval_plan
 
 TABLE = "events"
 MIN_ROWS = 200_000  # below this, the jobs of the rounds cost more than any shuffle they save (auto)
@@ -42,20 +49,18 @@ class FilterReport:
 
 
 def _load(batches, schema: pa.Schema):
-    import duckdb
     con = duckdb.connect()
     con.execute("SET threads = 1")  # Spark runs one task per core already
     batches = [b for b in batches if b.num_rows]
     table = conform(pa.Table.from_batches(batches), schema) if batches else schema.empty_table()
-    con.register("__mr_part", table)
-    con.execute(f"CREATE TABLE {TABLE} AS SELECT * FROM __mr_part")
-    con.unregister("__mr_part")
+    con.register(H.PARTITION, table)
+    con.execute(f"CREATE TABLE {TABLE} AS SELECT * FROM {H.PARTITION}")
+    con.unregister(H.PARTITION)
     return con
 
 
 def answer_task(request_json: str, blobs: list[bytes], schema: pa.Schema):
     """A ``mapInArrow`` function: the partition answers one request (reply as Arrow IPC bytes)."""
-    import json
 
     def run(batches):
         con = _load(batches, schema)
@@ -81,7 +86,6 @@ def rows_task():
 
 def pull_task(request_json: str, blobs: list[bytes], schema: pa.Schema):
     """A ``mapInArrow`` function: the partition's rows inside the final time interval set."""
-    import json
 
     def run(batches):
         con = _load(batches, schema)
@@ -114,7 +118,6 @@ class SparkShards(RemoteStore):
 
     def call_all(self, request: dict, blobs: list[bytes] | None = None, stats: PullStats | None = None,
                  nodes=None) -> list[pa.Table]:
-        import json
         blobs = blobs or []
         started = time.perf_counter()
         # the payloads travel inside the task function (Spark broadcasts a large one by itself)
@@ -125,7 +128,7 @@ class SparkShards(RemoteStore):
             stats.round_trips += 1
             sent = sum(len(b) for b in blobs) + len(json.dumps(request))
             for i, reply in enumerate(replies):
-                t = stats.nodes.setdefault(f"spark partition {i}", _traffic())
+                t = stats.nodes.setdefault(f"spark partition {i}", NodeTraffic())
                 t.sent += sent
                 t.received += len(rows[i]["reply"])
                 t.calls += 1
@@ -137,22 +140,11 @@ class SparkShards(RemoteStore):
         return replies
 
     def final_rows(self, request: dict, blobs: list[bytes]):
-        import json
         return self.df.mapInArrow(pull_task(json.dumps(request), blobs, self.schema), self.df.schema)
-
-
-def _traffic():
-    from matchrec.connectors.remote import NodeTraffic
-    return NodeTraffic()
 
 
 def filter_rows(df, analysis, mode: str):
     """(DataFrame of the rows inside the final time intervals or None, FilterReport)."""
-    from matchrec.connectors.duckdb_source import DuckDBOracle
-    from matchrec.connectors.spark_metrics import ShuffleMeter
-    from matchrec.planner.fastpath import fast_plan
-    from matchrec.planner.intervals import interval_plan
-    import duckdb
     report = FilterReport()
     plan = analysis.plan
     con = duckdb.connect()
@@ -164,7 +156,6 @@ def filter_rows(df, analysis, mode: str):
         report.reason = f"not used ({why})"
         return None, report
     meter = ShuffleMeter(df.sparkSession)
-    from matchrec.spark import cache
     cached = cache(df)
     stats = PullStats(strategy="dfs")
     t0 = time.perf_counter()

@@ -35,10 +35,11 @@ import pyarrow.flight as fl
 from matchrec.connectors import acer
 from matchrec.connectors.credentials import TOKEN_ENV, read_token_file
 from matchrec.connectors.session import SessionLost
-from matchrec.connectors.shard import (DEFAULT_MAX_PAYLOAD_MB, RequestCancelled, RequestError, ShardService,
-                                       quote)
+from matchrec.connectors.shard import DEFAULT_MAX_PAYLOAD_MB, RequestCancelled, RequestError, ShardService
 from matchrec.errors import ProgrammingError
 from matchrec.operators.intervals import FilterPayloadError
+from matchrec.parser import hidden as H
+from matchrec.parser.names import quote_ident
 
 MAX_REQUEST_BYTES = 1 << 20  # a request's JSON; SQL fragments are far smaller, payloads travel as Arrow
 PAYLOAD_READERS = 2  # requests receiving payloads at once: gRPC and Arrow hold each message whole while it is read
@@ -279,16 +280,16 @@ class StorageNode(fl.FlightServerBase):
         except pa.ArrowInvalid as err:
             raise RequestError(f"the rows are not a valid Arrow stream: {_first_line(err)}") from None
         cur = self.con.cursor()
-        name = quote(req["table"])
+        name = quote_ident(req["table"])
         with self.lock:
-            cur.register("__mr_load", data)
+            cur.register(H.LOAD, data)
             exists = cur.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'",
                                  [req["table"]]).fetchone()[0]
             if req.get("replace") or not exists:
-                cur.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM __mr_load")
+                cur.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM {H.LOAD}")
             else:
-                cur.execute(f"INSERT INTO {name} SELECT * FROM __mr_load")
-            cur.unregister("__mr_load")
+                cur.execute(f"INSERT INTO {name} SELECT * FROM {H.LOAD}")
+            cur.unregister(H.LOAD)
             acer.drop(self.con, req["table"])  # its clusters and bitmaps describe rows that are gone
             self.service.indexes.forget(req["table"])
             self.con.execute("CHECKPOINT")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import sqlglot
@@ -194,8 +195,6 @@ def _build(node: exp.Expression, types: dict) -> tuple[Callable, str]:
 def evaluate_masks(evaluators: list[tuple[int, Evaluator]], columns: dict, n: int, constant: int):
     """Per row, the OR of ``1 << label`` over labels whose condition is TRUE (NULL counts as
     FALSE), plus ``constant``; None when Arrow refuses (an overflow), for the caller to use DuckDB."""
-    import numpy as np
-
     out = np.full(n, constant, np.int64)
     try:
         for label, fn in evaluators:

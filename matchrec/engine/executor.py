@@ -29,7 +29,7 @@ from matchrec.budget import DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_STEPS
 from matchrec.errors import DataError, OperationalError
 from matchrec.operators import expr as ir
 from matchrec.operators.matcher import ConsView, Matcher, MatchLimitExceeded
-from matchrec.engine.output import Matches, MeasureComputer, expand
+from matchrec.engine.output import EMPTY, MATCH, UNMATCHED, Matches, MeasureComputer, expand
 from matchrec.planner.plan import Plan
 
 
@@ -84,21 +84,6 @@ class Event:
     labels: list[int]
     exclusions: list[tuple[int, int]]
     match_number: int
-
-
-MATCH, EMPTY, UNMATCHED = 0, 1, 2
-
-
-class LazyColumn:
-    """Python values of an Arrow column, converted one row at a time on demand."""
-
-    __slots__ = ("array",)
-
-    def __init__(self, array):
-        self.array = array
-
-    def __getitem__(self, i: int):
-        return self.array[i].as_py()
 
 
 def partition_bounds(table: pa.Table, keys: list[int]) -> np.ndarray:
@@ -311,13 +296,6 @@ def _thread_limit(setting: str, limit: int) -> OperationalError:
 def _match_limit(limit: int) -> OperationalError:
     return OperationalError(f"A partition produced more than {limit} matches; raise the limit with "
                             f"SET matchrec_max_matches_per_partition = <n>")
-
-
-def _to_arrow(values: list, typ: pa.DataType, name: str) -> pa.Array:
-    try:
-        return pa.array(values, type=typ)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as err:
-        raise DataError(f"Measure {name!r}: value does not fit its type {typ}: {err}") from None
 
 
 def prefetched(reader, depth: int = 2, interrupt: Callable[[], None] | None = None):

@@ -17,6 +17,7 @@ from matchrec.engine import arrow_eval
 from matchrec.engine.executor import SKIP_ABSENT, SKIP_FIRST, SkipError, _match_limit, _thread_limit
 from matchrec.engine.output import EMPTY, MATCH, UNMATCHED, Matches
 from matchrec.operators import vm
+from matchrec.parser import hidden as H
 from matchrec.planner.fastpath import FastPlan
 
 _SKIP = {"past_last": vm.SKIP_PAST_LAST, "next_row": vm.SKIP_NEXT_ROW, "to_first": vm.SKIP_TO_FIRST,
@@ -197,7 +198,7 @@ class CompiledMatcher:
                 terms.append(f"(CASE WHEN {sql} THEN {1 << label} ELSE 0 END)")
         if not terms:
             return None
-        return f"SELECT CAST({' + '.join(terms + [str(constant)])} AS BIGINT) AS m FROM __mr_chunk"
+        return f"SELECT CAST({' + '.join(terms + [str(constant)])} AS BIGINT) AS m FROM " + H.CHUNK
 
     def _masks(self, table: pa.Table, bounds: np.ndarray) -> np.ndarray:
         """Per row, the labels whose row conditions hold: DuckDB over the chunk with PREV/NEXT
@@ -219,15 +220,15 @@ class CompiledMatcher:
             chunk = arrow_eval.evaluate_masks(self.arrow_masks, columns, n, constant)
             if chunk is not None:
                 return np.ascontiguousarray(read & chunk)
-        # __mr_i: the chunk's row numbers (also gives a condition without columns its rows)
-        columns = {"__mr_i": pa.array(np.arange(n)), **columns}
+        # ROW_INDEX: the chunk's row numbers (also gives a condition without columns its rows)
+        columns = {H.ROW_INDEX: pa.array(np.arange(n)), **columns}
         cur = self.duck.cursor()
         try:
-            cur.register("__mr_chunk", pa.table(columns))
+            cur.register(H.CHUNK, pa.table(columns))
             ordered = cur.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
             sql = self.mask_sql
             if not ordered:  # rows must come back in chunk order
-                sql += " ORDER BY __mr_i"
+                sql += " ORDER BY " + H.ROW_INDEX
             result = cur.sql(sql).to_arrow_table().column(0)
         finally:
             cur.close()

@@ -20,12 +20,27 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from matchrec.connectors.duckdb_source import TEXT_CARRIED
 from matchrec.engine import arrow_eval
+from matchrec.errors import DataError
 from matchrec.operators import expr as ir
 from matchrec.operators.kernels import label_extents
 from matchrec.operators.matcher import ListView
+from matchrec.parser import hidden as H
 
-MATCH, EMPTY, UNMATCHED = 0, 1, 2
+MATCH, EMPTY, UNMATCHED = 0, 1, 2  # event kinds, shared with the executor that produces them
+
+
+class LazyColumn:
+    """Python values of an Arrow column, converted one row at a time on demand."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        self.array = array
+
+    def __getitem__(self, i: int):
+        return self.array[i].as_py()
 
 
 @dataclass
@@ -131,7 +146,6 @@ class MeasureComputer:
 
     def row_values(self, fn, table, colmap, m: Matches, rows: Rows) -> list:
         """The defining evaluation: one row at a time with the expression evaluator."""
-        from matchrec.engine.executor import LazyColumn
         ctx = self.ctx
         values = []
         current_part = None
@@ -330,21 +344,21 @@ class _Vector:
         if duck is None:
             raise _NotVectorizable()
         if isinstance(node, ir.Fallback):
-            if not node.template.endswith(" FROM __mr_args"):
+            if not node.template.endswith(" FROM " + H.ARGS):
                 raise _NotVectorizable()
             sql = node.template
         else:
             expr = _op_sql(node.op, len(args))
             if expr is None:
                 raise _NotVectorizable()
-            sql = f"SELECT {expr} FROM __mr_args"
-        columns = {f"__mr_a{k}": a for k, a in enumerate(args)}
-        columns["__mr_i"] = pa.array(np.arange(len(self.i)))
+            sql = f"SELECT {expr} FROM {H.ARGS}"
+        columns = {H.arg(k): a for k, a in enumerate(args)}
+        columns[H.ROW_INDEX] = pa.array(np.arange(len(self.i)))
         cur = duck.cursor()
         try:
-            cur.register("__mr_args", pa.table(columns))
+            cur.register(H.ARGS, pa.table(columns))
             # an explicit order: DuckDB may scan the rows in parallel
-            return cur.sql(sql + " ORDER BY __mr_i").to_arrow_table().column(0)
+            return cur.sql(sql + " ORDER BY " + H.ROW_INDEX).to_arrow_table().column(0)
         except duckdb.Error:
             raise _NotVectorizable() from None
         finally:
@@ -365,7 +379,7 @@ _BINARY = {"eq": "=", "ne": "<>", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", 
 
 
 def _op_sql(op: str, n: int) -> str | None:
-    a = [f"__mr_a{k}" for k in range(n)]
+    a = [H.arg(k) for k in range(n)]
     if op in _BINARY and n == 2:
         return f"({a[0]} {_BINARY[op]} {a[1]})"
     if op == "div" and n == 2:
@@ -395,10 +409,6 @@ def _op_sql(op: str, n: int) -> str | None:
     return None
 
 
-# DuckDB types whose values Arrow cannot carry exactly in DuckDB's own Arrow form: UHUGEINT is
-# exported as a signed decimal128 (wrong above 2**127), BIGNUM as opaque bytes. Measures of these
-# types travel as their text, which DuckDB casts back exactly.
-TEXT_CARRIED = ("UHUGEINT", "BIGNUM", "VARINT")
 _INT128 = (-(1 << 127), (1 << 127) - 1)
 
 
@@ -451,7 +461,6 @@ def _cast(arr, typ: pa.DataType, name: str):
 
 
 def _to_arrow(values: list, typ: pa.DataType, name: str) -> pa.Array:
-    from matchrec.errors import DataError
     if _textual(typ):  # a number carried as text (TEXT_CARRIED)
         values = [v if v is None or isinstance(v, str) else str(v) for v in values]
     try:

@@ -3,8 +3,8 @@
 The read query selects, sorted by partition and order keys, only the columns the output,
 the MEASURES and the chosen matcher need: input columns by their names, pushed expressions
 as ``__mr_e{i}``, the WITHIN bound as ``__mr_wkey``/``__mr_wend`` and the values of register
-comparisons as ``__mr_c{k}``/``__mr_o{k}``. ``Layout`` maps the plan's column numbers (input
-columns, then pushed expressions) to the positions of the batches.
+comparisons as ``__mr_c{k}``/``__mr_o{k}`` (the names are ``parser.hidden``'s). ``Layout`` maps
+the plan's column numbers (input columns, then pushed expressions) to the positions of the batches.
 """
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from matchrec.connectors.duckdb_source import DuckDBOracle, describe, quote_ident
+from matchrec.connectors.duckdb_source import DuckDBOracle, describe
 from matchrec.engine.fast import CompiledMatcher, numeric_kind, to_numpy
 from matchrec.errors import ProgrammingError, positioned
+from matchrec.parser import hidden as H
+from matchrec.parser.names import quote_ident
 from matchrec.operators import expr as ir
 from matchrec.planner.fastpath import FastPlan
 from matchrec.planner.plan import Plan
@@ -30,7 +32,7 @@ class Layout:
 
 def _name(plan: Plan, i: int) -> str:
     n_in = len(plan.input_columns)
-    return plan.input_columns[i][0] if i < n_in else f"__mr_e{i - n_in}"
+    return plan.input_columns[i][0] if i < n_in else H.pushed(i - n_in)
 
 
 def needed_columns(plan: Plan, fp: FastPlan | None) -> set[int]:
@@ -66,13 +68,13 @@ def input_query(plan: Plan, input_sql: str, oracle: DuckDBOracle, fp: FastPlan |
               if needed is None or i in needed]
     for j, (sql, t) in enumerate(plan.pushed):
         if needed is None or n_in + j in needed:
-            select.append(_carried(f"({sql})", t, f"__mr_e{j}"))
+            select.append(_carried(f"({sql})", t, H.pushed(j)))
     if plan.within_sql is not None:
         key_idx, desc, _ = plan.order_by[0]
         key = cols[key_idx]
         typ = within_type(plan, oracle)
-        select.append(f"CAST({key} AS {typ}) AS __mr_wkey")
-        select.append(f"{key} {'-' if desc else '+'} ({plan.within_sql}) AS __mr_wend")
+        select.append(f"CAST({key} AS {typ}) AS {H.WITHIN_KEY}")
+        select.append(f"{key} {'-' if desc else '+'} ({plan.within_sql}) AS {H.WITHIN_END}")
     if fp is not None:
         terms, constant = [], 0
         for label, cond in enumerate(fp.read_sql):
@@ -80,19 +82,19 @@ def input_query(plan: Plan, input_sql: str, oracle: DuckDBOracle, fp: FastPlan |
                 constant |= 1 << label
             else:
                 terms.append(f"(CASE WHEN {cond} THEN {1 << label} ELSE 0 END)")
-        select.append(f"CAST({' + '.join(terms + [str(constant)])} AS BIGINT) AS __mr_rmask")
+        select.append(f"CAST({' + '.join(terms + [str(constant)])} AS BIGINT) AS {H.ROW_MASK}")
         for k, c in enumerate(fp.compares):
-            select.append(f"({c.current_sql}) AS __mr_c{k}")
-            select.append(f"({c.other_sql}) AS __mr_o{k}")
+            select.append(f"({c.current_sql}) AS {H.compare_current(k)}")
+            select.append(f"({c.other_sql}) AS {H.compare_other(k)}")
         for k, leaf in enumerate(leaf for prog in fp.programs for leaf in prog.leaves):
-            select.append(f"({leaf.sql}) AS __mr_p{k}")
+            select.append(f"({leaf.sql}) AS {H.leaf(k)}")
     if not select:
-        select = ["NULL AS __mr_nothing"]
+        select = ["NULL AS " + H.NOTHING]
     # the input's own columns, not the selected ones (a number carried as text sorts as text)
-    order = [f"__mr_input.{cols[i]} ASC NULLS LAST" for i in plan.partition_by]
-    order += [f"__mr_input.{cols[i]} {'DESC' if desc else 'ASC'} NULLS {'FIRST' if nulls_first else 'LAST'}"
+    order = [f"{H.INPUT}.{cols[i]} ASC NULLS LAST" for i in plan.partition_by]
+    order += [f"{H.INPUT}.{cols[i]} {'DESC' if desc else 'ASC'} NULLS {'FIRST' if nulls_first else 'LAST'}"
               for i, desc, nulls_first in plan.order_by]
-    sql = f"SELECT {', '.join(select)} FROM ({input_sql}) AS __mr_input"
+    sql = f"SELECT {', '.join(select)} FROM ({input_sql}) AS {H.INPUT}"
     if where:
         sql += f" WHERE {where}"
     if order:
@@ -113,7 +115,7 @@ def layout(plan: Plan, schema: pa.Schema) -> Layout:
     index = {n: i for i, n in enumerate(names)}
     n_cols = len(plan.input_columns) + len(plan.pushed)
     colmap = {i: index[_name(plan, i)] for i in range(n_cols) if _name(plan, i) in index}
-    within = (index["__mr_wkey"], index["__mr_wend"]) if "__mr_wkey" in index else None
+    within = (index[H.WITHIN_KEY], index[H.WITHIN_END]) if H.WITHIN_KEY in index else None
     return Layout(colmap, within, names)
 
 
@@ -125,13 +127,13 @@ def decide_fast_path(plan: Plan, fp: FastPlan, con: duckdb.DuckDBPyConnection, f
     types = dict(describe(con, full_sql))
     arrow = _arrow_types(con, types)
     if plan.within_sql is not None:
-        kinds = {numeric_kind(arrow[types["__mr_wkey"]]), numeric_kind(arrow[types["__mr_wend"]])}
+        kinds = {numeric_kind(arrow[types[H.WITHIN_KEY]]), numeric_kind(arrow[types[H.WITHIN_END]])}
         if None in kinds or len(kinds) != 1:
             plan.notes.append("matcher: reference (the WITHIN bound is not an integer, float or time)")
             return False
     kept = []
     for k, c in enumerate(fp.compares):
-        kinds = {numeric_kind(arrow[types[f"__mr_c{k}"]]), numeric_kind(arrow[types[f"__mr_o{k}"]])}
+        kinds = {numeric_kind(arrow[types[H.compare_current(k)]]), numeric_kind(arrow[types[H.compare_other(k)]])}
         if None in kinds:
             fp.residual.append(f"{plan.labels[c.label]}: {c.current_sql} vs {c.other_sql} (not numeric)")
         else:
@@ -140,7 +142,7 @@ def decide_fast_path(plan: Plan, fp: FastPlan, con: duckdb.DuckDBPyConnection, f
     fp.compares = kept
     programs, k = [], 0
     for prog in fp.programs:
-        kinds = [numeric_kind(arrow[types[f"__mr_p{k + j}"]]) for j in range(len(prog.leaves))]
+        kinds = [numeric_kind(arrow[types[H.leaf(k + j)]]) for j in range(len(prog.leaves))]
         k += len(prog.leaves)
         if None in kinds:
             fp.residual.append(f"{plan.labels[prog.label]}: {prog.text} (reads values that are not numbers or times)")
@@ -172,14 +174,14 @@ def compiled_matcher(plan: Plan, fp: FastPlan, con, lay: Layout, schema: pa.Sche
             null = values[0].item() if valid[0] else None
         except duckdb.Error:
             null = None
-        compare_cols.append((index[f"__mr_c{k}"], index[f"__mr_o{k}"], c.kind))
+        compare_cols.append((index[H.compare_current(k)], index[H.compare_other(k)], c.kind))
         nulls.append(null)
     within = None
     if lay.within is not None:
         within = (lay.within[0], lay.within[1], numeric_kind(schema.field(lay.within[0]).type))
     leaf_cols, leaf_nulls = [], []
     for k, leaf in enumerate(leaf for prog in fp.programs for leaf in prog.leaves):
-        leaf_cols.append(index[f"__mr_p{k}"])
+        leaf_cols.append(index[H.leaf(k)])
         null = None
         if leaf.register >= 0:
             try:
@@ -192,7 +194,7 @@ def compiled_matcher(plan: Plan, fp: FastPlan, con, lay: Layout, schema: pa.Sche
     row_columns = {name: index[name] for name in fp.row_columns}
     plan.notes += fp.describe(plan.labels)
     con.close()
-    return CompiledMatcher(plan, fp, duck, compare_cols, nulls, within, row_columns, index["__mr_rmask"],
+    return CompiledMatcher(plan, fp, duck, compare_cols, nulls, within, row_columns, index[H.ROW_MASK],
                            leaf_cols, leaf_nulls)
 
 
@@ -206,7 +208,7 @@ def null_row(plan: Plan, con: duckdb.DuckDBPyConnection) -> list:
     if not plan.pushed:
         return values
     nulls = ", ".join(f"CAST(NULL AS {t}) AS {quote_ident(n)}" for n, t in plan.input_columns)
-    exprs = ", ".join(f"({sql}) AS __mr_e{i}" for i, (sql, _) in enumerate(plan.pushed))
+    exprs = ", ".join(f"({sql}) AS {H.pushed(i)}" for i, (sql, _) in enumerate(plan.pushed))
     try:
         return values + list(con.execute(f"SELECT {exprs} FROM (SELECT {nulls})").fetchall()[0])
     except duckdb.Error:

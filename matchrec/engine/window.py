@@ -17,17 +17,32 @@ the reference matcher (operators.matcher) decides otherwise and is the oracle.
 """
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from matchrec.connectors.duckdb_source import DuckDBOracle, FallbackEvaluator, describe, read_batches
+from matchrec.engine import reading
+from matchrec.engine.errors import map_duckdb_error
 from matchrec.engine.executor import (MATCH, define_evaluator, PartitionRunner, SkipError, SKIP_ABSENT, SKIP_FIRST,
-                                      _match_limit, _thread_limit)
+                                      _match_limit, _thread_limit, stream_chunks)
 from matchrec.engine.output import Matches, expand
 from matchrec.errors import DataError, ProgrammingError, positioned
-from matchrec.parser.spec import Anchor
 from matchrec.operators import expr as ir
+from matchrec.operators import vm
 from matchrec.operators.matcher import MatchLimitExceeded, MatchResult
+from matchrec.parser import parameters
+from matchrec.parser import hidden as H
+from matchrec.parser.names import quote_ident
+from matchrec.parser.query import Clause
+from matchrec.parser.spec import Anchor
+from matchrec.parser.window import has_pattern_window, split_windows
+from matchrec.planner.fastpath import fast_plan
+from matchrec.planner.plan import build_plan
 
 FRAME_ERROR = "Window frame offset value must not be negative or null"
 
@@ -245,23 +260,10 @@ def run_windows(runner, sql: str, prepared, done: dict, tag: str, dry: bool, nod
     A window's input (its table, filtered by the WHERE) is itself prepared as a statement, so
     MATCH_RECOGNIZE in it runs first. ``nodes``/``literals`` are the statement's parameter
     values by marker (see parser.parameters): they replace the markers in the windows' bodies."""
-    import time
-    from types import SimpleNamespace
-
-    import duckdb
-
-    from matchrec.connectors.duckdb_source import DuckDBOracle, FallbackEvaluator, describe, quote_ident, \
-        read_batches
-    from matchrec.engine import reading
-    from matchrec.engine.errors import map_duckdb_error
-    from matchrec.engine.executor import stream_chunks
+    # The statement runner calls this function and owns the record of a run and the CTE helpers:
+    # this import closes a cycle (engine.statement <-> engine.window) that tests/test_architecture.py
+    # reports until ClauseRun, cte_prefixes and replace_identifiers live below both modules.
     from matchrec.engine.statement import ClauseRun, cte_prefixes, replace_identifiers
-    from matchrec.parser import parameters
-    from matchrec.parser.query import Clause
-    from matchrec.parser.window import has_pattern_window, split_windows
-    from matchrec.operators import vm
-    from matchrec.planner.fastpath import fast_plan
-    from matchrec.planner.plan import build_plan
 
     if not has_pattern_window(sql):
         return sql
@@ -336,7 +338,7 @@ def run_windows(runner, sql: str, prepared, done: dict, tag: str, dry: bool, nod
                 reader.close()
             del reader
         stats.seconds = time.perf_counter() - started
-        name = f"__matchrec_result_{tag}_{len(prepared.registered)}"
+        name = H.result(tag, len(prepared.registered))
         con.register(name, table)
         prepared.registered.append(name)
         select = [f"c{k} AS {quote_ident(n)}" for k, n in enumerate(input_names)]
@@ -346,6 +348,6 @@ def run_windows(runner, sql: str, prepared, done: dict, tag: str, dry: bool, nod
                    for j, (m, col) in enumerate(zip(plan.measures, w.measure_columns))]
         view = f"(SELECT {', '.join(select)} FROM {name})"
         done[w.placeholder] = view
-        done[w.star_marker] = ", ".join(quote_ident(n) for n in input_names if not n.startswith("__mrw_"))
+        done[w.star_marker] = ", ".join(quote_ident(n) for n in input_names if not n.startswith(H.WINDOW_PREFIX))
         prepared.runs.append(ClauseRun(clause, plan, stats, name, view, 0.0, None, w.name))
     return wq.text

@@ -14,8 +14,8 @@ its items (an NFA over a partial order would need a state per subset of them).
 from __future__ import annotations
 
 from matchrec.budget import PYTHON_STEP_COST
-from matchrec.operators.cer_mechanisms import (ChainPlan, Partition, Prepared, Sink, conditions_hold,
-                                               negation_holds, too_many_partial)
+from matchrec.operators.cer_common import (ChainPlan, Partition, Prepared, Sink, conditions_hold,
+                                          negation_holds, too_many_partial)
 
 A, K = 0, 1  # instance kinds: waiting to begin element k / inside Kleene element k (open)
 

@@ -34,8 +34,8 @@ from bisect import bisect_left, bisect_right
 import numpy as np
 
 from matchrec.budget import PYTHON_STEP_COST
-from matchrec.operators.cer_mechanisms import (AttributeEquality, Cands, ChainPlan, Partition, Prepared, Sink,
-                                               conditions_hold, negation_holds, too_many)
+from matchrec.operators.cer_common import (AttributeEquality, Cands, ChainPlan, Partition, Prepared, Sink,
+                                          conditions_hold, negation_holds, too_many)
 
 
 def evaluate(prep: Prepared, sink: Sink, order=None) -> None:

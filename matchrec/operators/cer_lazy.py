@@ -36,8 +36,8 @@ from bisect import bisect_left, bisect_right
 import numpy as np
 
 from matchrec.budget import PYTHON_STEP_COST
-from matchrec.operators.cer_mechanisms import (AttributeEquality, ChainPlan, Partition, Prepared, Sink,
-                                               conditions_hold, is_null, negation_holds, next_holds, strict_holds)
+from matchrec.operators.cer_common import (AttributeEquality, ChainPlan, Partition, Prepared, Sink,
+                                          conditions_hold, is_null, negation_holds, next_holds, strict_holds)
 
 VECTOR_MIN = 8  # buffer ranges at least this long are filtered by attribute equalities in one numpy pass
 
@@ -91,7 +91,7 @@ def chain_order(chain: ChainPlan, counts: dict, order) -> list[int]:
         rank = {v: n for n, v in enumerate(order)}
         big = len(rank) + 1
         return sorted(chain.positive, key=lambda i: (i in chain.bounds, rank.get(chain.vars[i], big),
-                                                     counts.get(i, 0), i))
+                                                counts.get(i, 0), i))
     out: list[int] = []
     bound: set = set()
     left = list(chain.positive)

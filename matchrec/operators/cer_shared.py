@@ -36,7 +36,7 @@ from typing import Callable
 import numpy as np
 
 from matchrec import budget
-from matchrec.operators.cer_mechanisms import too_many
+from matchrec.operators.cer_common import too_many
 
 __all__ = ["BLOCK", "Cond", "Neg", "Kleene", "Unit", "Node", "Stream", "PatternSink", "Evaluator", "Unshareable",
            "subsets"]

@@ -82,7 +82,7 @@ class Op(Node):
 @dataclass(frozen=True)
 class Fallback(Node):
     """An expression DuckDB evaluates: ``template`` is a SELECT reading the argument values as
-    columns ``__mr_a0 .. __mr_a{n-1}`` of a one-row relation ``__mr_args``."""
+    columns ``__mr_a0 .. __mr_a{n-1}`` of a one-row relation ``__mr_args`` (``parser.hidden.arg``/``ARGS``)."""
     template: str
     args: tuple[Node, ...]
     types: tuple[str, ...]

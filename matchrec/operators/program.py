@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from matchrec.parser import spec as S
 
+# The opcode table: the compiled matcher (operators.vm) reads the same numbers.
 MATCH, SPLIT, JUMP, SAVE, START, END, DONE = range(7)
 _NAMES = ["MATCH", "SPLIT", "JUMP", "SAVE", "START", "END", "DONE"]
 MAX_PROGRAM = 200_000

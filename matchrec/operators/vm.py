@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-MATCH, SPLIT, JUMP, SAVE, START, END, DONE = range(7)
+from matchrec.operators.program import DONE, END, JUMP, MATCH, SAVE, SPLIT, START  # the opcode table
+
 EV_MATCH, EV_EMPTY, EV_UNMATCHED = 0, 1, 2
 OK, NEED_EVENTS, NEED_LABELS, NEED_ARENA, NEED_VISITS, ERR_SKIP_ABSENT, ERR_SKIP_FIRST, ERR_THREADS, \
     ERR_MATCHES, NEED_THREADS, ERR_STEPS, ERR_STOPPED = range(12)

@@ -19,12 +19,13 @@ from lark import Token, Tree
 from sqlglot import exp
 
 from matchrec.errors import ProgrammingError, positioned
+from matchrec.parser import hidden as H
 from matchrec.parser.source import rewrite
 from matchrec.parser.translate import translate
 from matchrec.parser.spec import Expression, Span
 
 MR_FUNCTIONS = {"PREV", "NEXT", "FIRST", "LAST", "CLASSIFIER", "MATCH_NUMBER"}
-MR_PREFIX = "__mr_"
+MR_PREFIX = H.FUNCTION_PREFIX
 _SUBQUERY_STARTERS = {"SELECT", "WITH", "VALUES", "FROM", "TABLE", "SUMMARIZE", "DESCRIBE", "PIVOT", "UNPIVOT"}
 
 

@@ -34,6 +34,7 @@ from sqlglot import exp
 from sqlglot.tokens import TokenType
 
 from matchrec.errors import DataError, Error, ProgrammingError, positioned
+from matchrec.parser import hidden as H
 from matchrec.parser.query import _is_mr, matching_paren, tokenize
 from matchrec.parser.source import Origin, rewrite
 
@@ -120,7 +121,7 @@ def mark(sql: str, params, dialect: str) -> Marked:
                 raise positioned(ProgrammingError, f"Parameter ${name} is not given", sql, start)
             else:
                 continue
-        marker = f"__mr_param_{tag}_{len(marked.values)}"
+        marker = H.parameter(tag, len(marked.values))
         if _after_within(tokens, k, sql):
             edits.append((start, end, " " + _within_number(value, sql, start) + " "))
             continue

@@ -19,6 +19,7 @@ from sqlglot.tokens import TokenType
 
 from matchrec.errors import NotSupportedError, ProgrammingError, positioned
 from matchrec.parser.body import parse_body
+from matchrec.parser import hidden as H
 from matchrec.parser.source import Origin, rewrite
 from matchrec.parser.spec import MatchSpec, Span
 
@@ -175,7 +176,7 @@ def split(sql: str, dialect: str = "duckdb", tokens: list | None = None) -> Spli
         body_offset = origin.map(body_start)
         clause_span = Span(origin.map(mr_tok.start), origin.map(tokens[close].end) + 1)
         spec = parse_body(body, body_offset, sql, dialect, clause_span)
-        placeholder = f"__matchrec_{tag}_{len(clauses)}"
+        placeholder = H.clause(tag, len(clauses))
         input_start, input_end = tokens[start].start, mr_tok.start
         input_text = text[input_start:input_end].strip()
         clauses.append(Clause(placeholder=placeholder, input_text=input_text,

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from matchrec.parser.names import quote_ident
+
 UNIVERSAL = None  # the implicit variable that matches every row (unqualified column refs)
 
 
@@ -71,7 +73,7 @@ def pattern_to_text(node: PatternNode) -> str:
     """Canonical text of a pattern (used by EXPLAIN and golden tests)."""
     if isinstance(node, Label):
         name = node.name
-        return name if name.isidentifier() and name.upper() == name else '"' + name.replace('"', '""') + '"'
+        return name if name.isidentifier() and name.upper() == name else quote_ident(name)
     if isinstance(node, EmptyPattern):
         return "()"
     if isinstance(node, Anchor):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import sqlglot
 from sqlglot import exp
 
+from matchrec.parser import hidden as H
+
 # dialect family -> function name -> DuckDB template over $1, $2, ...
 _TEMPLATES = {
     "trino": {
@@ -25,9 +27,10 @@ _FAMILY = {"trino": "trino", "presto": "trino", "athena": "trino"}
 # SQL DuckDB runs (expand_aggregates).
 LAMBDA_AGGREGATES = {
     # key -> array of its values: each distinct key collects its values
-    "multimap_agg": "MAP_FROM_ENTRIES(LIST_TRANSFORM(LIST_DISTINCT(LIST($1)), lambda __mr_key: "
-                    "{'k': __mr_key, 'v': LIST_TRANSFORM(LIST_FILTER(LIST({'k': $1, 'v': $2}), "
-                    "lambda __mr_e: __mr_e.k = __mr_key), lambda __mr_e: __mr_e.v)}))",
+    "multimap_agg": (f"MAP_FROM_ENTRIES(LIST_TRANSFORM(LIST_DISTINCT(LIST($1)), lambda {H.LAMBDA_KEY}: "
+                     f"{{'k': {H.LAMBDA_KEY}, 'v': LIST_TRANSFORM(LIST_FILTER(LIST({{'k': $1, 'v': $2}}), "
+                     f"lambda {H.LAMBDA_ENTRY}: {H.LAMBDA_ENTRY}.k = {H.LAMBDA_KEY}), "
+                     f"lambda {H.LAMBDA_ENTRY}: {H.LAMBDA_ENTRY}.v)}}))"),
 }
 
 
@@ -54,6 +57,7 @@ def translate_statement(tree: exp.Expression, dialect: str) -> exp.Expression:
         tree = expand_aggregates(tree)
     if not is_trino(dialect) or not any(isinstance(n, exp.Sub) for n in tree.walk()):
         return tree
+    # the type annotator loads sqlglot's optimizer: only Trino statements with a subtraction need it
     from sqlglot.optimizer.annotate_types import annotate_types
     try:
         typed = annotate_types(tree.copy())
@@ -84,11 +88,11 @@ def _apply(tree: exp.Expression, templates: dict) -> exp.Expression:
             args = list(node.expressions)
             text = template
             for i in range(len(args), 0, -1):
-                text = text.replace(f"${i}", f"__mr_arg{i}")
+                text = text.replace(f"${i}", f"{H.TRANSLATE_ARG}{i}")
             new = sqlglot.parse_one(text, read="duckdb")
             for col in list(new.find_all(exp.Column)):
-                if col.name.startswith("__mr_arg"):
-                    k = int(col.name[len("__mr_arg"):]) - 1
+                if col.name.startswith(H.TRANSLATE_ARG):
+                    k = int(col.name[len(H.TRANSLATE_ARG):]) - 1
                     if k < len(args):
                         col.replace(args[k].copy())
             return new

@@ -27,7 +27,9 @@ from sqlglot import exp
 from sqlglot.tokens import TokenType
 
 from matchrec.errors import NotSupportedError, ProgrammingError, positioned
+from matchrec.parser import hidden as H
 from matchrec.parser.body import parse_body
+from matchrec.parser.names import quote_ident
 from matchrec.parser.query import matching_paren, tokenize
 from matchrec.parser.source import Origin, rewrite
 from matchrec.parser.spec import MatchSpec, Span
@@ -211,7 +213,7 @@ def split_windows(sql: str, dialect: str, source: str | None = None, origin: Ori
         # innermost first: its table reference holds no other pattern window
         d = max(defs, key=lambda x: (x.depth, -x.open_i))
         k = len(windows)
-        placeholder = f"__mrw_{tag}_{k}"
+        placeholder = H.window(tag, k)
         text, origin, window = _cut_one(text, origin, source, dialect, tokens, depths, d, placeholder)
         windows.append(window)
     return WindowQuery(text, origin, windows)
@@ -322,7 +324,7 @@ def _cut_one(text: str, origin: Origin, source: str, dialect: str, tokens, depth
         col = f"{placeholder}_m{j}"
         window.measure_columns.append(col)
         measures[m.name.upper()] = col
-    partition = ", ".join(('"' + c.name.replace('"', '""') + '"') if c.quoted else c.name
+    partition = ", ".join(quote_ident(c.name) if c.quoted else c.name
                           for c in spec.partition_by)
     frame_sql = ("PARTITION BY " + partition + " " if partition else "") + \
         f"ORDER BY {window.pos_column} ROWS BETWEEN {window.lo_column} FOLLOWING AND {window.hi_column} FOLLOWING"
@@ -352,7 +354,7 @@ def _cut_one(text: str, origin: Origin, source: str, dialect: str, tokens, depth
             if name_tok > 0 and tokens[name_tok - 1].token_type in (TokenType.SELECT, TokenType.COMMA) \
                     and after + 1 < len(tokens) and tokens[after + 1].token_type in (TokenType.COMMA, TokenType.FROM):
                 written = " ".join(text[tokens[name_tok].start:end].split())
-                alias = ' AS "' + written.replace('"', '""') + '"'
+                alias = " AS " + quote_ident(written)
             edits.append((tokens[over].start, end, f"OVER ({frame_sql}){alias}"))
             return
         if prev is not None and prev.token_type in (TokenType.VAR, TokenType.IDENTIFIER) \

@@ -26,6 +26,7 @@ from sqlglot import exp
 from matchrec.parser.translate import LAMBDA_AGGREGATES, expand_aggregates, is_trino
 from matchrec.errors import ProgrammingError, positioned
 from matchrec.operators import expr as ir
+from matchrec.parser import hidden as H
 from matchrec.parser.expressions import MR_PREFIX, node_span
 from matchrec.parser.spec import Expression
 
@@ -133,7 +134,7 @@ class Scope:
         return len(self.columns) + self._pushed_index[sql]
 
 
-_MARK = "__mr_t_"
+_MARK = H.TYPE_MARK
 
 
 class _Typer:
@@ -495,8 +496,8 @@ class ExpressionAnalyzer:
             k = len(args)
             args.append(self.row_node(part))
             types.append(self._type(part) + "[]")
-            cols.append(f"UNNEST(__mr_a{k}) AS __mr_u{k}")
-            return exp.column(f"__mr_u{k}")
+            cols.append(f"UNNEST({H.arg(k)}) AS {H.unnested(k)}")
+            return exp.column(H.unnested(k))
 
         copy = base.copy()
         self._replace_slots(copy, base, slots, filter_cond, filter_part, slot_marker)
@@ -504,8 +505,8 @@ class ExpressionAnalyzer:
         if not cols:  # only constant arguments: one row per matched row still matters (count(1))
             args.append(ir.Const(1))
             types.append("INTEGER[]")
-            cols.append("UNNEST(__mr_a0) AS __mr_u0")
-        template = f"SELECT {select} FROM (SELECT {', '.join(cols)} FROM __mr_args)"
+            cols.append(f"UNNEST({H.arg(0)}) AS {H.unnested(0)}")
+        template = f"SELECT {select} FROM (SELECT {', '.join(cols)} FROM {H.ARGS})"
         return ir.Agg("fallback", labels, tuple(args), running, False, False, None, template, (), tuple(types))
 
     def _replace_slots(self, copy, original, slots, filter_cond, filter_part, make):
@@ -603,9 +604,9 @@ class ExpressionAnalyzer:
                 return part.tree.copy()
             args.append(self.materialize(part, part.source) if kind == "value" else self.row_node(part))
             types.append(self._type(part))
-            return exp.column(f"__mr_a{len(args) - 1}")
+            return exp.column(H.arg(len(args) - 1))
 
-        template = "SELECT " + self._rebuild_sql(node, operands, make) + " FROM __mr_args"
+        template = "SELECT " + self._rebuild_sql(node, operands, make) + " FROM " + H.ARGS
         return ir.Fallback(template, tuple(args), tuple(types))
 
     # -------------------------------------------------------------- helpers

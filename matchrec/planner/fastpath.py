@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from matchrec.operators import vm
+from matchrec.parser import hidden as H
 from matchrec.parser.expressions import MR_PREFIX
 from matchrec.parser.spec import MatchSpec
 from matchrec.planner.plan import Plan
@@ -207,14 +208,14 @@ class _Classifier:
                 key = (self.column_name(col), offset)
                 if key[0] is None:
                     return None
-                shifts.setdefault(key, f"__mr_s{len(shifts)}")
+                shifts.setdefault(key, H.shifted(len(shifts)))
                 self.read.add(key[0])
                 col.replace(exp.column(shifts[key]))
             node.replace(shifted)
         if not self.current_only(tree, label):
             return None
         for col in list(tree.find_all(exp.Column)):
-            if not col.name.startswith("__mr_s"):
+            if not col.name.startswith(H.SHIFT_PREFIX):
                 name = self.column_name(col)
                 if name is None:
                     return None
@@ -409,7 +410,7 @@ def fast_plan(plan: Plan) -> FastPlan | None:
             cls.read = set()
             sql = cls.row_sql(conjunct, label, fp.shifts)
             if sql is not None:
-                if "__mr_s" in sql:  # reads other rows (PREV/NEXT): evaluated over chunks
+                if H.SHIFT_PREFIX in sql:  # reads other rows (PREV/NEXT): evaluated over chunks
                     in_chunk.append(f"({sql})")
                     chunk_columns |= cls.read
                 else:

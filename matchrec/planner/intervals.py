@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 from matchrec.operators import expr as ir
 from matchrec.operators import vm
 from matchrec.operators.program import DONE, MATCH
+from matchrec.parser import hidden as H
 from matchrec.parser import spec as S
+from matchrec.parser.names import quote_ident
 from matchrec.planner.fastpath import FastPlan
 from matchrec.planner.plan import Plan
 from matchrec.planner.prefilter import always_true, has_anchor, row_filter
@@ -142,7 +144,7 @@ def key_and_window(plan: Plan, oracle) -> tuple[str, int] | str:
     if desc:
         return "the ORDER BY key is descending"
     name, typ = plan.input_columns[key_idx]
-    quoted = '"' + name.replace('"', '""') + '"'
+    quoted = quote_ident(name)
     t = typ.upper()
     try:
         if t in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER"):
@@ -197,7 +199,7 @@ def interval_plan(plan: Plan, fp: FastPlan | None, oracle) -> tuple[IntervalPlan
     for name in plan.labels:
         label = plan.labels.index(name)
         cond = fp.row_sql[label]
-        if name not in mandatory or always_true(defined.get(name)) or cond is None or "__mr_" in cond:
+        if name not in mandatory or always_true(defined.get(name)) or cond is None or H.PREFIX in cond:
             continue
         before = 0 if first == {label} else window
         after = 0 if last == {label} else window
@@ -212,7 +214,7 @@ def interval_plan(plan: Plan, fp: FastPlan | None, oracle) -> tuple[IntervalPlan
         if v is None or c.op != vm.CMP_EQ or c.offset != 0:
             continue
         src_conds = [fp.row_sql[s] for s in sorted(srcs)]
-        if any(sc is None or "__mr_" in sc or always_true(defined.get(plan.labels[s]))
+        if any(sc is None or H.PREFIX in sc or always_true(defined.get(plan.labels[s]))
                for s, sc in zip(sorted(srcs), src_conds)):
             continue  # every row could be a source: the filter would carry the whole table
         if not _null_fails(c.other_sql, plan, oracle):
@@ -225,7 +227,7 @@ def interval_plan(plan: Plan, fp: FastPlan | None, oracle) -> tuple[IntervalPlan
             continue
         v.joins.append(JoinCondition(c.current_sql, c.other_sql, frozenset(srcs), common[:-2],
                                      " OR ".join(f"({sc})" for sc in src_conds)))
-    pkeys = ['"' + plan.input_columns[i][0].replace('"', '""') + '"' for i in plan.partition_by]
+    pkeys = [quote_ident(plan.input_columns[i][0]) for i in plan.partition_by]
     where, _ = row_filter(plan, fp)
     others = [plan.labels.index(v) for v in plan.labels if not always_true(defined.get(v))] if where else None
     ip = IntervalPlan(key_sql, plan.input_columns[plan.order_by[0][0]][0], window, pkeys, variables, where, others)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from matchrec.errors import ProgrammingError, positioned
 from matchrec.operators import expr as ir
 from matchrec.operators.program import PatternTooLarge, Program, compile_pattern
+from matchrec.parser import hidden as H
 from matchrec.parser import spec as S
 from matchrec.planner.analysis import ExpressionAnalyzer, Oracle, Scope, history_dependent
 
@@ -53,7 +54,7 @@ class Plan:
         lines = [self.spec.describe(), "Plan"]
         lines.append("  input columns: " + ", ".join(f"{n} {t}" for n, t in self.input_columns))
         for i, (sql, typ) in enumerate(self.pushed):
-            lines.append(f"  pushed to DuckDB: __mr_e{i} := {sql} ({typ})")
+            lines.append(f"  pushed to DuckDB: {H.pushed(i)} := {sql} ({typ})")
         for label, node in zip(self.labels, self.defines):
             if node is None:
                 lines.append(f"  define {label}: always true")
@@ -74,7 +75,7 @@ def describe_node(node: ir.Node, plan: Plan) -> str:
     n_in = len(plan.input_columns)
 
     def col(i):
-        return plan.input_columns[i][0] if i < n_in else f"__mr_e{i - n_in}"
+        return plan.input_columns[i][0] if i < n_in else H.pushed(i - n_in)
 
     def labels(ls):
         return "*" if ls is None else "|".join(plan.labels[i] for i in sorted(ls))
@@ -224,7 +225,7 @@ def build_plan(spec: S.MatchSpec, columns: list[tuple[str, str]], oracle: Oracle
     if not output:
         # ONE ROW PER MATCH without PARTITION BY or MEASURES has no columns, which DuckDB
         # relations cannot represent; a marker column keeps count(*) and EXISTS working.
-        output.append(OutputColumn("__matchrec_row", "const", 0, "BOOLEAN"))
+        output.append(OutputColumn(H.ROW_MARK, "const", 0, "BOOLEAN"))
     seen: dict[str, OutputColumn] = {}
     for col in output:
         key = col.name.lower()

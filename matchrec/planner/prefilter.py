@@ -27,6 +27,7 @@ from sqlglot import exp
 
 from matchrec.operators import expr as ir
 from matchrec.operators.program import DONE, MATCH, Program
+from matchrec.parser import hidden as H
 from matchrec.parser import spec as S
 from matchrec.planner.fastpath import FastPlan
 from matchrec.planner.plan import Plan
@@ -145,7 +146,7 @@ def row_filter(plan: Plan, fp: FastPlan | None) -> tuple[str | None, str]:
     conditions = []
     for v in others:
         sql = fp.row_sql[plan.labels.index(v)]
-        if sql is None or "__mr_s" in sql:
+        if sql is None or H.SHIFT_PREFIX in sql:
             return None, f"{v} has no row-level condition to filter on"
         conditions.append(f"({sql})")
     return " OR ".join(conditions), f"rows where {' or '.join(others)} can hold"

@@ -1,0 +1,31 @@
+"""What the Spark entry points (``matchrec.spark``) and the Spark connectors share: the DataFrames
+matchrec persisted on the user's behalf, and their release.
+
+It sits below both, so interval filtering (``spark_filtering``) caches its input here without
+importing the public Spark module that calls it.
+"""
+from __future__ import annotations
+
+from matchrec.connectors.spark_metrics import before_cache
+
+_CACHED: list = []  # DataFrames matchrec persisted; they back the DataFrames it returned
+
+
+def cache(df):
+    """Persist ``df`` (memory, spilling to disk) until ``release()``."""
+    from pyspark import StorageLevel  # imported on use: `import matchrec` must not need pyspark
+
+    before_cache(df)
+    out = df.persist(StorageLevel.MEMORY_AND_DISK)
+    _CACHED.append(out)
+    return out
+
+
+def release() -> int:
+    """Unpersist what matchrec cached for the DataFrames it returned (the time split caches its
+    input and the candidate matches; interval filtering caches its input). Call it when those
+    DataFrames are no longer needed; returns how many were released."""
+    n = len(_CACHED)
+    while _CACHED:
+        _CACHED.pop().unpersist()
+    return n
