@@ -17,7 +17,8 @@ import matchrec
 from matchrec.connectors.dual_filtering import DualFiltering
 from matchrec.connectors.loader import load
 from matchrec.connectors.remote import PullStats, RemoteStore
-from matchrec.connectors.source import LocalSource, NodeSource, Source, SparkSource
+from matchrec.connectors.source import LocalSource, NodeSource, Source
+from matchrec.connectors.spark_filtering import SparkSource
 from matchrec.connectors.storage_node import StorageNode
 from matchrec.operators.intervals import IntervalSet
 

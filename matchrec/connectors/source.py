@@ -23,7 +23,8 @@ Implementations:
   per node;
 * Spark partitions: ``connectors.spark_filtering.SparkShards`` answers the same protocol with
   one Spark task per partition (it runs ``ShardService`` over each partition's rows), through
-  its own ``call_all``; it derives from ``connectors.remote.RemoteStore``, so it is a ``Source``.
+  its own ``call_all``; ``spark_filtering.SparkSource`` is the adapter that offers it as a
+  ``Source`` (it lives there so that this module never imports Spark's).
 """
 from __future__ import annotations
 
@@ -402,44 +403,3 @@ class _LocalShard(ShardService):
         return pa.table({"name": pa.array([self.name], pa.string()),
                          "schema": pa.array([self.schema.serialize().to_pybytes()], pa.large_binary()),
                          "indexed": pa.array([False], pa.bool_())})
-
-
-class SparkSource(Source):
-    """A Spark DataFrame as a source: every partition plays a shard (one Spark job per request,
-    each task answering it with ``ShardService`` over its rows loaded into an in-memory DuckDB;
-    the replies come back to the driver). The adapter over ``connectors.spark_filtering``'s
-    shards: its table is ``spark_filtering.TABLE`` whatever the DataFrame's name. Partitions
-    keep nothing between jobs, so ``push_pull`` runs as ``dfs``. The rows of a final pull may
-    stay in Spark: ``final_rows`` is the DataFrame of the rows inside the final interval set
-    (``pull_rows`` and the strategies collect them instead). Cache ``df`` first: every round
-    reads it again."""
-
-    sessions = False
-
-    def __init__(self, df, schema: pa.Schema | None = None):
-        from matchrec.connectors.spark_filtering import TABLE, SparkShards, rows_task
-        from matchrec.connectors.spark_metrics import collect
-        from matchrec.spark import _arrow_schema, _prepare
-        _prepare(df.sparkSession)  # workers that import matchrec, as for every Spark door
-        if schema is None:
-            schema = _arrow_schema(df.schema)
-        partitions = len(collect(df.mapInArrow(rows_task(), "n long")))
-        self.table = TABLE
-        self.schemas = {TABLE: schema}
-        self.indexed: set[str] = set()
-        self._shards = SparkShards(df, schema, max(1, partitions))
-
-    @property
-    def shard_count(self) -> int:
-        return len(self._shards.nodes)
-
-    @property
-    def bandwidth(self):
-        return self._shards.bandwidth  # refined by the jobs' real transfers
-
-    def call_all(self, request: dict, blobs: list[bytes] | None = None, stats: PullStats | None = None
-                 ) -> list[pa.Table]:
-        return self._shards.call_all(request, blobs, stats)
-
-    def final_rows(self, request: dict, blobs: list[bytes]):
-        return self._shards.final_rows(request, blobs)

@@ -21,6 +21,7 @@ import pyarrow as pa
 from matchrec.connectors.duckdb_source import DuckDBOracle
 from matchrec.connectors.remote import NodeTraffic, PullStats, RemoteStore
 from matchrec.connectors.shard import DEFAULT_MAX_PAYLOAD_MB, ShardService
+from matchrec.connectors.source import Source
 from matchrec.connectors.spark_common import cache
 from matchrec.connectors.spark_matching import conform
 from matchrec.connectors.spark_metrics import ShuffleMeter, collect
@@ -180,3 +181,39 @@ def filter_rows(df, analysis, mode: str):
     report.notes.append(f"rounds ran {stats.round_trips} Spark jobs in {stats.phases['rounds']:.3f} s; the final "
                         "pull keeps rows inside the time interval set before the shuffle")
     return shards.final_rows(request, blobs), report
+
+
+class SparkSource(Source):
+    """A Spark DataFrame as a source: every partition plays a shard (one Spark job per request,
+    each task answering it with ``ShardService`` over its rows loaded into an in-memory DuckDB;
+    the replies come back to the driver). The adapter over this module's
+    shards: its table is ``TABLE`` whatever the DataFrame's name. Partitions
+    keep nothing between jobs, so ``push_pull`` runs as ``dfs``. The rows of a final pull may
+    stay in Spark: ``final_rows`` is the DataFrame of the rows inside the final interval set
+    (``pull_rows`` and the strategies collect them instead). Cache ``df`` first: every round
+    reads it again. The public Spark doors (``matchrec.spark``) prepare the session so that its
+    workers import matchrec, and pass the DataFrame's Arrow schema."""
+
+    sessions = False
+
+    def __init__(self, df, schema: pa.Schema):
+        partitions = len(collect(df.mapInArrow(rows_task(), "n long")))
+        self.table = TABLE
+        self.schemas = {TABLE: schema}
+        self.indexed: set[str] = set()
+        self._shards = SparkShards(df, schema, max(1, partitions))
+
+    @property
+    def shard_count(self) -> int:
+        return len(self._shards.nodes)
+
+    @property
+    def bandwidth(self):
+        return self._shards.bandwidth  # refined by the jobs' real transfers
+
+    def call_all(self, request: dict, blobs: list[bytes] | None = None, stats: PullStats | None = None
+                 ) -> list[pa.Table]:
+        return self._shards.call_all(request, blobs, stats)
+
+    def final_rows(self, request: dict, blobs: list[bytes]):
+        return self._shards.final_rows(request, blobs)

@@ -43,6 +43,7 @@ from matchrec.parser.spec import Anchor
 from matchrec.parser.window import has_pattern_window, split_windows
 from matchrec.planner.fastpath import fast_plan
 from matchrec.planner.plan import build_plan
+from matchrec.engine.clauses import ClauseRun, cte_prefixes, replace_identifiers
 
 FRAME_ERROR = "Window frame offset value must not be negative or null"
 
@@ -260,11 +261,6 @@ def run_windows(runner, sql: str, prepared, done: dict, tag: str, dry: bool, nod
     A window's input (its table, filtered by the WHERE) is itself prepared as a statement, so
     MATCH_RECOGNIZE in it runs first. ``nodes``/``literals`` are the statement's parameter
     values by marker (see parser.parameters): they replace the markers in the windows' bodies."""
-    # The statement runner calls this function and owns the record of a run and the CTE helpers:
-    # this import closes a cycle (engine.statement <-> engine.window) that tests/test_architecture.py
-    # reports until ClauseRun, cte_prefixes and replace_identifiers live below both modules.
-    from matchrec.engine.statement import ClauseRun, cte_prefixes, replace_identifiers
-
     if not has_pattern_window(sql):
         return sql
     dialect = runner.dialect

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 import duckdb
 
@@ -11,8 +10,6 @@ from matchrec.engine.errors import map_duckdb_error, strip_location
 from matchrec.engine.project.materialize import _Statement
 from matchrec.engine.project.models import Model
 
-if TYPE_CHECKING:
-    from matchrec.engine.project.runner import RunResult
 
 _DUCK_LINE = re.compile(r"\n[ \t]*LINE (\d+): ?(.*)\n([ \t]*)(\^+)")
 
@@ -71,12 +68,12 @@ def _statement_offset(err: BaseException, statement: str) -> int | None:
     return line_start + found + max(0, caret)
 
 
-def format_errors(result: RunResult) -> list[str]:
+def format_errors(result) -> list[str]:  # a runner.RunResult (not imported: the runner imports this module)
     """One message per failed model (already naming the model's file and position)."""
     return [r.error for r in result.results if r.status == "ERROR" and r.error]
 
 
-def summary_rows(result: RunResult) -> list[tuple]:
+def summary_rows(result) -> list[tuple]:  # a runner.RunResult
     rows = []
     for r in result.results:
         rows.append((r.name, r.status, r.materialized, "" if r.rows is None else f"{r.rows:,}",
