@@ -1,9 +1,11 @@
-"""Shared fixtures: a fresh in-memory connection and a helper to run one query."""
+"""Shared fixtures: a fresh in-memory connection and a helper to run one query; one storage-node
+cluster and one local Spark session per test session (started on first use)."""
 from __future__ import annotations
 
 import pytest
 
 import matchrec
+from nodes import Cluster
 
 
 @pytest.fixture
@@ -21,3 +23,20 @@ def q(con):
         cur.execute(sql, params)
         return cur.fetchall()
     return run
+
+
+@pytest.fixture(scope="session")
+def node_cluster(tmp_path_factory):
+    """Three storage nodes on 127.0.0.1 (token ``nodes.TOKEN``); yields their addresses."""
+    cluster = Cluster(tmp_path_factory.mktemp("nodes"), 3)
+    yield cluster.uris
+    cluster.close()
+
+
+@pytest.fixture(scope="session")
+def spark_shared():
+    """A local[2] SparkSession for the whole test session."""
+    from spark_conformance import spark_session
+    session = spark_session()
+    yield session
+    session.stop()
