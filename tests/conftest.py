@@ -35,8 +35,15 @@ def node_cluster(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def spark_shared():
-    """A local[2] SparkSession for the whole test session."""
+    """A local[2] SparkSession for the whole test session: a function returning it, started again if
+    a module stopped the session in between (getOrCreate hands every module the same one)."""
     from spark_conformance import spark_session
-    session = spark_session()
-    yield session
-    session.stop()
+    sessions = []
+
+    def live():
+        if not sessions or sessions[-1].sparkContext._jsc is None:
+            sessions.append(spark_session())
+        return sessions[-1]
+    yield live
+    if sessions and sessions[-1].sparkContext._jsc is not None:
+        sessions[-1].stop()

@@ -222,7 +222,7 @@ def _show(rows, limit=20) -> str:
 def test_case(case, engine, request):
     def run():
         if engine == "spark":
-            return run_spark(case, request.getfixturevalue("spark_shared"))
+            return run_spark(case, request.getfixturevalue("spark_shared")())
         if engine == "nodes":
             return run_nodes(case, request.getfixturevalue("node_cluster"))
         return run_duckdb(case, fast_path=engine == "duckdb")
