@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 import matchrec
-from nodes import Cluster
 
 
 @pytest.fixture
@@ -28,6 +27,7 @@ def q(con):
 @pytest.fixture(scope="session")
 def node_cluster(tmp_path_factory):
     """Three storage nodes on 127.0.0.1 (token ``nodes.TOKEN``); yields their addresses."""
+    from nodes import Cluster
     cluster = Cluster(tmp_path_factory.mktemp("nodes"), 3)
     yield cluster.uris
     cluster.close()
