@@ -40,16 +40,9 @@ from __future__ import annotations
 
 import itertools
 import re
-import sys
-from pathlib import Path
 from typing import Callable, Iterator
 
-# Test the working tree even when matchrec is not installed into the virtualenv.
-_ROOT = str(Path(__file__).resolve().parent.parent)
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-from matchrec.parser.spec import (Alternation, Anchor, Concat, EmptyPattern,  # noqa: E402
+from matchrec.parser.spec import (Alternation, Anchor, Concat, EmptyPattern,
                                   Exclusion, Label, PatternNode, Permute, Quantified, Span)
 
 Cond = Callable[[str, tuple, int, int], bool]

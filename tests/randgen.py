@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from bruteforce import run_partition  # first: it puts the working tree on sys.path
+from bruteforce import run_partition
 from matchrec.parser.spec import (Alternation, Anchor, Concat, EmptyPattern, Exclusion, Label,
                                   PatternNode, Permute, Quantified, Span, pattern_labels,
                                   pattern_to_text)

@@ -15,9 +15,9 @@ import os
 
 import pytest
 
-from bruteforce import BudgetExceeded, SkipError  # first: it puts the working tree on sys.path
-import randgen
 import matchrec
+import randgen
+from bruteforce import BudgetExceeded, SkipError
 
 BUDGET = 200_000  # brute-force search steps per start row; a few pathological cases skip
 FAST_CASES = 300

@@ -11,7 +11,6 @@ import re
 import pytest
 
 import matchrec
-from bruteforce import SkipError  # noqa: F401 - puts the working tree on sys.path
 import randgen
 
 

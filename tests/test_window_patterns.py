@@ -16,8 +16,8 @@ import random
 
 import pytest
 
-import randgen  # first: it puts the working tree on sys.path
 import matchrec
+import randgen
 
 FAST_CASES = 15
 SLOW_CASES = int(os.environ.get("MATCHREC_WINDOW_CASES", "2000"))
