@@ -41,7 +41,8 @@ import pyarrow as pa
 
 from matchrec.connectors.flight_transport import MAX_REPLY, FlightTransport, NodeTraffic
 from matchrec.connectors.session import SessionLost
-from matchrec.connectors.shard import DEFAULT_MAX_PAYLOAD_MB, RequestError, ShardService, quote
+from matchrec.connectors.shard import DEFAULT_MAX_PAYLOAD_MB, RequestError, ShardService
+from matchrec.parser.names import quote_ident as quote
 from matchrec.errors import OperationalError, ProgrammingError
 from matchrec.operators.intervals import FilterPayloadError, IntervalSet
 from matchrec.operators.packing import unpack

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from matchrec.parser import sase as S
+from matchrec.parser.names import quote_ident as quote  # noqa: F401 (planner.cer.quote)
 
 
 SAMPLE_ROWS = 5000
@@ -34,10 +35,6 @@ class CerSettings:
 
 
 CER_CHOICES = {"mechanism": ("auto",) + MECHANISMS, "filtering": ("auto", "always", "never")}
-
-
-def quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def sql_literal(value) -> str:
