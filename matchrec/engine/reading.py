@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 
 from matchrec.connectors.duckdb_source import DuckDBOracle, describe, quote_ident
-from matchrec.engine.fast import CompiledMatcher, numeric_kind, to_numpy
+from matchrec.engine.fast import CompiledMatcher, leaf_kind, numeric_kind, to_numpy
 from matchrec.errors import ProgrammingError, positioned
 from matchrec.operators import expr as ir
 from matchrec.planner.fastpath import FastPlan
@@ -140,7 +140,7 @@ def decide_fast_path(plan: Plan, fp: FastPlan, con: duckdb.DuckDBPyConnection, f
     fp.compares = kept
     programs, k = [], 0
     for prog in fp.programs:
-        kinds = [numeric_kind(arrow[types[f"__mr_p{k + j}"]]) for j in range(len(prog.leaves))]
+        kinds = [leaf_kind(leaf, arrow[types[f"__mr_p{k + j}"]]) for j, leaf in enumerate(prog.leaves)]
         k += len(prog.leaves)
         if None in kinds:
             fp.residual.append(f"{plan.labels[prog.label]}: {prog.text} (reads values that are not numbers or times)")
