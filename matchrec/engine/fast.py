@@ -17,7 +17,6 @@ from matchrec import budget as work
 from matchrec.engine import arrow_eval
 from matchrec.engine.executor import SKIP_ABSENT, SKIP_FIRST, SkipError, _match_limit, _thread_limit
 from matchrec.engine.output import EMPTY, MATCH, UNMATCHED, Matches
-from matchrec.errors import DataError
 from matchrec.operators import vm
 from matchrec.planner.fastpath import FastPlan
 
@@ -117,6 +116,10 @@ def shift_within_partitions(column, offset: int, bounds: np.ndarray) -> pa.Array
     outside = np.zeros(n, bool)
     outside[rows] = True
     return pc.if_else(pa.array(outside), pa.scalar(None, arr.type), shifted)
+
+
+class _OutOfRange(Exception):
+    """An integer running sum passed 2**53: the reference matcher decides this chunk."""
 
 
 class CompiledMatcher:
@@ -364,8 +367,7 @@ class CompiledMatcher:
             if status == vm.ERR_STOPPED:
                 raise budget.error()
             if status == vm.ERR_RANGE:
-                raise DataError("An integer sum or avg in DEFINE reached 2**53, beyond what the compiled matcher "
-                                "compares exactly; SET matchrec_fast_path = 0 to match with the reference matcher")
+                raise _OutOfRange()
             grow = {vm.NEED_EVENTS: "events", vm.NEED_LABELS: "labels", vm.NEED_ARENA: "arena",
                     vm.NEED_VISITS: "visits", vm.NEED_THREADS: "threads"}[status]
             if done == part or grow in ("arena", "visits", "threads"):
@@ -376,10 +378,15 @@ class CompiledMatcher:
             part = done
         return out, possible
 
-    def matches(self, table: pa.Table, bounds: np.ndarray, settings) -> Matches:
+    def matches(self, table: pa.Table, bounds: np.ndarray, settings) -> Matches | None:
+        """The events of a chunk; None when an integer running sum of a DEFINE left the range the
+        compiled matcher compares exactly (the reference matcher then matches the chunk)."""
         arrays = self._arrays(table, bounds)
         pieces = self._split(bounds, settings)
-        results = [r[0] for r in self._in_workers(arrays, pieces, settings, False, table.num_rows)]
+        try:
+            results = [r[0] for r in self._in_workers(arrays, pieces, settings, False, table.num_rows)]
+        except _OutOfRange:
+            return None
         parts = []
         starts_of_parts = bounds[:-1]
         for result in results:
@@ -400,7 +407,10 @@ class CompiledMatcher:
 
     def possible_starts(self, table: pa.Table, bounds: np.ndarray, settings) -> np.ndarray:
         arrays = self._arrays(table, bounds)
-        (_, possible), = self._in_workers(arrays, [bounds], settings, True, table.num_rows)
+        try:
+            (_, possible), = self._in_workers(arrays, [bounds], settings, True, table.num_rows)
+        except _OutOfRange:  # a running sum the compiled matcher cannot keep: every row may start one
+            return np.ones(table.num_rows, np.uint8)
         return possible
 
     def _in_workers(self, arrays: dict, pieces: list[np.ndarray], settings, probe: bool, n_rows: int) -> list:

@@ -37,7 +37,8 @@ def needed_columns(plan: Plan, fp: FastPlan | None) -> set[int]:
     """Plan columns the output, the MEASURES and the matchers read."""
     need = {c.index for c in plan.output if c.source == "input"} | set(plan.partition_by)
     need |= ir.columns_of(m.node for m in plan.measures)
-    if fp is None or not fp.exact:  # the reference matcher evaluates DEFINE itself
+    # the reference matcher evaluates DEFINE itself (also for a chunk whose sums the compiled one cannot keep)
+    if fp is None or not fp.exact or fp.aggregates:
         need |= ir.columns_of(plan.defines)
     if fp is not None:
         names = [n for n, _ in plan.input_columns]

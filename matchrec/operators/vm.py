@@ -216,25 +216,28 @@ def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok
         if o == P_LEAF:
             leaf = pcode[k, 2]
             is_float, mrow, reg, off = pleaf[leaf, 0], pleaf[leaf, 1], pleaf[leaf, 2], pleaf[leaf, 3]
-            if pleaf[leaf, 4] == LEAF_AGG:
-                ok, af, ai, av = _agg_value(pleaf[leaf, 5], label, row, regs, t, state, ivals, ivalid, fvals, fvalid,
-                                            fbuf, ibuf, compensated)
-                sok[top] = ok
-                sfloat[top] = af
-                sint[top] = ai
-                sval[top] = av
-                top += 1
-                k += 1
-                if k == end or pcode[k, 0] != pcode[k - 1, 0]:
-                    if not (top == 1 and sok[0] and sint[0] == 1):
-                        return False
-                    top = 0
-                continue
+            source = pleaf[leaf, 4]
+            if state is not None:  # numba compiles this away for plans without FIRST or aggregates
+                if source == LEAF_AGG:
+                    ok, af, ai, av = _agg_value(pleaf[leaf, 5], label, row, regs, t, state, ivals, ivalid, fvals,
+                                                fvalid, fbuf, ibuf, compensated)
+                    sok[top] = ok
+                    sfloat[top] = af
+                    sint[top] = ai
+                    sval[top] = av
+                    top += 1
+                    k += 1
+                    if k == end or pcode[k, 0] != pcode[k - 1, 0]:
+                        if not (top == 1 and sok[0] and sint[0] == 1):
+                            return False
+                        top = 0
+                    continue
             pos = row
             if reg >= 0:
                 pos = regs[t, reg]
-                if pos < 0 and pleaf[leaf, 4] == LEAF_FIRST and (state[pleaf[leaf, 5], 2] >> label) & 1:
-                    pos = row  # the current row is the first of a set that has no row yet
+                if state is not None:
+                    if pos < 0 and source == LEAF_FIRST and (state[pleaf[leaf, 5], 2] >> label) & 1:
+                        pos = row  # the current row is the first of a set that has no row yet
                 if pos >= 0:
                     pos += off
                     if pos < pstart or pos >= pend:

@@ -150,11 +150,12 @@ def _children(tree: exp.Expression) -> list[exp.Expression]:
 def _strip_navigation(tree: exp.Expression) -> exp.Expression:
     """Copy of ``tree`` with FIRST/LAST/PREV/NEXT calls replaced by their argument."""
     copy = exp.Paren(this=tree.copy())
-    for node in list(copy.walk()):
-        if isinstance(node, exp.Anonymous) and str(node.this).lower() in (MR_PREFIX + "last", MR_PREFIX + "prev",
-                                                                          MR_PREFIX + "next", MR_PREFIX + "first"):
-            node.replace(node.expressions[0].copy())
-    return copy
+    names = (MR_PREFIX + "last", MR_PREFIX + "prev", MR_PREFIX + "next", MR_PREFIX + "first")
+    while True:  # PREV(FIRST(A.v)): the inner call is only reached once the outer one is gone
+        calls = [n for n in copy.walk() if isinstance(n, exp.Anonymous) and str(n.this).lower() in names]
+        if not calls:
+            return copy
+        calls[0].replace(calls[0].expressions[0])
 
 
 def _conjuncts(tree: exp.Expression) -> list[exp.Expression]:
