@@ -6,7 +6,7 @@ match), FIRST/LAST of any variable (with PREV/NEXT around them) and plain row co
 Each query runs on the reference matcher (``SET matchrec_fast_path = 0``) and on the fast
 path; the results must be equal, and most cases must run on the compiled matcher alone.
 
-  pytest tests/test_fast_aggregates.py              100 cases
+  pytest tests/test_fast_aggregates.py              60 cases
   pytest tests/test_fast_aggregates.py -m slow      2,000 more (MATCHREC_AGG_CASES)
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 import matchrec
 
-FAST_CASES = 100
+FAST_CASES = 60
 REFERENCE_THREADS = 5000
 SLOW_CASES = int(os.environ.get("MATCHREC_AGG_CASES", "2000"))
 LABELS = ["A", "B", "C"]

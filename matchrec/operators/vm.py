@@ -75,7 +75,7 @@ LEAF_ROW, LEAF_FIRST, LEAF_AGG = range(3)
 EXACT_INT = 1 << 53  # beyond this an integer sum may compare differently with a float
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _fold(func, is_float, c, acc, comp, vi, vf, fbuf, ibuf, compensated):
     """(count, accumulator, compensation) of a running aggregate after one more non-null value.
 
@@ -156,7 +156,7 @@ def _advance(label, row, regs, state, ivals, ivalid, fvals, fvalid, fbuf, ibuf, 
     return True
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _agg_value(k, label, row, regs, t, state, ivals, ivalid, fvals, fvalid, fbuf, ibuf, compensated):
     """(is NULL-free, is float, int value, float value) of running aggregate ``state[k]`` for
     thread ``t`` evaluating ``label`` at ``row``: the current row counts when ``label`` is in
@@ -434,6 +434,7 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, reg_init, state, compens
             while first or n_cur > 0:
                 stamp += 1
                 n_nxt = 0
+                n_vis = 0  # entries of earlier rows are unreachable (vis_head is reset per stamp)
                 n_src = 1 if first else n_cur
                 unspent += n_src
                 if unspent >= POLL_STEPS:
