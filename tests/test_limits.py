@@ -83,6 +83,7 @@ def test_first_navigation_counts_the_history_it_reads(cur):
     # work is cubic in the run of A rows; the budget charges those rows
     query = _mr("A+ C", "C AS C.v > FIRST(A.v) + 100000")
     _table(cur, 3_000, "range")
+    cur.execute("SET matchrec_fast_path = 0")  # the compiled matcher keeps FIRST per thread
     cur.execute("SET matchrec_max_steps = 20_000_000")
     with pytest.raises(matchrec.OperationalError, match="matchrec_max_steps"):
         cur.execute(query)

@@ -144,11 +144,12 @@ class PartitionRunner:
         self.stats.partitions += n_parts
         self.stats.rows_in += table.num_rows
         started = time.perf_counter()
+        matches = None
         if self.fast is not None and self.fast.exact:
-            matches = self.fast.matches(table, bounds, self.settings)
-        else:
+            matches = self.fast.matches(table, bounds, self.settings)  # None: the reference must decide
+        if matches is None:
             possible = None
-            if self.fast is not None:
+            if self.fast is not None and not self.fast.exact:
                 possible = self.fast.possible_starts(table, bounds, self.settings)
             per_part = []
             for p in range(n_parts):

@@ -6,6 +6,7 @@ bounds) arrive with the input from DuckDB; here they become numpy arrays, the ma
 """
 from __future__ import annotations
 
+import sys
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
@@ -30,6 +31,18 @@ def _empty_matches() -> Matches:
     z = np.zeros(0, np.int64)
     return Matches(np.zeros(0, np.int8), z, z, z, z, np.zeros(0, np.int16), z, z, {})
 PARALLEL_MIN_ROWS = 200_000
+# Python's sum() of floats, which the reference matcher's sum and avg use, compensates from 3.12 on
+COMPENSATED_SUM = sys.version_info >= (3, 12)
+
+
+def leaf_kind(leaf, typ: pa.DataType) -> str | None:
+    """numeric_kind of a register program's leaf; an aggregate's argument must be a plain number
+    (DuckDB's sum of times or min of booleans are not what the compiled matcher computes)."""
+    kind = numeric_kind(typ)
+    if getattr(leaf, "source", "row") == "agg" and kind is not None and not (
+            pa.types.is_integer(typ) or pa.types.is_floating(typ)):
+        return None
+    return kind
 
 
 def numeric_kind(typ: pa.DataType) -> str | None:
@@ -106,6 +119,10 @@ def shift_within_partitions(column, offset: int, bounds: np.ndarray) -> pa.Array
     return pc.if_else(pa.array(outside), pa.scalar(None, arr.type), shifted)
 
 
+class _OutOfRange(Exception):
+    """An integer running sum passed 2**53: the reference matcher decides this chunk."""
+
+
 class CompiledMatcher:
     """Runs operators.vm for one plan; column positions refer to the input query's columns."""
 
@@ -121,8 +138,15 @@ class CompiledMatcher:
         labels_with_regs = {c.label for c in fast.compares} | {p.label for p in fast.programs}
         reach = plan.program.reachable_labels()
         self.keyed = np.array([bool(r & labels_with_regs) for r in reach], np.bool_)
-        self.reg_sets = np.array([sum(1 << l for l in s) for s in fast.registers] or [0], np.int64)
-        self.n_regs = len(fast.registers)
+        # per-thread words: LAST registers, then FIRST registers, then three per running aggregate
+        n_last, n_first = len(fast.registers), len(fast.firsts)
+        self.n_regs = n_last + n_first + 3 * len(fast.aggregates)
+        sets = [sum(1 << l for l in s) for s in fast.registers] + [0] * (self.n_regs - n_last)
+        self.reg_sets = np.array(sets or [0], np.int64)
+        self.reg_init = np.array(([-1] * (n_last + n_first) + [0] * (3 * len(fast.aggregates))) or [0], np.int64)
+        all_labels = (1 << len(plan.labels)) - 1
+        state = [(vm.S_FIRST, n_last + j, sum(1 << l for l in vs), 0, 0) for j, vs in enumerate(fast.firsts)]
+        state += [(0, 0, 0, 0, 0)] * len(fast.aggregates)  # filled with the argument columns below
         self.duck = duck
         self.mask_sql = self._mask_sql(fast)
         self.arrow_masks = None  # [(label, evaluator)] when Arrow compute can take every chunk condition
@@ -152,20 +176,32 @@ class CompiledMatcher:
         # register programs: leaves take the next rows of the value matrices
         self.leaf_cols = []  # (batch column, matrix row, kind)
         leaves = []
+        aggs = {"count": vm.A_COUNT, "sum": vm.A_SUM, "avg": vm.A_AVG, "min": vm.A_MIN, "max": vm.A_MAX}
         for leaf, col, null in zip((leaf for p in fast.programs for leaf in p.leaves), leaf_cols, leaf_nulls):
-            if leaf.kind == "float":
-                leaves.append((1, floats, leaf.register, leaf.offset))
+            is_float = leaf.kind == "float"
+            mrow = floats if is_float else ints
+            reg, source, aux = leaf.register, vm.LEAF_ROW, 0
+            if leaf.source == "first":
+                reg, source, aux = n_last + leaf.register, vm.LEAF_FIRST, leaf.register
+            elif leaf.source == "agg":
+                spec = fast.aggregates[leaf.agg]
+                aux = n_first + leaf.agg
+                mask = all_labels if spec.labels is None else sum(1 << l for l in spec.labels)
+                state[aux] = (aggs[spec.func], n_last + n_first + 3 * leaf.agg, mask, int(is_float), mrow)
+                reg, source = -1, vm.LEAF_AGG
+            leaves.append((int(is_float), mrow, reg, leaf.offset, source, aux))
+            if is_float:
                 self.leaf_cols.append((col, floats, "float"))
                 self.fnull.append(0.0 if null is None else float(null))
                 self.fnull_ok.append(null is not None)
                 floats += 1
             else:
-                leaves.append((0, ints, leaf.register, leaf.offset))
                 self.leaf_cols.append((col, ints, "int"))
                 self.inull.append(0 if null is None else int(null))
                 self.inull_ok.append(null is not None)
                 ints += 1
-        self.pleaf = np.array(leaves, np.int64).reshape(-1, 4)
+        self.pleaf = np.array(leaves, np.int64).reshape(-1, 6)
+        self.state = np.array(state, np.int64).reshape(-1, 5) if state else None
         ops = {"leaf": vm.P_LEAF, "cmp": vm.P_CMP, "isnull": vm.P_ISNULL, "not": vm.P_NOT, "and": vm.P_AND,
                "or": vm.P_OR}
         code, first, base = [], [0], 0
@@ -279,7 +315,9 @@ class CompiledMatcher:
              spent: np.ndarray, worker: int):
         """All events of the partitions in ``bounds`` (absolute rows), growing buffers as needed."""
         rows = int(bounds[-1] - bounds[0])
-        caps = dict(events=rows + 16, labels=rows + 16, arena=1 << 16, visits=1 << 12,
+        # a match holds an arena node per row: room for the longest partition spares a long match restarts
+        longest = int(np.diff(bounds).max()) if len(bounds) > 1 else 0
+        caps = dict(events=rows + 16, labels=rows + 16, arena=max(1 << 16, longest + 16), visits=1 << 12,
                     threads=min(settings.max_threads, 1024))
         out = []
         possible = np.zeros(n_rows if probe else 1, np.uint8)
@@ -304,7 +342,8 @@ class CompiledMatcher:
                              np.empty(t, np.int32), np.empty(t, np.int64), np.empty((t, regs), np.int64)))
             b = buffers
             status, done, n_ev, n_lab, n_exc, detail = vm.run_partitions(
-                self.op, self.ia, self.ib, self.keyed, self.n_regs, self.reg_sets, arrays["masks"], bounds, part,
+                self.op, self.ia, self.ib, self.keyed, self.n_regs, self.reg_sets, self.reg_init, self.state,
+                COMPENSATED_SUM, arrays["masks"], bounds, part,
                 self.specs if len(self.specs) else None, arrays["ivals"], arrays["ivalid"], arrays["fvals"],
                 arrays["fvalid"], inull, inull_ok,
                 fnull, fnull_ok, self.pcode if len(self.pcode) else None, self.pleaf, self.pfirst,
@@ -332,6 +371,8 @@ class CompiledMatcher:
                 raise budget.error(work.OUT_OF_STEPS)
             if status == vm.ERR_STOPPED:
                 raise budget.error()
+            if status == vm.ERR_RANGE:
+                raise _OutOfRange()
             grow = {vm.NEED_EVENTS: "events", vm.NEED_LABELS: "labels", vm.NEED_ARENA: "arena",
                     vm.NEED_VISITS: "visits", vm.NEED_THREADS: "threads"}[status]
             if done == part or grow in ("arena", "visits", "threads"):
@@ -342,10 +383,15 @@ class CompiledMatcher:
             part = done
         return out, possible
 
-    def matches(self, table: pa.Table, bounds: np.ndarray, settings) -> Matches:
+    def matches(self, table: pa.Table, bounds: np.ndarray, settings) -> Matches | None:
+        """The events of a chunk; None when an integer running sum of a DEFINE left the range the
+        compiled matcher compares exactly (the reference matcher then matches the chunk)."""
         arrays = self._arrays(table, bounds)
         pieces = self._split(bounds, settings)
-        results = [r[0] for r in self._in_workers(arrays, pieces, settings, False, table.num_rows)]
+        try:
+            results = [r[0] for r in self._in_workers(arrays, pieces, settings, False, table.num_rows)]
+        except _OutOfRange:
+            return None
         parts = []
         starts_of_parts = bounds[:-1]
         for result in results:
@@ -366,7 +412,10 @@ class CompiledMatcher:
 
     def possible_starts(self, table: pa.Table, bounds: np.ndarray, settings) -> np.ndarray:
         arrays = self._arrays(table, bounds)
-        (_, possible), = self._in_workers(arrays, [bounds], settings, True, table.num_rows)
+        try:
+            (_, possible), = self._in_workers(arrays, [bounds], settings, True, table.num_rows)
+        except _OutOfRange:  # a running sum the compiled matcher cannot keep: every row may start one
+            return np.ones(table.num_rows, np.uint8)
         return possible
 
     def _in_workers(self, arrays: dict, pieces: list[np.ndarray], settings, probe: bool, n_rows: int) -> list:

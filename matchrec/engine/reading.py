@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 
 from matchrec.connectors.duckdb_source import DuckDBOracle, describe
-from matchrec.engine.fast import CompiledMatcher, numeric_kind, to_numpy
+from matchrec.engine.fast import CompiledMatcher, leaf_kind, numeric_kind, to_numpy
 from matchrec.errors import ProgrammingError, positioned
 from matchrec.parser import hidden as H
 from matchrec.parser.names import quote_ident
@@ -39,7 +39,8 @@ def needed_columns(plan: Plan, fp: FastPlan | None) -> set[int]:
     """Plan columns the output, the MEASURES and the matchers read."""
     need = {c.index for c in plan.output if c.source == "input"} | set(plan.partition_by)
     need |= ir.columns_of(m.node for m in plan.measures)
-    if fp is None or not fp.exact:  # the reference matcher evaluates DEFINE itself
+    # the reference matcher evaluates DEFINE itself (also for a chunk whose sums the compiled one cannot keep)
+    if fp is None or not fp.exact or fp.aggregates:
         need |= ir.columns_of(plan.defines)
     if fp is not None:
         names = [n for n, _ in plan.input_columns]
@@ -142,7 +143,7 @@ def decide_fast_path(plan: Plan, fp: FastPlan, con: duckdb.DuckDBPyConnection, f
     fp.compares = kept
     programs, k = [], 0
     for prog in fp.programs:
-        kinds = [numeric_kind(arrow[types[H.leaf(k + j)]]) for j in range(len(prog.leaves))]
+        kinds = [leaf_kind(leaf, arrow[types[H.leaf(k + j)]]) for j, leaf in enumerate(prog.leaves)]
         k += len(prog.leaves)
         if None in kinds:
             fp.residual.append(f"{plan.labels[prog.label]}: {prog.text} (reads values that are not numbers or times)")

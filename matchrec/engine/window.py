@@ -153,8 +153,8 @@ class WindowRunner(PartitionRunner):
         possible starts only: -2 where none is possible and -1 otherwise; Matches; exact)."""
         fast = self.compiled
         n = table.num_rows
-        if fast.exact:
-            m = fast.matches(table, bounds, self.settings)
+        m = fast.matches(table, bounds, self.settings) if fast.exact else None
+        if m is not None:  # None: a running sum the compiled matcher cannot keep, the reference decides
             at = np.full(n, -1, np.int64)
             at[m.start] = np.arange(len(m.start))
             return at, m, True

@@ -28,6 +28,7 @@ from matchrec.operators.program import DONE, END, JUMP, MATCH, SAVE, SPLIT, STAR
 EV_MATCH, EV_EMPTY, EV_UNMATCHED = 0, 1, 2
 OK, NEED_EVENTS, NEED_LABELS, NEED_ARENA, NEED_VISITS, ERR_SKIP_ABSENT, ERR_SKIP_FIRST, ERR_THREADS, \
     ERR_MATCHES, NEED_THREADS, ERR_STEPS, ERR_STOPPED = range(12)
+ERR_RANGE = 12  # an integer running sum left the range where it compares exactly
 POLL_STEPS = 4096  # steps between two looks at the budget (a few microseconds of work)
 SKIP_PAST_LAST, SKIP_NEXT_ROW, SKIP_TO_FIRST, SKIP_TO_LAST = range(4)
 CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE = range(6)
@@ -67,11 +68,138 @@ def _fcompare(op, x, y):
 
 
 P_LEAF, P_CMP, P_ISNULL, P_NOT, P_AND, P_OR = range(6)
+# per-thread state beside the LAST registers (rows of ``state``: kind, first word, label mask,
+# argument is float, argument matrix row): the first row of a set, or a running aggregate kept
+# in three words (count of non-null values, accumulator, compensation of a float sum)
+S_FIRST, A_COUNT, A_SUM, A_AVG, A_MIN, A_MAX = range(6)
+LEAF_ROW, LEAF_FIRST, LEAF_AGG = range(3)
+EXACT_INT = 1 << 53  # beyond this an integer sum may compare differently with a float
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _fold(func, is_float, c, acc, comp, vi, vf, fbuf, ibuf, compensated):
+    """(count, accumulator, compensation) of a running aggregate after one more non-null value.
+
+    Integers stay exact: count -1 reports a sum that left the exactly comparable range. Float
+    sums add left to right as Python's sum does (with Neumaier's compensation where its sum
+    has it); NaN is the largest value for min and max, as DuckDB orders floats."""
+    if func == A_COUNT:
+        return c + 1, acc, comp
+    if is_float:
+        if c == 0:
+            fbuf[0] = vf
+            return 1, ibuf[0], 0
+        ibuf[0] = acc
+        x = fbuf[0]
+        ibuf[0] = comp
+        k = fbuf[0]
+        if func == A_SUM or func == A_AVG:
+            t = x + vf
+            if compensated:
+                if abs(x) >= abs(vf):
+                    k += (x - t) + vf
+                else:
+                    k += (vf - t) + x
+            x = t
+        elif func == A_MIN:
+            if (x != x and vf == vf) or vf < x:
+                x = vf
+        elif (vf != vf and x == x) or vf > x:
+            x = vf
+        fbuf[0] = k
+        comp = ibuf[0]
+        fbuf[0] = x
+        return c + 1, ibuf[0], comp
+    if c == 0:
+        if abs(vi) > EXACT_INT and (func == A_SUM or func == A_AVG):
+            return -1, acc, comp
+        return 1, vi, 0
+    if func == A_SUM or func == A_AVG:
+        total = acc + vi
+        if abs(total) > EXACT_INT:
+            return -1, acc, comp
+        return c + 1, total, comp
+    if func == A_MIN:
+        return c + 1, min(acc, vi), comp
+    return c + 1, max(acc, vi), comp
+
+
+@njit(nogil=True, cache=True)
+def _advance(label, row, regs, state, ivals, ivalid, fvals, fvalid, fbuf, ibuf, compensated):
+    """Update the first rows and running aggregates of a thread taking ``row`` with ``label``;
+    False when an integer sum left the exact range."""
+    for k in range(state.shape[0]):
+        if (state[k, 2] >> label) & 1 == 0:
+            continue
+        func = state[k, 0]
+        w = state[k, 1]
+        if func == S_FIRST:
+            if regs[w] < 0:
+                regs[w] = row
+            continue
+        m = state[k, 4]
+        is_float = state[k, 3] == 1
+        if is_float:
+            if not fvalid[m, row]:
+                continue
+            c, acc, comp = _fold(func, True, regs[w], regs[w + 1], regs[w + 2], 0, fvals[m, row], fbuf, ibuf,
+                                 compensated)
+        else:
+            if not ivalid[m, row]:
+                continue
+            c, acc, comp = _fold(func, False, regs[w], regs[w + 1], regs[w + 2], ivals[m, row], 0.0, fbuf, ibuf,
+                                 compensated)
+        if c < 0:
+            return False
+        regs[w] = c
+        regs[w + 1] = acc
+        regs[w + 2] = comp
+    return True
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _agg_value(k, label, row, regs, t, state, ivals, ivalid, fvals, fvalid, fbuf, ibuf, compensated):
+    """(is NULL-free, is float, int value, float value) of running aggregate ``state[k]`` for
+    thread ``t`` evaluating ``label`` at ``row``: the current row counts when ``label`` is in
+    the aggregate's set (RUNNING semantics)."""
+    func = state[k, 0]
+    w = state[k, 1]
+    m = state[k, 4]
+    is_float = state[k, 3] == 1
+    c = regs[t, w]
+    acc = regs[t, w + 1]
+    comp = regs[t, w + 2]
+    if (state[k, 2] >> label) & 1:
+        if is_float:
+            if fvalid[m, row]:
+                c, acc, comp = _fold(func, True, c, acc, comp, 0, fvals[m, row], fbuf, ibuf, compensated)
+        elif ivalid[m, row]:
+            c, acc, comp = _fold(func, False, c, acc, comp, ivals[m, row], 0.0, fbuf, ibuf, compensated)
+        if c < 0:
+            ibuf[1] = 1  # the matcher stops with ERR_RANGE
+            return False, False, 0, 0.0
+    if func == A_COUNT:
+        return True, False, c, 0.0
+    if c == 0:
+        return False, False, 0, 0.0
+    if is_float:
+        ibuf[0] = acc
+        x = fbuf[0]
+        ibuf[0] = comp
+        k2 = fbuf[0]
+        if compensated and k2 != 0.0 and k2 - k2 == 0.0:
+            x += k2
+        if func == A_AVG:
+            return True, True, 0, x / c
+        return True, True, 0, x
+    if func == A_AVG:
+        return True, True, 0, float(acc) / c
+    return True, False, acc, 0.0
 
 
 @njit(nogil=True, cache=True)
 def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull, fnull_ok, pstart, pend,
-              pcode, pleaf, pfirst, sval, sint, sfloat, sok):
+              pcode, pleaf, pfirst, sval, sint, sfloat, sok, state, fbuf, ibuf, compensated):
     """Whether every register program of ``label`` yields TRUE at ``row`` for thread ``t``.
 
     Kept out of line: the common conditions (mask, comparisons) must stay small enough for the
@@ -89,9 +217,28 @@ def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok
         if o == P_LEAF:
             leaf = pcode[k, 2]
             is_float, mrow, reg, off = pleaf[leaf, 0], pleaf[leaf, 1], pleaf[leaf, 2], pleaf[leaf, 3]
+            source = pleaf[leaf, 4]
+            if state is not None:  # numba compiles this away for plans without FIRST or aggregates
+                if source == LEAF_AGG:
+                    ok, af, ai, av = _agg_value(pleaf[leaf, 5], label, row, regs, t, state, ivals, ivalid, fvals,
+                                                fvalid, fbuf, ibuf, compensated)
+                    sok[top] = ok
+                    sfloat[top] = af
+                    sint[top] = ai
+                    sval[top] = av
+                    top += 1
+                    k += 1
+                    if k == end or pcode[k, 0] != pcode[k - 1, 0]:
+                        if not (top == 1 and sok[0] and sint[0] == 1):
+                            return False
+                        top = 0
+                    continue
             pos = row
             if reg >= 0:
                 pos = regs[t, reg]
+                if state is not None:
+                    if pos < 0 and source == LEAF_FIRST and (state[pleaf[leaf, 5], 2] >> label) & 1:
+                        pos = row  # the current row is the first of a set that has no row yet
                 if pos >= 0:
                     pos += off
                     if pos < pstart or pos >= pend:
@@ -152,7 +299,7 @@ def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok
 
 @njit(nogil=True, cache=True, inline="always")
 def _condition(label, row, regs, t, masks, conds, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull,
-               fnull_ok, pstart, pend, pcode, pleaf, pfirst, sval, sint, sfloat, sok):
+               fnull_ok, pstart, pend, pcode, pleaf, pfirst, sval, sint, sfloat, sok, state, fbuf, ibuf, compensated):
     """Whether ``label`` may be given to ``row`` by thread ``t`` (registers ``regs[t]``).
 
     ``conds`` and ``pcode`` are None when the pattern has no register comparisons or programs:
@@ -189,13 +336,13 @@ def _condition(label, row, regs, t, masks, conds, ivals, ivalid, fvals, fvalid, 
     if pcode is not None:
         if pfirst[label] < pfirst[label + 1] and not _programs(
                 label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull, fnull_ok, pstart,
-                pend, pcode, pleaf, pfirst, sval, sint, sfloat, sok):
+                pend, pcode, pleaf, pfirst, sval, sint, sfloat, sok, state, fbuf, ibuf, compensated):
             return False
     return True
 
 
 @njit(nogil=True, cache=True)
-def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, masks, bounds, part_from,
+def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, reg_init, state, compensated, masks, bounds, part_from,
                    conds, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull, fnull_ok, pcode, pleaf, pfirst,
                    has_within, within_float, wkey_i, wend_i, wkey_f, wend_f, wvalid, wend_valid, within_desc,
                    skip_kind, skip_mask, empty_mode, probe, max_threads, max_matches, first_mask,
@@ -208,6 +355,11 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, masks, bounds, part_from
     every POLL_STEPS steps; when the steps of all workers pass ``step_limit`` the call returns
     ERR_STEPS, and when ``stop[0]`` is set (interrupt, memory) ERR_STOPPED. A numba loop cannot
     see Python's signals, so this is how Ctrl-C reaches it.
+
+    Registers: ``n_regs`` words per thread, ``reg_init`` their values at a match's start; a word
+    whose ``reg_sets`` bits hold the taken row's label becomes that row (LAST registers); the
+    first rows and running aggregates of ``state`` (None: none) follow (see _advance). A thread's
+    words decide its future with the row mask, so threads with equal words are equivalent.
 
     ``first_mask``: labels the program can consume first (0 when a match may be empty); a row
     whose mask has none of them starts no match.
@@ -243,6 +395,8 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, masks, bounds, part_from
     exc_cap = exc_out.shape[0]
     n_parts = bounds.shape[0] - 1
     tmp_regs = np.empty(max(n_regs, 1), np.int64)
+    fbuf = np.zeros(2, np.float64)
+    ibuf = fbuf.view(np.int64)  # the bits of a float accumulator kept in an int64 word
     unspent = 0  # steps not yet added to spent[worker]
     for part in range(part_from, n_parts):
         pstart = bounds[part]
@@ -281,6 +435,7 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, masks, bounds, part_from
             while first or n_cur > 0:
                 stamp += 1
                 n_nxt = 0
+                n_vis = 0  # entries of earlier rows are unreachable (vis_head is reset per stamp)
                 n_src = 1 if first else n_cur
                 unspent += n_src
                 if unspent >= POLL_STEPS:
@@ -296,7 +451,7 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, masks, bounds, part_from
                         node = -1
                         at = pos
                         for r in range(n_regs):
-                            tmp_regs[r] = -1
+                            tmp_regs[r] = reg_init[r]
                     else:
                         pc = cur_pc[i]
                         if op[pc] == DONE:
@@ -322,7 +477,9 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, masks, bounds, part_from
                                     continue
                         if not _condition(label, idx, cur_regs, i, masks, conds, ivals, ivalid, fvals, fvalid,
                                           inull, inull_ok, fnull, fnull_ok, pstart, pend, pcode, pleaf,
-                                          pfirst, sval, sint, sfloat, sok):
+                                          pfirst, sval, sint, sfloat, sok, state, fbuf, ibuf, compensated):
+                            if state is not None and ibuf[1] != 0:
+                                return ERR_RANGE, part, ev0, lab0, exc0, 0
                             continue
                         if n_arena >= arena_cap:
                             return NEED_ARENA, part, ev0, lab0, exc0, 0
@@ -335,6 +492,10 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, masks, bounds, part_from
                             tmp_regs[r] = cur_regs[i, r]
                             if (reg_sets[r] >> label) & 1:
                                 tmp_regs[r] = idx
+                        if state is not None:
+                            if not _advance(label, idx, tmp_regs, state, ivals, ivalid, fvals, fvalid, fbuf, ibuf,
+                                            compensated):
+                                return ERR_RANGE, part, ev0, lab0, exc0, 0
                         src_pc = pc + 1
                         at = idx + 1
                     # ---- closure: non-consuming instructions from src_pc, in priority order

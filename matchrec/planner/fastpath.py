@@ -9,7 +9,13 @@ proven to be one of:
 * **register**: compares an expression of the current row with an expression of the last row
   of another variable (``M.district = B.district``, ``B.price > A.price * 1.05``), on numeric
   or temporal values - the compiled matcher keeps that row per thread;
-* **residual**: anything else (FIRST, aggregates, CLASSIFIER, MATCH_NUMBER ...).
+* **register program**: a boolean combination (comparisons, AND/OR/NOT, IS NULL) of values
+  read at the current row, at a register's row, at the first row of a variable set (FIRST,
+  kept per thread as the first row it labelled with the set) or of running aggregates
+  (count, sum, avg, min, max over a variable, a subset or the whole match, kept per thread as
+  a count and an accumulator, updated when the thread takes a row);
+* **residual**: anything else (FIRST with a logical offset, aggregates inside arithmetic,
+  DISTINCT or FILTER, CLASSIFIER, MATCH_NUMBER ...).
 
 With no residual conjunct the compiled matcher alone decides every match. Otherwise it runs
 on the row and register parts only - a relaxed pattern that accepts a superset of the label
@@ -46,14 +52,32 @@ class RegisterCompare:
     kind: str = "int"  # how both sides are compared: "int" (also times) or "float"
 
 
+AGG_FUNCS = ("count", "sum", "avg", "min", "max")
+
+
+@dataclass
+class AggSpec:
+    """A running aggregate a register program reads, kept per thread."""
+    func: str  # one of AGG_FUNCS; count(*) and count(A.*) are "count" over a constant argument
+    labels: frozenset[int] | None  # None: every row of the match
+    text: str = ""
+
+
 @dataclass
 class RegisterLeaf:
     """A value a register program reads: DuckDB SQL over input columns, computed for every row
-    and read at the current row (``register`` -1) or at a register's row plus ``offset``."""
+    and read at the current row (``register`` -1) or at a register's row plus ``offset``.
+
+    ``source`` "first": ``register`` numbers FastPlan.firsts, the first row of a variable set
+    (the current row when the set holds the current variable and has no row yet). ``source``
+    "agg": the value is the running aggregate FastPlan.aggregates[``agg``] and ``sql`` its
+    argument, computed for every row."""
     sql: str
     register: int
     offset: int = 0
     kind: str = "int"  # "int" (also times, booleans) or "float", from the column's type
+    source: str = "row"  # "row" (current or LAST register), "first" or "agg"
+    agg: int = -1
 
 
 @dataclass
@@ -75,6 +99,8 @@ class FastPlan:
     shifts: dict = field(default_factory=dict)  # (input column, row offset) -> chunk column name
     row_columns: set = field(default_factory=set)  # input columns the chunk conditions read
     registers: list[frozenset[int]] = field(default_factory=list)
+    firsts: list[frozenset[int]] = field(default_factory=list)  # sets whose first row a thread keeps
+    aggregates: list[AggSpec] = field(default_factory=list)  # running aggregates a thread keeps
     compares: list[RegisterCompare] = field(default_factory=list)
     programs: list[RegisterProgram] = field(default_factory=list)
     residual: list[str] = field(default_factory=list)  # why the relaxed pattern is needed, per conjunct
@@ -95,6 +121,10 @@ class FastPlan:
                          f"{regs}{f' {c.offset:+d}' if c.offset else ''}")
         for prog in self.programs:
             lines.append(f"  {labels[prog.label]}: register program ({len(prog.code)} steps) for {prog.text}")
+        for vs in self.firsts:
+            lines.append(f"  per-thread first row of {'|'.join(labels[i] for i in sorted(vs))} (FIRST)")
+        for agg in self.aggregates:
+            lines.append(f"  per-thread running aggregate {agg.text}, updated as the thread takes a row")
         for why in self.residual:
             lines.append(f"  residual (reference matcher): {why}")
         return lines
@@ -121,11 +151,12 @@ def _children(tree: exp.Expression) -> list[exp.Expression]:
 def _strip_navigation(tree: exp.Expression) -> exp.Expression:
     """Copy of ``tree`` with FIRST/LAST/PREV/NEXT calls replaced by their argument."""
     copy = exp.Paren(this=tree.copy())
-    for node in list(copy.walk()):
-        if isinstance(node, exp.Anonymous) and str(node.this).lower() in (MR_PREFIX + "last", MR_PREFIX + "prev",
-                                                                          MR_PREFIX + "next"):
-            node.replace(node.expressions[0].copy())
-    return copy
+    names = (MR_PREFIX + "last", MR_PREFIX + "prev", MR_PREFIX + "next", MR_PREFIX + "first")
+    while True:  # PREV(FIRST(A.v)): the inner call is only reached once the outer one is gone
+        calls = [n for n in copy.walk() if isinstance(n, exp.Anonymous) and str(n.this).lower() in names]
+        if not calls:
+            return copy
+        calls[0].replace(calls[0].expressions[0])
 
 
 def _conjuncts(tree: exp.Expression) -> list[exp.Expression]:
@@ -142,6 +173,8 @@ class _Classifier:
         self.labels = plan.labels
         self.subsets = plan.subsets
         self.read: set[str] = set()  # input columns read by accepted row conditions
+        self.firsts: list[frozenset[int]] = []  # FastPlan.firsts, as register programs add them
+        self.aggs: list[AggSpec] = []  # FastPlan.aggregates
 
     def var_set(self, qualifier: exp.Identifier | None) -> frozenset[int] | None:
         if qualifier is None:
@@ -264,11 +297,24 @@ class _Classifier:
                 return None
             vs = self.var_set(tree.args.get("table"))
             return "current" if vs is None or label in vs else ("reg", vs, 0, 0)
-        if isinstance(tree, (exp.AggFunc, exp.Window, exp.Subquery, exp.Exists, exp.Query)):
+        if isinstance(tree, exp.AggFunc):
+            return self.aggregate(tree)
+        if isinstance(tree, (exp.Window, exp.Subquery, exp.Exists, exp.Query)):
             return None
         name = self.mr_name(tree)
         if name is not None:
             args = tree.expressions
+            if name == "first":
+                # the first row of a set: kept per thread once it labels a row of the set
+                if len(args) == 2 and not (isinstance(args[1], exp.Literal) and args[1].this == "0"):
+                    return None  # a logical offset needs more than the first row
+                if len(args) not in (1, 2) or self.has_mr_or_agg(args[0]):
+                    return None
+                sets = {self.var_set(c.args.get("table")) for c in args[0].find_all(exp.Column)}
+                if len(sets) != 1 or any(isinstance(c.this, exp.Star) for c in args[0].find_all(exp.Column)):
+                    return None
+                vs = sets.pop()
+                return ("first", frozenset(range(len(self.labels))) if vs is None else vs, 0, 0)
             if name in ("last", "prev", "next"):
                 k = 0 if name == "last" else 1
                 if len(args) == 2:
@@ -288,15 +334,46 @@ class _Classifier:
                     vs = sets.pop()
                     return ("reg", vs, k, 0) if k == (1 if label in vs else 0) else None
                 inner = self.context(args[0], label)
-                if isinstance(inner, tuple):
-                    return ("reg", inner[1], inner[2], inner[3] + (-k if name == "prev" else k))
+                if isinstance(inner, tuple) and inner[0] != "agg":
+                    return (inner[0], inner[1], inner[2], inner[3] + (-k if name == "prev" else k))
                 return None
             return None
         contexts = {self.context(c, label) for c in _children(tree)}
         contexts.discard("const")
-        if None in contexts or len(contexts) > 1:
-            return None
+        if None in contexts or len(contexts) > 1 or any(isinstance(c, tuple) and c[0] == "agg" for c in contexts):
+            return None  # an aggregate is a leaf of its own: no arithmetic on it
         return contexts.pop() if contexts else "const"
+
+    def aggregate(self, tree: exp.AggFunc):
+        """("agg", func, variable set, argument SQL) of a running aggregate a thread can keep, else None."""
+        func = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}.get(type(tree))
+        arg = tree.this
+        if func is None or arg is None or tree.expressions or any(
+                isinstance(n, (exp.Distinct, exp.Filter, exp.Window, exp.Subquery, exp.Exists, exp.Query))
+                for n in tree.walk()):
+            return None
+        if isinstance(arg, exp.Star):
+            if func != "count":
+                return None
+            return ("agg", func, None, "1")
+        if isinstance(arg, exp.Column) and isinstance(arg.this, exp.Star):
+            vs = self.var_set(arg.args.get("table"))
+            if func != "count" or vs is None:
+                return None
+            return ("agg", func, vs, "1")
+        if self.has_mr_or_agg(arg):
+            return None
+        columns = list(arg.find_all(exp.Column))
+        if any(isinstance(c.this, exp.Star) for c in columns):
+            return None
+        sets = {self.var_set(c.args.get("table")) for c in columns}
+        if len(sets) > 1:
+            return None
+        vs = sets.pop() if sets else None
+        sql = _strip(arg).sql("duckdb")
+        if func == "count":  # only whether the argument is NULL matters, whatever its type
+            sql = f"CASE WHEN ({sql}) IS NULL THEN NULL ELSE 1 END"
+        return ("agg", func, vs, sql)
 
     def register_program(self, tree: exp.Expression, label: int, registers: list) -> RegisterProgram | None:
         code: list[tuple] = []
@@ -306,7 +383,19 @@ class _Classifier:
         def leaf(node, ctx) -> bool:
             nonlocal uses_register
             sql_tree = _strip_navigation(node)
-            if isinstance(ctx, tuple):
+            if isinstance(ctx, tuple) and ctx[0] == "agg":
+                _, func, vs, sql = ctx
+                spec = AggSpec(func, vs, node.sql("duckdb"))
+                aggs.append(spec)
+                leaves.append(RegisterLeaf(sql, -1, 0, source="agg", agg=len(aggs) - 1))
+                uses_register = True
+            elif isinstance(ctx, tuple) and ctx[0] == "first":
+                vs = ctx[1]
+                if vs not in firsts:
+                    firsts.append(vs)
+                leaves.append(RegisterLeaf(_strip(sql_tree).sql("duckdb"), firsts.index(vs), ctx[3], source="first"))
+                uses_register = True
+            elif isinstance(ctx, tuple):
                 vs = ctx[1]
                 if vs not in registers:
                     registers.append(vs)
@@ -343,9 +432,10 @@ class _Classifier:
                 return ok
             return False
 
-        before = list(registers)
+        firsts, aggs = self.firsts, self.aggs
+        before = list(registers), list(firsts), list(aggs)
         if not emit(tree) or not uses_register:
-            registers[:] = before
+            registers[:], firsts[:], aggs[:] = before
             return None
         return RegisterProgram(label, code, leaves, tree.sql("duckdb"))
 
@@ -437,5 +527,6 @@ def fast_plan(plan: Plan) -> FastPlan | None:
         if in_read or in_chunk:
             fp.row_sql[label] = " AND ".join(in_read + in_chunk)
     fp.registers = registers
+    fp.firsts, fp.aggregates = cls.firsts, cls.aggs
     fp.row_columns = chunk_columns
     return fp
