@@ -23,7 +23,7 @@ class Cluster:
         self.token = token
         self.nodes = [StorageNode(str(base_dir / f"n{i}.duckdb"), token=token, max_payload_mb=max_payload_mb)
                       for i in range(n)]
-        self.threads = [threading.Thread(target=node.serve, daemon=True) for node in self.nodes]
+        self.threads = [threading.Thread(target=node.wait, daemon=True) for node in self.nodes]
         for t in self.threads:
             t.start()
         self.uris = [f"grpc://127.0.0.1:{node.port}" for node in self.nodes]

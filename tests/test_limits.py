@@ -287,3 +287,25 @@ def test_a_lost_keyboard_interrupt_still_stops_the_reference_matcher(cur):
     _table(cur, 3_000)
     cur.execute(ALTERNATION_MATCHING)  # the next statement is not stopped by the earlier interrupt
     assert cur.fetchall()
+
+
+def test_ctrl_c_still_reaches_statements_after_in_process_flight_servers(cur):
+    # Arrow Flight's serve() installs C-level signal handlers; after several servers in one process
+    # shut down, a dead server's handler stayed installed and Ctrl-C did nothing (the suite hung)
+    import pyarrow.flight as fl
+    servers = [fl.FlightServerBase("grpc://127.0.0.1:0") for _ in range(3)]
+    threads = [threading.Thread(target=s.serve, daemon=True) for s in servers]
+    for t in threads:
+        t.start()
+        time.sleep(0.1)
+    for s in servers:
+        s.shutdown()
+    for t in threads:
+        t.join()
+    _table(cur, 100_000)
+    cur.execute("SET matchrec_fast_path = 0")
+    cur.execute("SET matchrec_max_steps = 3_000_000_000")  # stops it, and fails the test, within minutes
+    sender = _interrupt_after(0.5)
+    with pytest.raises(KeyboardInterrupt):
+        cur.execute(ALTERNATION)
+    sender.join()

@@ -250,7 +250,7 @@ def node(tmp_path_factory):
         setup.execute("CREATE TABLE secret(pw VARCHAR)")
         setup.execute("INSERT INTO secret VALUES (?)", [SECRET])
     server = StorageNode(path, token="tok")
-    thread = threading.Thread(target=server.serve, daemon=True)
+    thread = threading.Thread(target=server.wait, daemon=True)
     thread.start()
     yield f"grpc://127.0.0.1:{server.port}"
     server.close()

@@ -31,7 +31,7 @@ def nodes(tmp_path_factory):
     base = tmp_path_factory.mktemp("source_nodes")
     servers = [StorageNode(str(base / f"s{i}.duckdb"), token=TOKEN, max_payload_mb=64) for i in range(3)]
     for s in servers:
-        threading.Thread(target=s.serve, daemon=True).start()
+        threading.Thread(target=s.wait, daemon=True).start()
     uris = [f"grpc://127.0.0.1:{s.port}" for s in servers]
     yield uris[:1], uris[1:]
     for s in servers:

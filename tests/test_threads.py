@@ -360,7 +360,7 @@ def test_compute_node_statements_in_threads(tmp_path):
     from matchrec.connectors.storage_node import StorageNode
     nodes = [StorageNode(str(tmp_path / f"n{i}.duckdb"), token="secret") for i in range(2)]
     for node in nodes:
-        threading.Thread(target=node.serve, daemon=True).start()
+        threading.Thread(target=node.wait, daemon=True).start()
     uris = [f"grpc://127.0.0.1:{node.port}" for node in nodes]
     local = matchrec.connect()
     remote = None

@@ -84,6 +84,11 @@ class PayloadBudget:
 
 
 class StorageNode(fl.FlightServerBase):
+    """A storage node: serves from its constructor on. A process that is a node blocks in
+    ``serve()`` (which also stops it on SIGINT/SIGTERM); a node hosted in a thread of another
+    program waits with ``wait()`` instead, because ``serve()`` installs C-level signal handlers
+    that stay behind when several such servers shut down, and Ctrl-C then reaches nothing."""
+
     def __init__(self, db: str, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
                  max_payload_mb: int = DEFAULT_MAX_PAYLOAD_MB, tls: tuple[bytes, bytes] | None = None,
                  log=None):

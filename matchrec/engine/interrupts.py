@@ -78,6 +78,11 @@ def forwarding(duck):
     with _state:
         _start()
     try:
+        # Python's view of the handler can be stale: a library may have replaced the C-level
+        # handler behind its back (Arrow Flight's serve() does, and after several servers in one
+        # process shut down, a dead server's handler stays installed and Ctrl-C does nothing).
+        # Installing Python's handler again is one sigaction call.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         previous = signal.set_wakeup_fd(_writer.fileno(), warn_on_full_buffer=False)
     except (ValueError, OSError):
         yield
