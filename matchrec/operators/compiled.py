@@ -9,9 +9,9 @@ is one large function with its helpers inlined).
 
 ``kernels()`` lists the argument types the engine passes: every array C-contiguous and
 writable (a read-only array, e.g. one viewing an Arrow buffer, is another type to numba and
-would compile again), ints as int64. run_partitions has four variants by design: ``conds`` and
-``pcode`` are None when a pattern has no register comparisons or DEFINE programs, so numba
-prunes those branches from the hot loop.
+would compile again), ints as int64. run_partitions has six variants by design: ``conds``,
+``pcode`` and ``state`` are None when a pattern has no register comparisons, DEFINE programs or
+per-thread aggregates/FIRST rows, so numba prunes those branches from the hot loop.
 
 ``warm()`` builds the MATCH_RECOGNIZE parser (parser.body, from lark's cache when it can), then
 loads (or compiles and caches) the kernels on a background thread, in the order queries
@@ -25,9 +25,11 @@ from __future__ import annotations
 import atexit
 import threading
 
-# variants of run_partitions: (register comparisons, DEFINE programs), in the order warm() builds
-# them. The first two are the patterns with plain conditions (the demo's two queries).
-RUN_VARIANTS = ((False, False), (True, False), (False, True), (True, True))
+# variants of run_partitions: (register comparisons, DEFINE programs, per-thread state: running
+# aggregates and FIRST rows), in the order warm() builds them. The first two are the patterns with
+# plain conditions (the demo's two queries); per-thread state comes only with DEFINE programs.
+RUN_VARIANTS = ((False, False, False), (True, False, False), (False, True, False), (True, True, False),
+                (False, True, True), (True, True, True))
 PRIMARY = 2  # how many of RUN_VARIANTS warm() builds unless asked for all
 
 _lock = threading.Lock()
@@ -36,7 +38,7 @@ _stop = threading.Event()
 _done: list[str] = []  # what the thread has loaded or compiled, in order
 
 
-def run_partitions_signature(conds: bool, programs: bool) -> tuple:
+def run_partitions_signature(conds: bool, programs: bool, state: bool = False) -> tuple:
     """Argument types of operators.vm.run_partitions as engine.fast calls it."""
     from numba import types as t
 
@@ -45,7 +47,9 @@ def run_partitions_signature(conds: bool, programs: bool) -> tuple:
 
     i64, i32, b, f64 = t.int64, t.int32, t.boolean, t.float64
     return (
-        a(i32), a(i32), a(i32), a(b), i64, a(i64), a(i64), a(i64), i64,           # op .. part_from
+        a(i32), a(i32), a(i32), a(b), i64, a(i64), a(i64),                        # op .. reg_init
+        a(i64, 2) if state else t.none, b,                                         # state, compensated
+        a(i64), a(i64), i64,                                                       # masks .. part_from
         a(i64, 2) if conds else t.none,                                            # conds
         a(i64, 2), a(b, 2), a(f64, 2), a(b, 2), a(i64), a(b), a(f64), a(b),        # ivals .. fnull_ok
         a(i64, 2) if programs else t.none,                                         # pcode
@@ -71,9 +75,10 @@ def kernels(full: bool = True) -> list[tuple[str, object, tuple]]:
     from matchrec.operators import kernels as K
     from matchrec.operators import vm
     out = [("label_extents", K.label_extents, label_extents_signature())]
-    for conds, programs in RUN_VARIANTS if full else RUN_VARIANTS[:PRIMARY]:
-        name = "run_partitions" + ("+conds" if conds else "") + ("+programs" if programs else "")
-        out.append((name, vm.run_partitions, run_partitions_signature(conds, programs)))
+    for conds, programs, state in RUN_VARIANTS if full else RUN_VARIANTS[:PRIMARY]:
+        name = ("run_partitions" + ("+conds" if conds else "") + ("+programs" if programs else "")
+                + ("+state" if state else ""))
+        out.append((name, vm.run_partitions, run_partitions_signature(conds, programs, state)))
     return out
 
 
@@ -101,7 +106,7 @@ def _at_exit() -> None:
 def warm(wait: bool = False, full: bool = False) -> threading.Thread:
     """Load or compile the compiled matcher's kernels on a background thread (once per process).
 
-    ``full``: all four run_partitions variants instead of the two without DEFINE programs.
+    ``full``: all six run_partitions variants instead of the two without DEFINE programs.
     ``wait``: block until the thread is done. Returns the thread."""
     global _thread
     with _lock:
