@@ -10,8 +10,9 @@ pending signal raises KeyboardInterrupt in the main thread as before. The thread
 statement's work budget (``budget.interrupt_main``), so a matcher stops at a poll of its budget
 even when Python dropped its own KeyboardInterrupt on the way.
 
-Only the default SIGINT handler is served this way, and only when no one else holds the wakeup
-descriptor (an asyncio loop, for one): then nothing changes.
+Any Python-level SIGINT handler is served this way (the default one, or the one a SparkContext in
+the same process installs, which cancels its jobs and raises KeyboardInterrupt), and only when no
+one else holds the wakeup descriptor (an asyncio loop, for one): then nothing changes.
 """
 from __future__ import annotations
 
@@ -62,9 +63,9 @@ def _start() -> None:
 def forwarding(duck):
     """Within the block, Ctrl-C in the main thread interrupts DuckDB's work on ``duck``."""
     global _target, _depth
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
-        yield
+    handler = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(handler):
+        yield  # SIGINT ignored, or left to the C default, or not ours to serve from this thread
         return
     if _depth:  # a nested call of the same statement (executemany, run_many): already served
         _depth += 1
@@ -82,7 +83,7 @@ def forwarding(duck):
         # handler behind its back (Arrow Flight's serve() does, and after several servers in one
         # process shut down, a dead server's handler stays installed and Ctrl-C does nothing).
         # Installing Python's handler again is one sigaction call.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, handler)
         previous = signal.set_wakeup_fd(_writer.fileno(), warn_on_full_buffer=False)
     except (ValueError, OSError):
         yield
