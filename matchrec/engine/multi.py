@@ -49,7 +49,7 @@ import pyarrow as pa
 
 from matchrec.engine import cer as E
 from matchrec.engine import interrupts
-from matchrec.engine.multi_group import SLICE_EVENTS, _Group, evaluate_read  # a group: read, classes, evaluation
+from matchrec.engine.multi_group import SLICE_EVENTS, Statement, _Group, evaluate_read  # a group: read, classes, evaluation
 from matchrec.errors import Error, check_text
 from matchrec.parser import sase as S
 from matchrec.planner import cer as P
@@ -130,20 +130,6 @@ def _run_many(session, statements: list[str], share: bool, reorder: bool, budget
     return ManyResult(tables, [head] + run.report, run.stats["seconds"], run.stats)
 
 
-# ---------------------------------------------------------------- one statement of a group
-@dataclass
-class _Item:
-    index: int
-    sql: str
-    query: S.CerQuery
-    plan: P.CerPlan
-    shared: bool = False
-    why: str = ""
-    count: int = 0
-    matches: list | None = None
-    units: list = field(default_factory=list)  # indexes of its units in the group
-
-
 class _Run:
     def __init__(self, session, share: bool, reorder: bool, budget: float, slice_events: int, *, duck=None,
                  settings: P.CerSettings | None = None):
@@ -212,7 +198,7 @@ class _Run:
                 statement = classified[i] if classified is not None else None
                 tables[i] = self.alone(statement if statement is not None else statements[i])
                 continue
-            item = _Item(i, statements[i], q, plan)
+            item = Statement(i, statements[i], q, plan)
             key = (q.source.lower(), plan.type_column, plan.key_column, plan.key_sql, plan.partition_column,
                    plan.rowid) if self.share else (i,)
             groups.setdefault(key, []).append(item)
@@ -224,7 +210,7 @@ class _Run:
                 tables[item.index] = self.result(item)
                 self.grouped.add(item.index)
 
-    def result(self, item: _Item) -> pa.Table:
+    def result(self, item: Statement) -> pa.Table:
         if item.query.returns == "count":
             table = pa.table({"count": pa.array([item.count], pa.int64())})
             # Every count comes back from DuckDB with the same schema: learn it once and build the
