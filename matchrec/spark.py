@@ -35,7 +35,7 @@ from matchrec import errors as E
 from matchrec.connectors import spark_matching as M
 from matchrec.connectors.spark_common import cache, release  # noqa: F401 (release is public API)
 
-__all__ = ["register", "match_recognize", "sql", "ship", "AnalysisError", "last_runs", "matchrec_error",
+__all__ = ["register", "match_recognize", "sql", "ship", "source", "AnalysisError", "last_runs", "matchrec_error",
            "release"]
 
 _ERROR_CLASSES: dict[type, type] = {}
@@ -261,6 +261,15 @@ def ship(builder, archive: str | None = None):
 
 
 # ------------------------------------------------------------------ the DataFrame form
+def source(df, schema: pa.Schema | None = None):
+    """``df`` as a ``connectors.source.Source`` whose shards are its partitions, for the
+    dual-filtering rounds (``connectors.dual_filtering``). Like every Spark door it makes sure the
+    workers import matchrec; ``schema`` is the Arrow schema of ``df`` (its Spark schema's by default)."""
+    from matchrec.connectors.spark_filtering import SparkSource
+    _prepare(df.sparkSession)
+    return SparkSource(df, schema if schema is not None else _arrow_schema(df.schema))
+
+
 def match_recognize(df, body: str, dialect: str = "spark", *, interval_filter: str = "auto"):
     """Match the MATCH_RECOGNIZE ``body`` (the text inside ``MATCH_RECOGNIZE ( ... )``) over
     ``df``; returns a DataFrame with the columns the clause defines.

@@ -235,11 +235,13 @@ def _engine_args(data: pa.Table, sql: str, source: Source) -> tuple:
     """(table, columns, push-down filter, interval plan) the engine hands to the pull of ``sql``'s
     input when ``ev`` is read through ``source`` as a compute node reads storage nodes."""
     from matchrec.engine.statement import StatementRunner
+    from matchrec.parser.classify import classify
     con = matchrec.connect()
     try:
         con.duckdb_connection.register("ev", data)
         seen: list = []
-        StatementRunner(con.duckdb_connection, con.settings, con.dialect, _Recorder(source, seen)).prepare(sql)
+        StatementRunner(con.duckdb_connection, con.settings, con.dialect, _Recorder(source, seen)).prepare(
+            classify(sql, con.dialect))
     finally:
         con.close()
     assert len(seen) == 1 and seen[0][3] is not None, sql  # read once, by dual filtering
@@ -269,6 +271,7 @@ def test_local_query_source_runs_push_pull_as_dfs_and_names_itself_in_errors():
 
 def test_spark_partitions_as_a_source_give_the_local_intervals_and_matches():
     from spark_conformance import spark_session
+    import matchrec.spark as ms
     rng = random.Random(11)
     data = _table(rng, 500)
     duck = duckdb.connect()
@@ -277,7 +280,8 @@ def test_spark_partitions_as_a_source_give_the_local_intervals_and_matches():
     spark = spark_session()
     try:
         df = spark.createDataFrame(data.to_pandas(), schema="id long, ts long, type string, g int, p int, v int")
-        source = SparkSource(df.repartition(3).cache(), data.schema)
+        source = ms.source(df.repartition(3).cache(), data.schema)
+        assert isinstance(source, SparkSource)
         assert source.shard_count == 3 and source.table == "events"
         for shape in (1,):  # the chain with a join: rounds with join filters both ways
             sql = _statement(rng, shape)
