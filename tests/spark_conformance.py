@@ -28,6 +28,8 @@ def norm(v):
         return {k: norm(x) for k, x in v.items()}
     if isinstance(v, datetime.datetime) and v.tzinfo is not None:
         v = v.replace(tzinfo=None)
+    if hasattr(v, "asDict"):  # a Spark struct
+        return norm(v.asDict())
     return str(v)
 
 
@@ -38,6 +40,8 @@ def same(a, b) -> bool:
         return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     return a == b
 
 

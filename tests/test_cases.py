@@ -26,16 +26,14 @@ every table it leaves is what the engines see. Numbers compare with a small rela
 """
 from __future__ import annotations
 
-import datetime
-import decimal
 import json
-import math
 import pathlib
 
 import duckdb
 import pytest
 
 import matchrec
+from spark_conformance import norm, rows_match, same
 
 CASE_DIR = pathlib.Path(__file__).resolve().parent / "cases"
 ENGINES = ("duckdb", "reference", "spark", "nodes")
@@ -163,53 +161,15 @@ def run_nodes(case, uris):
 
 # -- comparing
 
-def norm(v):
-    if v is None or isinstance(v, (bool, str)):
-        return v
-    if isinstance(v, (int, float, decimal.Decimal)):
-        return float(v)
-    if isinstance(v, (list, tuple)):
-        return [norm(x) for x in v]
-    if isinstance(v, dict):
-        return {k: norm(x) for k, x in v.items()}
-    if isinstance(v, datetime.datetime):
-        return v.replace(tzinfo=None).isoformat(sep=" ")
-    if isinstance(v, (datetime.date, datetime.time, datetime.timedelta)):
-        return str(v)
-    if hasattr(v, "asDict"):  # a Spark struct
-        return norm(v.asDict())
-    return str(v)
-
-
-def same(a, b) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    return a == b
-
-
 def _sort_key(row):
     return [(x is None, repr(x)) for x in row]
 
 
 def rows_equal(expected, got, order_matters: bool) -> bool:
+    if not order_matters:
+        return rows_match(expected, got)
     exp, act = [norm(list(r)) for r in expected], [norm(list(r)) for r in got]
-    if len(exp) != len(act):
-        return False
-    if order_matters:
-        return all(same(x, y) for x, y in zip(exp, act))
-    left = list(act)
-    for row in exp:
-        for i, cand in enumerate(left):
-            if same(row, cand):
-                del left[i]
-                break
-        else:
-            return False
-    return True
+    return len(exp) == len(act) and all(same(x, y) for x, y in zip(exp, act))
 
 
 def _show(rows, limit=20) -> str:

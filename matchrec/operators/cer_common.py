@@ -296,17 +296,20 @@ class ChainPlan:
         """An element that can never match (Kleene upper bound below its lower bound)."""
         return any(hi is not None and hi < lo for lo, hi in self.bounds.values())
 
-    def schedule(self, order: list[int]) -> tuple[list, list, list]:
-        """For an order of binding the positive elements: per step the conditions that become
-        decidable, per step the negations that can be checked (first chance: both neighbours
-        and every variable their conditions read are bound), and the negations left for the end."""
+    def schedule(self, order: list[int], conditions: list | None = None) -> tuple[list, list, list]:
+        """For an order of binding the positive elements: per step the conditions (the chain's own,
+        or ``conditions``) that become decidable, per step the negations that can be checked (first
+        chance: both neighbours and every variable their conditions read are bound), and the
+        negations left for the end."""
+        if conditions is None:
+            conditions = self.conditions
         bound: set = set()
         conds, negs = [], []
         done_c: set = set()
         done_n: set = set()
         for i in order:
             bound.add(self.vars[i])
-            now = [c for c in self.conditions if id(c) not in done_c and c.vars <= bound]
+            now = [c for c in conditions if id(c) not in done_c and c.vars <= bound]
             done_c.update(id(c) for c in now)
             conds.append(now)
             here = []

@@ -125,7 +125,7 @@ class _Recompute:
             self.hollow[p] = (i, q)
         # backwards through an order consistent with the sequence: what follows an element is bound first
         self.steps = [i for i in reversed(P) if i not in self.collapsed]
-        self.conds, self.negs, self.rest = _schedule(chain, self.steps, conds)
+        self.conds, self.negs, self.rest = chain.schedule(self.steps, conds)
         self.vars = [chain.vars[i] for i in self.steps]
         # per step the earliest elements that follow it (bound already), and the AND spans to keep apart
         self.upper = []
@@ -305,28 +305,6 @@ class _Recompute:
             for var, _ in choices:
                 binding.pop(var, None)
             binding.update(saved)
-
-
-def _schedule(chain: ChainPlan, steps: list[int], conds: list):
-    """Conditions (from ``conds``) and negations decidable after each step of ``steps``."""
-    bound: set = set()
-    out_c, out_n = [], []
-    done_c: set = set()
-    done_n: set = set()
-    for i in steps:
-        bound.add(chain.vars[i])
-        now = [c for c in conds if id(c) not in done_c and c.vars <= bound]
-        done_c.update(id(c) for c in now)
-        out_c.append(now)
-        here = []
-        for g in chain.negations:
-            if g.index in done_n or not g.prevs or not g.nexts:
-                continue
-            if all(chain.vars[j] in bound for j in g.prevs + g.nexts) and g.needs <= bound:
-                here.append(g)
-                done_n.add(g.index)
-        out_n.append(here)
-    return out_c, out_n, [g for g in chain.negations if g.index not in done_n]
 
 
 # ---------------------------------------------------------------- subsets of a candidate range
