@@ -1,0 +1,119 @@
+"""CER statements over storage-node tables: pull the rows a match can use, then match locally.
+
+A compute node (``Session`` with a ``RemoteStore``) runs a CER statement whose FROM names a
+storage-node table in three steps:
+
+1. resolve the statement against the table's columns (the empty placeholder the session
+   registered for it) and derive what the pull needs (``planner.cer_intervals``): the columns
+   the statement reads, the row filter (rows some element could take or be blocked by) and the
+   time interval plan (the mandatory elements' candidates widened by WITHIN);
+2. pull with the session's ``pull_strategy`` (``connectors.dual_filtering``: ``pull_all``,
+   ``push_down``, ``naive_dfs``, ``dfs``, ``push_pull``; ``auto`` takes ``dfs`` when there is an
+   interval plan, else ``push_down``, and the rounds' cost model decides the rest);
+3. load the pulled rows into a temporary DuckDB table of the same name (node order, then each
+   node's row order: the tie order of equal keys) and run the local CER engine (``engine.cer``)
+   over it, so plans, mechanisms and results are those of a local run over the same rows.
+
+EXPLAIN and EXPLAIN ANALYZE pull too (the CER plan rests on the statistics of the rows) and add
+the pull's lines: strategy, interval plan, round trips, bytes per node and per phase.
+"""
+from __future__ import annotations
+
+import secrets
+import time
+
+import duckdb
+
+from matchrec.connectors.source import PullStats
+from matchrec.engine import cer
+from matchrec.parser import sase as S
+from matchrec.parser.names import quote_ident
+from matchrec.planner.cer import CerSettings
+from matchrec.planner.cer.resolve import resolve_query
+from matchrec.planner.cer_intervals import interval_plan, row_filter
+
+DFS_STRATEGIES = ("dfs", "naive_dfs", "push_pull")
+
+
+def node_table(remote, source: str) -> str | None:
+    """The storage-node table a CER statement's FROM names, or None (a local relation)."""
+    if source in remote.schemas:
+        return source
+    found = [n for n in remote.schemas if n.lower() == source.lower()]
+    return found[0] if len(found) == 1 else None
+
+
+def execute(session, query: S.CerQuery) -> cer.CerRun:
+    """Run ``query`` on a compute-node ``session`` (``engine.session.Session`` with ``remote``)."""
+    remote, duck = session.remote, session.duck
+    table = node_table(remote, query.source)
+    if table is None:  # a local table or view of the compute node
+        return cer.execute(duck, query, session.cer_settings)
+    settings = session.settings
+    started = time.perf_counter()
+    pulled, stats, notes = pull(remote, duck, query, session.cer_settings, settings.pull_strategy,
+                                settings.round_trips, table)
+    pull_seconds = time.perf_counter() - started
+    run = run_over(duck, query, session.cer_settings, table, pulled, remote.schemas[table])
+    run.info["pull"] = stats
+    run.info["pull_seconds"] = pull_seconds
+    if run.explain is not None:
+        run.explain += "\n" + "\n".join(explain_lines(table, stats, notes, pull_seconds))
+    return run
+
+
+def pull(remote, duck: duckdb.DuckDBPyConnection, query: S.CerQuery, cer_settings: CerSettings, strategy: str,
+         round_trips: str, table: str):
+    """The rows of ``table`` the statement can use, as Arrow (the table's schema, unread columns
+    NULL), the pull's statistics and the notes EXPLAIN shows about the choices."""
+    plan = resolve_query(duck, query, cer_settings, rowid=False)
+    where, where_why = row_filter(plan)
+    notes = [f"row filter: {where}" if where else f"no row filter: {where_why}"]
+    ip, why = None, ""
+    if strategy in ("auto",) + DFS_STRATEGIES:
+        ip, why = interval_plan(plan)
+    if strategy == "auto":
+        strategy = "dfs" if ip is not None else "push_down"
+        notes.append(f"pull strategy auto -> {strategy}" + (f" ({why})" if ip is None else ""))
+    elif strategy in DFS_STRATEGIES and ip is None:
+        notes.append(f"pull strategy {strategy} cannot filter by time here ({why}): push_down used")
+        strategy = "push_down"
+    if ip is not None:
+        notes += ip.describe()
+    needed = set(cer.needed_columns(plan)) | {plan.key_column}
+    if plan.type_column:
+        needed.add(plan.type_column)
+    if plan.partition_column:
+        needed.add(plan.partition_column)
+    columns = [f.name for f in remote.schemas[table] if f.name in needed]
+    stats = PullStats(strategy=strategy)
+    data = remote.pull(table, strategy, columns, where, ip, round_trips, stats)
+    return data, stats, notes
+
+
+def run_over(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, cer_settings: CerSettings, table: str, data,
+             schema) -> cer.CerRun:
+    """The local CER engine over ``data`` standing in for the node table ``table`` (a temporary
+    table of that name, so the statement reads it as written; the placeholder comes back after)."""
+    arrow_name = f"__matchrec_cer_pulled_{secrets.token_hex(6)}"
+    quoted = quote_ident(table)
+    duck.unregister(table)
+    try:
+        duck.register(arrow_name, data)
+        try:
+            duck.execute(f"CREATE TEMP TABLE {quoted} AS SELECT * FROM {arrow_name}")
+        finally:
+            duck.unregister(arrow_name)
+        try:
+            return cer.execute(duck, query, cer_settings)
+        finally:
+            duck.execute(f"DROP TABLE IF EXISTS temp.main.{quoted}")
+    finally:
+        duck.register(table, schema.empty_table())
+
+
+def explain_lines(table: str, stats: PullStats, notes: list[str], seconds: float) -> list[str]:
+    lines = [f"Storage nodes: table {table} pulled in {seconds:.3f} s"]
+    lines += ["  " + n for n in notes]
+    lines += ["  " + x for x in stats.lines()]
+    return lines
