@@ -10,9 +10,15 @@ storage-node table in three steps:
 2. pull with the session's ``pull_strategy`` (``connectors.dual_filtering``: ``pull_all``,
    ``push_down``, ``naive_dfs``, ``dfs``, ``push_pull``; ``auto`` takes ``dfs`` when there is an
    interval plan, else ``push_down``, and the rounds' cost model decides the rest);
-3. load the pulled rows into a temporary DuckDB table of the same name (node order, then each
-   node's row order: the tie order of equal keys) and run the local CER engine (``engine.cer``)
-   over it, so plans, mechanisms and results are those of a local run over the same rows.
+3. load the pulled rows into a temporary DuckDB table of the same name, sorted by partition,
+   key and then the other pulled columns, and run the local CER engine (``engine.cer``) over it,
+   so plans, mechanisms and results are those of a local run over the same rows.
+
+The nodes keep no order among rows of equal keys (``matchrec load`` spreads rows by a hash), so
+the tie order is that sort's, not the order the rows were loaded in: results equal a local run
+over the original table whenever they do not depend on the order of events with equal keys
+(skip-till-any-match and skip-till-next-match never put two such events in sequence; strict
+contiguity looks at positions, and does when keys repeat within a partition).
 
 EXPLAIN and EXPLAIN ANALYZE pull too (the CER plan rests on the statistics of the rows) and add
 the pull's lines: strategy, interval plan, round trips, bytes per node and per phase.
@@ -29,7 +35,7 @@ from matchrec.engine import cer
 from matchrec.parser import sase as S
 from matchrec.parser.names import quote_ident
 from matchrec.planner.cer import CerSettings
-from matchrec.planner.cer.resolve import resolve_query
+from matchrec.planner.cer.resolve import _Resolver, resolve_query
 from matchrec.planner.cer_intervals import interval_plan, row_filter
 
 DFS_STRATEGIES = ("dfs", "naive_dfs", "push_pull")
@@ -51,10 +57,10 @@ def execute(session, query: S.CerQuery) -> cer.CerRun:
         return cer.execute(duck, query, session.cer_settings)
     settings = session.settings
     started = time.perf_counter()
-    pulled, stats, notes = pull(remote, duck, query, session.cer_settings, settings.pull_strategy,
+    pulled, stats, notes, order = pull(remote, duck, query, session.cer_settings, settings.pull_strategy,
                                 settings.round_trips, table)
     pull_seconds = time.perf_counter() - started
-    run = run_over(duck, query, session.cer_settings, table, pulled, remote.schemas[table])
+    run = run_over(duck, query, session.cer_settings, table, pulled, remote.schemas[table], order)
     run.info["pull"] = stats
     run.info["pull_seconds"] = pull_seconds
     if run.explain is not None:
@@ -65,7 +71,8 @@ def execute(session, query: S.CerQuery) -> cer.CerRun:
 def pull(remote, duck: duckdb.DuckDBPyConnection, query: S.CerQuery, cer_settings: CerSettings, strategy: str,
          round_trips: str, table: str):
     """The rows of ``table`` the statement can use, as Arrow (the table's schema, unread columns
-    NULL), the pull's statistics and the notes EXPLAIN shows about the choices."""
+    NULL), the pull's statistics, the notes EXPLAIN shows about the choices and the columns that
+    order the rows (key first)."""
     plan = resolve_query(duck, query, cer_settings, rowid=False)
     where, where_why = row_filter(plan)
     notes = [f"row filter: {where}" if where else f"no row filter: {where_why}"]
@@ -80,7 +87,7 @@ def pull(remote, duck: duckdb.DuckDBPyConnection, query: S.CerQuery, cer_setting
         strategy = "push_down"
     if ip is not None:
         notes += ip.describe()
-    needed = set(cer.needed_columns(plan)) | {plan.key_column}
+    needed = set(cer.needed_columns(plan)) | filter_columns(plan) | {plan.key_column}
     if plan.type_column:
         needed.add(plan.type_column)
     if plan.partition_column:
@@ -88,20 +95,34 @@ def pull(remote, duck: duckdb.DuckDBPyConnection, query: S.CerQuery, cer_setting
     columns = [f.name for f in remote.schemas[table] if f.name in needed]
     stats = PullStats(strategy=strategy)
     data = remote.pull(table, strategy, columns, where, ip, round_trips, stats)
-    return data, stats, notes
+    # the key (and partition) first: the order DuckDB sorts by anyway, then the other columns
+    order = [c for c in (plan.partition_column, plan.key_column) if c] + \
+        [c for c in columns if c not in (plan.partition_column, plan.key_column)]
+    return data, stats, notes, order
+
+
+def filter_columns(plan) -> set[str]:
+    """The columns the elements' one-variable filters read (DuckDB evaluates them locally too)."""
+    q = plan.query
+    res = _Resolver(q, plan.columns)
+    exprs = [e for preds in q.filters.values() for e in preds] + list(q.constants)
+    return {res.col(n) for e in exprs for n in S.walk(e) if isinstance(n, S.Col)}
 
 
 def run_over(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, cer_settings: CerSettings, table: str, data,
-             schema) -> cer.CerRun:
+             schema, columns: list[str]) -> cer.CerRun:
     """The local CER engine over ``data`` standing in for the node table ``table`` (a temporary
     table of that name, so the statement reads it as written; the placeholder comes back after)."""
     arrow_name = f"__matchrec_cer_pulled_{secrets.token_hex(6)}"
+    # the nodes keep no order among rows of equal keys, and each strategy returns them in its own
+    # order: ties go by the pulled columns, so every strategy (and every run) sees the same order
+    order = ", ".join(f"{quote_ident(c)} NULLS LAST" for c in _order_columns(data, columns))
     quoted = quote_ident(table)
     duck.unregister(table)
     try:
         duck.register(arrow_name, data)
         try:
-            duck.execute(f"CREATE TEMP TABLE {quoted} AS SELECT * FROM {arrow_name}")
+            duck.execute(f"CREATE TEMP TABLE {quoted} AS SELECT * FROM {arrow_name} ORDER BY {order}")
         finally:
             duck.unregister(arrow_name)
         try:
@@ -110,6 +131,12 @@ def run_over(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, cer_settings: C
             duck.execute(f"DROP TABLE IF EXISTS temp.main.{quoted}")
     finally:
         duck.register(table, schema.empty_table())
+
+
+def _order_columns(data, columns: list[str]) -> list[str]:
+    """``columns`` DuckDB can sort by (lists and structs order too; a map does not)."""
+    import pyarrow as pa
+    return [c for c in columns if not pa.types.is_map(data.schema.field(c).type)]
 
 
 def explain_lines(table: str, stats: PullStats, notes: list[str], seconds: float) -> list[str]:
