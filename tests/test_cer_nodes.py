@@ -214,3 +214,29 @@ def test_the_placeholder_comes_back_and_errors_are_matchrec_errors(pair):
     cur.execute("CREATE TEMP TABLE mine AS SELECT * FROM (VALUES (1, 'x'), (2, 'y')) t(ts, type)")
     cur.execute("PATTERN SEQ(x a, y b) FROM mine RETURN COUNT(*)")  # a local table of the compute node
     assert cur.fetchall() == [(1,)]
+
+
+def test_run_many_pulls_each_table_once_and_equals_the_local_run(pair):
+    pair.put("ev", sparse_events(4000))
+    workload = [
+        "PATTERN SEQ(alarm a, reset r) FROM ev WITHIN 40 RETURN a.id, r.id",
+        "PATTERN SEQ(alarm a, ~tick t, reset r) FROM ev PARTITION BY g WITHIN 60 RETURN COUNT(*)",
+        "PATTERN SEQ(reset r, alarm a) FROM ev WHERE r.v > 20 WITHIN 15 RETURN r.id, a.id",
+        "PATTERN SEQ(alarm a, reset+ r) FROM ev USE skip-till-next-match WITHIN 30 RETURN a.id, count(r) AS n",
+        "SET pull_strategy = dfs",
+        "PATTERN SEQ(alarm a, tock c) FROM ev USE strict-contiguity WITHIN 10 RETURN a.id, c.id",
+        "PATTERN AND(alarm a, reset r) FROM ev WITHIN 25 RETURN COUNT(*)",
+    ]
+    want = matchrec.run_many(pair.local, workload)
+    for strategy in ("push_down", "naive_dfs", "push_pull", "auto"):  # the others: the tests above
+        cur = pair.remote.cursor()
+        cur.execute(f"SET pull_strategy = {strategy}")
+        cur.execute("SET matchrec_round_trips = always")
+        got = matchrec.run_many(pair.remote, workload)
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert _multiset([tuple(r.values()) for r in g.to_pylist()]) == \
+                _multiset([tuple(r.values()) for r in w.to_pylist()]), (strategy, workload[i])
+        pulls = [line for line in got.report if line.startswith("storage nodes: table ev pulled once")]
+        assert len(pulls) == 2, got.report  # one per flush: the SET splits the workload
+        text = "\n".join(got.report)
+        assert f"pull strategy {strategy if strategy != 'auto' else 'dfs'}" in text, text

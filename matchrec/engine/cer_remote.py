@@ -25,6 +25,7 @@ the pull's lines: strategy, interval plan, round trips, bytes per node and per p
 """
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 
@@ -37,6 +38,7 @@ from matchrec.parser.names import quote_ident
 from matchrec.planner.cer import CerSettings
 from matchrec.planner.cer.resolve import _Resolver, resolve_query
 from matchrec.planner.cer_intervals import interval_plan, row_filter
+from matchrec.planner.intervals import IntervalPlan, VariableIntervals
 
 DFS_STRATEGIES = ("dfs", "naive_dfs", "push_pull")
 
@@ -53,7 +55,8 @@ def execute(session, query: S.CerQuery) -> cer.CerRun:
     """Run ``query`` on a compute-node ``session`` (``engine.session.Session`` with ``remote``)."""
     remote, duck = session.remote, session.duck
     table = node_table(remote, query.source)
-    if table is None:  # a local table or view of the compute node
+    if table is None or table in getattr(session, "cer_group_pulled", ()):
+        # a local table or view of the compute node, or a node table a run_many group pulled
         return cer.execute(duck, query, session.cer_settings)
     settings = session.settings
     started = time.perf_counter()
@@ -112,24 +115,15 @@ def filter_columns(plan) -> set[str]:
 def run_over(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, cer_settings: CerSettings, table: str, data,
              schema, columns: list[str]) -> cer.CerRun:
     """The local CER engine over ``data`` standing in for the node table ``table`` (a temporary
-    table of that name, so the statement reads it as written; the placeholder comes back after)."""
-    arrow_name = f"__matchrec_cer_pulled_{secrets.token_hex(6)}"
-    # the nodes keep no order among rows of equal keys, and each strategy returns them in its own
-    # order: ties go by the pulled columns, so every strategy (and every run) sees the same order
-    order = ", ".join(f"{quote_ident(c)} NULLS LAST" for c in _order_columns(data, columns))
-    quoted = quote_ident(table)
-    duck.unregister(table)
+    table of that name, so the statement reads it as written; the placeholder comes back after).
+    The nodes keep no order among rows of equal keys, and each strategy returns them in its own
+    order: the rows are sorted by ``columns`` (partition, key, the rest), so every strategy and
+    every run sees one order."""
     try:
-        duck.register(arrow_name, data)
-        try:
-            duck.execute(f"CREATE TEMP TABLE {quoted} AS SELECT * FROM {arrow_name} ORDER BY {order}")
-        finally:
-            duck.unregister(arrow_name)
-        try:
-            return cer.execute(duck, query, cer_settings)
-        finally:
-            duck.execute(f"DROP TABLE IF EXISTS temp.main.{quoted}")
+        _swap_in(duck, table, data, columns)
+        return cer.execute(duck, query, cer_settings)
     finally:
+        duck.execute(f"DROP TABLE IF EXISTS temp.main.{quote_ident(table)}")
         duck.register(table, schema.empty_table())
 
 
@@ -144,3 +138,123 @@ def explain_lines(table: str, stats: PullStats, notes: list[str], seconds: float
     lines += ["  " + n for n in notes]
     lines += ["  " + x for x in stats.lines()]
     return lines
+
+
+# ---------------------------------------------------------------- run_many over storage nodes
+@contextlib.contextmanager
+def group_pull(session, statements: list[str], parse):
+    """While the block runs, each storage-node table the CER ``statements`` of a ``run_many`` flush
+    (parsed by ``parse``) read is a temporary table holding the rows all of them can use, pulled once: the union of
+    their columns, the OR of their row filters, and one round of candidates bounding the time
+    intervals (``group_interval_plan``). The local multi-pattern evaluation then reads it as a
+    local table. Yields the pulls' (table, statistics, notes)."""
+    remote, duck = session.remote, session.duck
+    if session.materialized:  # tables a plain statement pulled whole: placeholders again, as a statement does
+        session._placeholders()
+    by_table: dict[str, list] = {}
+    for text in statements:
+        try:
+            q = parse(text)
+            table = node_table(remote, q.source)
+            if table is None:
+                continue
+            by_table.setdefault(table, []).append(resolve_query(duck, q, session.cer_settings, rowid=False))
+        except Exception:  # noqa: BLE001 - the statement reports its error when it runs alone
+            continue
+    pulled: list = []
+    done: list[str] = []
+    session.cer_group_pulled = set()
+    try:
+        for table, plans in by_table.items():
+            data, stats, notes, order = _pull_plans(remote, plans, session.settings.pull_strategy,
+                                                    session.settings.round_trips, table)
+            done.append(table)
+            _swap_in(duck, table, data, order)
+            session.cer_group_pulled.add(table)
+            pulled.append((table, stats, notes))
+        yield pulled
+    finally:
+        session.cer_group_pulled = set()
+        for table in done:
+            duck.execute(f"DROP TABLE IF EXISTS temp.main.{quote_ident(table)}")
+            duck.register(table, remote.schemas[table].empty_table())
+
+
+def group_interval_plan(plans: list) -> tuple[IntervalPlan | None, str]:
+    """One interval plan for several statements over one table: every match of statement ``s``
+    has an event of each of its bounding elements within ``w_s`` of all it looks at
+    (``planner.cer_intervals``), so the rows meeting the OR of one bounding element per
+    statement, widened by the largest of their reaches, bound the matches of all of them.
+    Intervals are per partition only when every statement partitions by the same column."""
+    chosen, reasons = [], []
+    for plan in plans:
+        ip, why = interval_plan(plan)
+        if ip is None:
+            return None, why
+        # the element whose condition says most (its own filter besides the type) bounds best
+        chosen.append((ip, max(ip.variables, key=lambda v: len(v.condition))))
+        reasons.append(why)
+    if len({ip.key_sql for ip, _ in chosen}) != 1:
+        return None, "the statements order the table by different keys"
+    parts = {tuple(ip.partition_sql) for ip, _ in chosen}
+    partition_sql = list(parts.pop()) if len(parts) == 1 else []
+    conditions = list(dict.fromkeys(v.condition for _, v in chosen))
+    window = max(ip.window for ip, _ in chosen)
+    before = max(v.before for _, v in chosen)
+    after = max(v.after for _, v in chosen)
+    first = chosen[0][0]
+    variable = VariableIntervals(0, "one of " + ", ".join(v.name for _, v in chosen),
+                                 " OR ".join(f"({c})" for c in conditions), before, after)
+    rows = [p.row_test() for p in plans]
+    row_test = None if any(r is None for r in rows) else " OR ".join(f"({r})" for r in dict.fromkeys(rows))
+    return IntervalPlan(first.key_sql, first.key_name, window, partition_sql, [variable], row_test, None), \
+        f"{len(plans)} statement(s), one bounding element each"
+
+
+def _pull_plans(remote, plans: list, strategy: str, round_trips: str, table: str):
+    rows = [row_filter(p)[0] for p in plans]
+    where = None if any(r is None for r in rows) else " OR ".join(f"({r})" for r in dict.fromkeys(rows))
+    notes = [f"row filter: {where}" if where else "no row filter: some statement looks at every row"]
+    ip, why = None, ""
+    if strategy in ("auto",) + DFS_STRATEGIES:
+        ip, why = group_interval_plan(plans)
+    if strategy == "auto":
+        strategy = "dfs" if ip is not None else "push_down"
+        notes.append(f"pull strategy auto -> {strategy}" + (f" ({why})" if ip is None else ""))
+    elif strategy in DFS_STRATEGIES and ip is None:
+        notes.append(f"pull strategy {strategy} cannot filter by time here ({why}): push_down used")
+        strategy = "push_down"
+    if ip is not None:
+        notes += ip.describe()
+    needed: set[str] = set()
+    order: list[str] = []
+    for plan in plans:
+        needed |= set(cer.needed_columns(plan)) | filter_columns(plan) | {plan.key_column}
+        needed |= {c for c in (plan.type_column, plan.partition_column) if c}
+        order += [c for c in (plan.partition_column, plan.key_column) if c and c not in order]
+    columns = [f.name for f in remote.schemas[table] if f.name in needed]
+    order += [c for c in columns if c not in order]
+    stats = PullStats(strategy=strategy)
+    data = remote.pull(table, strategy, columns, where, ip, round_trips, stats)
+    return data, stats, notes, order
+
+
+def _swap_in(duck: duckdb.DuckDBPyConnection, table: str, data, columns: list[str]) -> None:
+    """Replace the placeholder of ``table`` with a temporary table of ``data``, sorted by ``columns``."""
+    arrow_name = f"__matchrec_cer_pulled_{secrets.token_hex(6)}"
+    order = ", ".join(f"{quote_ident(c)} NULLS LAST" for c in _order_columns(data, columns))
+    duck.unregister(table)
+    duck.register(arrow_name, data)
+    try:
+        duck.execute(f"CREATE TEMP TABLE {quote_ident(table)} AS SELECT * FROM {arrow_name} ORDER BY {order}")
+    finally:
+        duck.unregister(arrow_name)
+
+
+def pull_report(pulls) -> list[str]:
+    """``run_many``'s report lines of the tables a group pulled."""
+    out = []
+    for table, stats, notes in pulls:
+        out.append(f"storage nodes: table {table} pulled once for the CER statements reading it")
+        out += ["  " + n for n in notes] + ["  " + x for x in stats.lines()]
+    return out
