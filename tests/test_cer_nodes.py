@@ -192,6 +192,9 @@ def test_explain_shows_the_pull(pair):
     assert "r: CAST(\"type\" AS VARCHAR) = 'reset' -> [t - 40, t + 0]" in text
     assert "time interval set:" in text
     cur.execute("SET pull_strategy = dfs")
+    cur.execute("PATTERN SEQ(alarm a, ~tick t, reset r) FROM ev WITHIN 40 RETURN a.id, r.id")
+    stats = cur.cer_run.info["pull"]
+    assert stats.strategy == "dfs" and stats.round_trips >= 2 and stats.events_pulled < 3000
     cur.execute("EXPLAIN PATTERN SEQ(alarm a, reset r) FROM ev RETURN a.id")
     text = cur.fetchall()[0][1]
     assert "cannot filter by time here (no WITHIN bounds the matches): push_down used" in text

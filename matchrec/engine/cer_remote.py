@@ -134,7 +134,7 @@ def _order_columns(data, columns: list[str]) -> list[str]:
 
 
 def explain_lines(table: str, stats: PullStats, notes: list[str], seconds: float) -> list[str]:
-    lines = [f"Storage nodes: table {table} pulled in {seconds:.3f} s"]
+    lines = [f"Storage nodes: table {table} pulled in {seconds:.3f} s (the event counts above are the pulled rows')"]
     lines += ["  " + n for n in notes]
     lines += ["  " + x for x in stats.lines()]
     return lines
