@@ -30,15 +30,16 @@ import secrets
 import time
 
 import duckdb
+import numpy as np
 
 from matchrec.connectors.source import PullStats
 from matchrec.engine import cer
+from matchrec.operators.intervals import IntervalSet
 from matchrec.parser import sase as S
 from matchrec.parser.names import quote_ident
 from matchrec.planner.cer import CerSettings
 from matchrec.planner.cer.resolve import _Resolver, resolve_query
 from matchrec.planner.cer_intervals import interval_plan, row_filter
-from matchrec.planner.intervals import IntervalPlan, VariableIntervals
 
 DFS_STRATEGIES = ("dfs", "naive_dfs", "push_pull")
 
@@ -180,52 +181,15 @@ def group_pull(session, statements: list[str], parse):
             duck.register(table, remote.schemas[table].empty_table())
 
 
-def group_interval_plan(plans: list) -> tuple[IntervalPlan | None, str]:
-    """One interval plan for several statements over one table: every match of statement ``s``
-    has an event of each of its bounding elements within ``w_s`` of all it looks at
-    (``planner.cer_intervals``), so the rows meeting the OR of one bounding element per
-    statement, widened by the largest of their reaches, bound the matches of all of them.
-    Intervals are per partition only when every statement partitions by the same column."""
-    chosen, reasons = [], []
-    for plan in plans:
-        ip, why = interval_plan(plan)
-        if ip is None:
-            return None, why
-        # the element whose condition says most (its own filter besides the type) bounds best
-        chosen.append((ip, max(ip.variables, key=lambda v: len(v.condition))))
-        reasons.append(why)
-    if len({ip.key_sql for ip, _ in chosen}) != 1:
-        return None, "the statements order the table by different keys"
-    parts = {tuple(ip.partition_sql) for ip, _ in chosen}
-    partition_sql = list(parts.pop()) if len(parts) == 1 else []
-    conditions = list(dict.fromkeys(v.condition for _, v in chosen))
-    window = max(ip.window for ip, _ in chosen)
-    before = max(v.before for _, v in chosen)
-    after = max(v.after for _, v in chosen)
-    first = chosen[0][0]
-    variable = VariableIntervals(0, "one of " + ", ".join(v.name for _, v in chosen),
-                                 " OR ".join(f"({c})" for c in conditions), before, after)
-    rows = [p.row_test() for p in plans]
-    row_test = None if any(r is None for r in rows) else " OR ".join(f"({r})" for r in dict.fromkeys(rows))
-    return IntervalPlan(first.key_sql, first.key_name, window, partition_sql, [variable], row_test, None), \
-        f"{len(plans)} statement(s), one bounding element each"
-
-
 def _pull_plans(remote, plans: list, strategy: str, round_trips: str, table: str):
+    """One pull of ``table`` for several statements (``plans``): the union of their columns, the
+    OR of their row filters and, for the dual-filtering strategies, the union of the statements'
+    own time interval sets - each found by its own candidate rounds, merged here, and sent once
+    with the final pull. Each set holds every row its statement's matches look at
+    (``planner.cer_intervals``), so the union holds every row any of them looks at."""
     rows = [row_filter(p)[0] for p in plans]
     where = None if any(r is None for r in rows) else " OR ".join(f"({r})" for r in dict.fromkeys(rows))
     notes = [f"row filter: {where}" if where else "no row filter: some statement looks at every row"]
-    ip, why = None, ""
-    if strategy in ("auto",) + DFS_STRATEGIES:
-        ip, why = group_interval_plan(plans)
-    if strategy == "auto":
-        strategy = "dfs" if ip is not None else "push_down"
-        notes.append(f"pull strategy auto -> {strategy}" + (f" ({why})" if ip is None else ""))
-    elif strategy in DFS_STRATEGIES and ip is None:
-        notes.append(f"pull strategy {strategy} cannot filter by time here ({why}): push_down used")
-        strategy = "push_down"
-    if ip is not None:
-        notes += ip.describe()
     needed: set[str] = set()
     order: list[str] = []
     for plan in plans:
@@ -234,9 +198,73 @@ def _pull_plans(remote, plans: list, strategy: str, round_trips: str, table: str
         order += [c for c in (plan.partition_column, plan.key_column) if c and c not in order]
     columns = [f.name for f in remote.schemas[table] if f.name in needed]
     order += [c for c in columns if c not in order]
+    ips, why = [], ""
+    if strategy in ("auto",) + DFS_STRATEGIES:
+        for plan in plans:
+            ip, why = interval_plan(plan)
+            if ip is None:
+                ips = None
+                break
+            ips.append(ip)
+        if ips and len({ip.key_sql for ip in ips}) != 1:
+            ips, why = None, "the statements order the table by different keys"
+    if strategy == "auto":
+        strategy = "dfs" if ips else "push_down"
+        notes.append(f"pull strategy auto -> {strategy}" + (f" ({why})" if not ips else ""))
+    elif strategy in DFS_STRATEGIES and not ips:
+        notes.append(f"pull strategy {strategy} cannot filter by time here ({why}): push_down used")
+        strategy = "push_down"
     stats = PullStats(strategy=strategy)
-    data = remote.pull(table, strategy, columns, where, ip, round_trips, stats)
+    if strategy not in DFS_STRATEGIES:
+        return remote.pull(table, strategy, columns, where, None, round_trips, stats), stats, notes, order
+    if strategy == "push_pull":
+        notes.append("push_pull: the statements' rounds keep no state on the nodes (one final pull for all): "
+                     "run as dfs")
+    for ip in ips:
+        notes += ip.describe()
+    started = time.perf_counter()
+    filtering = remote.filtering()
+    exact = strategy == "naive_dfs"
+    found = [filtering.rounds(table, columns, ip, exact, round_trips, stats) for ip in ips]
+    # statements partitioned differently: their sets merged over all partitions (a superset of each)
+    same = len({tuple(ip.partition_sql) for ip in ips}) == 1
+    request = {"op": "pull", "table": table, "columns": columns, "where": where, "key_sql": ips[0].key_sql,
+               "partition_sql": ips[0].partition_sql if same else []}
+    blobs: list[bytes] = []
+    if all(f.tis is not None for f in found):
+        tis, bits = _union([f.tis for f in found], [f.pk_bits for f in found], same)
+        if bits is not None:
+            request["pk_bits"] = bits
+        kind, blob = filtering.tis_payload(tis, max(ip.window for ip in ips), exact)
+        request["filter"] = {"kind": kind, "blob": 0}
+        blobs.append(blob)
+        stats.filters["final pull"] = [f"time {kind} {len(blob)} B"]
+        stats.notes.append(f"union of the {len(found)} statements' time interval sets: {len(tis)} intervals "
+                           f"covering {tis.total_length()} key units")
+    else:
+        stats.notes.append("a statement's rounds were all skipped: the final pull has no time interval set")
+    sent0, received0 = stats.bytes_sent, stats.bytes_received
+    t0 = time.perf_counter()
+    data = remote.concat(table, remote.call_all(request, blobs, stats), columns)
+    stats.phases["final pull"] = time.perf_counter() - t0
+    stats.phase_bytes["final pull"] = (stats.bytes_sent - sent0, stats.bytes_received - received0)
+    stats.phases["all"] = time.perf_counter() - started
+    stats.events_pulled = data.num_rows
     return data, stats, notes, order
+
+
+def _union(sets: list, bits: list, same_partitions: bool) -> tuple:
+    """The union of interval sets whose partitions are known by the top ``bits`` bits of their
+    hash (None: no partitions): at the fewest bits of any, so that one partition key names the
+    same partitions in all (a shorter prefix of the same hash); over all partitions at once
+    (key 0) when the sets partition by different columns."""
+    least = None if not same_partitions or any(b is None for b in bits) else min(bits)
+    pk, lo, hi = [], [], []
+    for s, b in zip(sets, bits):
+        pk.append(s.pk >> (b - least) if least is not None else np.zeros(len(s.pk), np.int64))
+        lo.append(s.lo)
+        hi.append(s.hi)
+    return IntervalSet._merged(np.concatenate(pk), np.concatenate(lo), np.concatenate(hi)), least
 
 
 def _swap_in(duck: duckdb.DuckDBPyConnection, table: str, data, columns: list[str]) -> None:
