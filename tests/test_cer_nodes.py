@@ -5,8 +5,11 @@ spread by ``matchrec load``; random CER statements (the generator of test_cer_la
 AND, OR, negation, Kleene closure, filters, conditions across variables, every selection
 strategy, WITHIN or none, PARTITION BY) run on a compute-node connection with each pull strategy
 and on a local connection over the same table; the results must be the same multiset of rows.
-Rounds are forced (``SET matchrec_round_trips = always``) in most runs: the cost model would skip them on
-tables this small, and then the interval filtering would go untested.
+Rounds are forced (``SET matchrec_round_trips = always``) in most runs: the cost model would skip
+them on tables this small, and then the interval filtering would go untested. A selective
+workload checks that the dual-filtering strategies pull fewer rows than ``push_down`` and
+``push_down`` fewer bytes than ``pull_all``; ``run_many`` on a compute node must pull each table
+once per flush and return what it returns locally.
 """
 from __future__ import annotations
 
