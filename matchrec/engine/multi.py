@@ -33,6 +33,8 @@ How a workload runs
     evaluation of as many slices as the plan before lasted (no search when that share is below
     ``SEARCH_MIN``: the cheaper of the plan and the greedy one), and the new plan is taken only
     when it saves more than ending the current range costs (each node's batch step once more).
+  * On a compute node, each storage-node table the pattern queries of a flush read is pulled once
+    first (``engine.cer_remote.group_pull``) and read as a local table while they are evaluated.
   * Each query's result is built by ``engine.cer.build_result`` from its matches and the read
     table, then handed through DuckDB as the cursor does, so types and values are the same.
 """
