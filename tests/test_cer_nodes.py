@@ -246,3 +246,33 @@ def test_run_many_pulls_each_table_once_and_equals_the_local_run(pair):
         assert len(pulls) == 2, got.report  # one per flush: the SET splits the workload
         text = "\n".join(got.report)
         assert f"pull strategy {strategy if strategy != 'auto' else 'dfs'}" in text, text
+
+
+def _plan(sql: str):
+    from matchrec.parser import sase
+    from matchrec.planner.cer import CerSettings
+    from matchrec.planner.cer.resolve import resolve_query
+    duck = duckdb.connect()
+    duck.execute("CREATE TABLE ev (id BIGINT, ts BIGINT, type VARCHAR, v INTEGER, g INTEGER)")
+    return resolve_query(duck, sase.parse(sql), CerSettings())
+
+
+def test_interval_plan_of_each_shape():
+    from matchrec.planner.cer_intervals import interval_plan, row_filter
+    ip, _ = interval_plan(_plan("PATTERN SEQ(a x, ~b n, c+ y, d z) FROM ev WHERE x.v > 3 WITHIN 9 RETURN x.id"))
+    assert [(v.name, v.before, v.after) for v in ip.variables] == [("x", 0, 9), ("y", 9, 9), ("z", 9, 0)]
+    assert "'b'" in ip.row_filter  # a negated element's rows are pulled
+    # a leading negation looks before the first positive event: no [t, t + w] for it
+    ip, _ = interval_plan(_plan("PATTERN SEQ(~b n, a x, c y) FROM ev WITHIN 9 RETURN x.id"))
+    assert [(v.name, v.before, v.after) for v in ip.variables] == [("x", 9, 9), ("y", 9, 0)]
+    # only elements in every alternative bound the intervals; AND binds every item
+    ip, _ = interval_plan(_plan("PATTERN SEQ(a x, OR(b y, c z), AND(d u, e w)) FROM ev WITHIN 5 RETURN x.id"))
+    assert [v.name for v in ip.variables] == ["x", "u", "w"]
+    # an OR at the top: its alternatives' first elements together
+    ip, _ = interval_plan(_plan("PATTERN OR(SEQ(a x, b y), SEQ(c z, d u)) FROM ev WITHIN 5 RETURN COUNT(*)"))
+    assert len(ip.variables) == 1 and "'a'" in ip.variables[0].condition and "'c'" in ip.variables[0].condition
+    assert interval_plan(_plan("PATTERN SEQ(a x, b y) FROM ev RETURN x.id"))[0] is None
+    strict = _plan("PATTERN SEQ(a x, b y) FROM ev USE strict-contiguity WITHIN 5 RETURN x.id")
+    assert row_filter(strict)[0] is None and interval_plan(strict)[0].row_filter is None
+    nxt = _plan("PATTERN SEQ(a x, b+ y) FROM ev USE skip-till-next-match WITHIN 5 RETURN x.id")
+    assert row_filter(nxt)[0] == "CAST(\"type\" AS VARCHAR) IN ('a', 'b')"
