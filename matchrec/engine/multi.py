@@ -33,6 +33,8 @@ How a workload runs
     evaluation of as many slices as the plan before lasted (no search when that share is below
     ``SEARCH_MIN``: the cheaper of the plan and the greedy one), and the new plan is taken only
     when it saves more than ending the current range costs (each node's batch step once more).
+  * On a compute node, each storage-node table the pattern queries of a flush read is pulled once
+    first (``engine.cer_remote.group_pull``) and read as a local table while they are evaluated.
   * Each query's result is built by ``engine.cer.build_result`` from its matches and the read
     table, then handed through DuckDB as the cursor does, so types and values are the same.
 """
@@ -167,7 +169,7 @@ class _Run:
         text = _LEAD.sub("", sql, count=1)
         session = self.con
         if statement is not None and statement.kind == "cer":
-            if session.remote is not None or session.cer_settings.mechanism != "auto" or \
+            if session.cer_settings.mechanism != "auto" or \
                     text[:7].lower() == "explain":
                 return "read"  # the session raises or explains exactly as it would alone
             return "cer"
@@ -183,6 +185,14 @@ class _Run:
         if not pending:
             return
         self._count_schema = None  # a statement before this flush may have changed DuckDB's settings
+        if self.con is not None and self.con.remote is not None:  # storage-node tables: one pull per table
+            from matchrec.engine import cer_remote
+            with cer_remote.group_pull(self.con, [statements[i] for i in pending], _parse) as pulls:
+                self.report += cer_remote.pull_report(pulls)
+                return self._flush(statements, pending, tables, classified)
+        self._flush(statements, pending, tables, classified)
+
+    def _flush(self, statements: list, pending: list, tables: list, classified: list | None) -> None:
         groups: dict = {}
         duck, settings = self.duck_and_settings()
         for i in pending:

@@ -231,13 +231,13 @@ class Session:
         if kind in ("set", "reset"):
             S.apply(self.settings, self.cer_settings, statement.setting, statement.value, kind == "reset")
             return Result()
-        if kind == "cer":
-            return self._cer(statement)
         if self.remote is not None:
             self.remote.retries = self.settings.node_retries
             self.remote.retry_backoff = self.settings.node_retry_backoff_ms / 1000
             if self.materialized:
                 self._placeholders()
+        if kind == "cer":
+            return self._cer(statement)
         if kind == "sql":
             text = statement.text
             if self.dialect != "duckdb":
@@ -313,10 +313,12 @@ class Session:
         if statement.parameters:
             raise E.NotSupportedError("CER statements (PATTERN ... FROM, MATCH_RECOGNIZE with STRATEGY) take no "
                                       "parameters: write the values into the statement")
-        if self.remote is not None:
-            raise E.NotSupportedError("CER statements read local DuckDB tables; storage-node tables are not supported")
         with work.statement(self.settings):
-            run = cer.execute(self.duck, statement.cer_query(), self.cer_settings)
+            if self.remote is not None:  # storage-node tables: pulled, then matched here
+                from matchrec.engine import cer_remote
+                run = cer_remote.execute(self, statement.cer_query())
+            else:
+                run = cer.execute(self.duck, statement.cer_query(), self.cer_settings)
         if run.explain is not None:
             return Result(description=X.DESCRIPTION, rows=[("matchrec", run.explain)], cer_run=run)
         name = f"__matchrec_cer_result_{secrets.token_hex(6)}"
