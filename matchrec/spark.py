@@ -224,6 +224,14 @@ def ship(builder, archive: str | None = None):
     import tempfile
 
     from matchrec import spark_env
+    # an interpreter the user chose is never replaced: ship() refuses instead
+    options = getattr(builder, "_options", {})
+    for where, chosen in (("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON")),
+                          ("spark.pyspark.python", options.get("spark.pyspark.python"))):
+        if chosen and chosen != spark_env.LAUNCHER:
+            raise E.ProgrammingError(f"{where} is set to {chosen!r}; ship() would start the executors with the "
+                                     f"packed interpreter instead: unset {where}, or keep it and install "
+                                     "matchrec in that Python on every worker")
     try:
         from pyspark import SparkContext
         if SparkContext._active_spark_context is not None:
@@ -231,11 +239,6 @@ def ship(builder, archive: str | None = None):
                                      "interpreter is fixed when the session starts")
     except ImportError:  # pragma: no cover - pyspark is a requirement of this module
         pass
-    chosen = os.environ.get("PYSPARK_PYTHON")
-    if chosen and chosen != spark_env.LAUNCHER:
-        raise E.ProgrammingError(f"PYSPARK_PYTHON is set to {chosen!r}; ship() starts the executors with the "
-                                 "packed interpreter instead: unset PYSPARK_PYTHON, or keep it and install "
-                                 "matchrec in that Python on every worker")
     if archive is None:
         cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "matchrec")
         os.makedirs(cache, exist_ok=True)
@@ -255,8 +258,11 @@ def ship(builder, archive: str | None = None):
     os.chmod(launcher, 0o755)
     os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
     os.environ["PYSPARK_PYTHON"] = spark_env.LAUNCHER
-    executor_path = f"./{ARCHIVE_NAME}/bin:/usr/local/bin:/usr/bin:/bin"
-    return (builder.config("spark.archives", f"{archive}#{ARCHIVE_NAME}")
+    # the archive's bin first, then the executors' PATH the user set (or the usual system folders)
+    executor_path = f"./{ARCHIVE_NAME}/bin:" + (options.get("spark.executorEnv.PATH")
+                                                 or "/usr/local/bin:/usr/bin:/bin")
+    archives = ",".join(filter(None, [options.get("spark.archives"), f"{archive}#{ARCHIVE_NAME}"]))
+    return (builder.config("spark.archives", archives)
             .config("spark.executorEnv.PATH", executor_path))
 
 

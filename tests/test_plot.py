@@ -192,3 +192,10 @@ def test_chromium_renders_the_bars(events, tmp_path):
     assert variance > 50, "the screenshot is blank"
     colours = {tuple(row[i:i + 3]) for row in rows for i in range(0, width * bpp, bpp)}
     assert len(colours) > 20  # bars, ticks in the classifier colours, axes and text
+
+
+def test_without_the_plot_extra_the_error_names_it(events, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "vl_convert", None)  # as if matchrec[plot] were not installed
+    with pytest.raises(matchrec.NotSupportedError, match=r"pip install 'matchrec\[plot\]'"):
+        plot.timeline(events.execute(ALL_ROWS))

@@ -138,3 +138,16 @@ def test_bad_use_gives_matchrec_errors(con):
     cur.close()
     with pytest.raises(matchrec.InterfaceError):
         cur.arrow()
+
+
+def test_polars_and_pandas_are_optional(con, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "polars", None)  # as if not installed: import raises ImportError
+    cur = con.execute(MR)
+    with pytest.raises(matchrec.NotSupportedError, match=r"pl\(\) needs polars"):
+        cur.pl()
+    assert cur.fetchone() == (0, 1, "B")  # the rows are still there
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    with pytest.raises(matchrec.NotSupportedError, match=r"df\(\) needs pandas"):
+        cur.df()
+    assert cur.arrow().read_all().num_rows == 4  # Arrow needs neither

@@ -6,7 +6,10 @@ kept, and a worker Python without matchrec gives a clear error. Slow: JVMs and a
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
+import tarfile
 import time
 
 import pytest
@@ -36,6 +39,19 @@ def archive(tmp_path_factory):
     started = time.perf_counter()
     assert main(["spark-env", str(out)]) == 0
     print(f"\narchive: {out.stat().st_size} bytes, built in {time.perf_counter() - started:.1f} s")
+    # what each executor does first: unpack it, and start its interpreter with what the tasks import
+    where = out.parent / "unpacked"
+    started = time.perf_counter()
+    with tarfile.open(out) as tar:
+        tar.extractall(where, filter="tar")
+    unpacked = time.perf_counter() - started
+    started = time.perf_counter()
+    done = subprocess.run([str(where / "bin" / "matchrec-python"), "-c", "import matchrec.spark, duckdb, pyarrow, "
+                           "numba, pandas"], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    print(f"unpacked in {unpacked:.1f} s; its interpreter imports matchrec, duckdb, pyarrow, numba and pandas in "
+          f"{time.perf_counter() - started:.1f} s")
+    shutil.rmtree(where)
     return out
 
 
@@ -72,15 +88,32 @@ def test_forms_on_a_standalone_cluster_with_the_shipped_environment(cluster, arc
         assert all(py.startswith(cwd) and "matchrec_env" in py for cwd, py in where), where
         data = events()
         _view(spark, data, "ev")
-        for q in (QUERIES[0], QUERIES[2], QUERIES[3]):  # partitioned, and the time split both ways
+        modes = []
+        for q in QUERIES:  # partitioned, the time split both ways, one task, outer query, CTE input
             assert rows_match(_duck(data, "ev", q), ms.sql(spark, q).collect()), q
-        assert ms.last_runs()[0].mode.startswith("time split")
+            modes.append(ms.last_runs()[0].mode.split(":")[0].split(" (")[0])
+        assert modes.count("time split") == 2 and "partitioned" in modes and "one task" in modes, modes
         body = ("PARTITION BY k ORDER BY ts MEASURES A.v AS av, LAST(B.v) AS bv PATTERN (A B+) "
                 "DEFINE B AS v > PREV(v)")
         want = _duck(data, "t", f"SELECT * FROM t MATCH_RECOGNIZE ({body})")
         assert rows_match(want, ms.match_recognize(spark.table("ev"), body).collect())
         ms.register(spark)  # its analysis runs in a Python worker of the driver
         assert rows_match(want, spark.sql(f"SELECT * FROM match_recognize(TABLE(ev), '{body}')").collect())
+
+        # interval filtering rounds on the executors, and EXPLAIN ANALYZE's shuffle bytes from the status store
+        data = events(n=3000, keys=3, seed=7)
+        _view(spark, data, "evf")
+        q = ("SELECT * FROM evf MATCH_RECOGNIZE (ORDER BY ts MEASURES A.ts AS a, B.ts AS b PATTERN (A N*? B) "
+             "WITHIN 6 DEFINE A AS type = 'a' AND v < 3, B AS type = 'b' AND v > 47, N AS true)")
+        want = _duck(data, "evf", q)
+        assert want and rows_match(want, ms.sql(spark, q, interval_filter="on").collect())
+        assert ms.last_runs()[0].filtering.used
+        lines = [r[0] for r in ms.sql(spark, "EXPLAIN ANALYZE " + q, interval_filter="on").collect()]
+        with_f = int(next(x for x in lines if x.strip().startswith("shuffle:")).split()[1])
+        without = next(x for x in lines if "without interval filtering" in x)
+        print(f"\ncluster EXPLAIN ANALYZE: {with_f} shuffle bytes with interval filtering; {without.strip()}")
+        assert f"{len(want)} result rows" in without
+        assert int(without.split(": ")[1].split()[0]) > 2 * with_f > 0
     finally:
         spark.stop()
 
