@@ -49,29 +49,71 @@ def date_difference(left: exp.Expression, right: exp.Expression) -> exp.Expressi
     return exp.Anonymous(this="TO_DAYS", expressions=[days])
 
 
-def translate_statement(tree: exp.Expression, dialect: str) -> exp.Expression:
+def translate_statement(tree: exp.Expression, dialect: str, schema=None) -> exp.Expression:
     """A whole statement of ``dialect``: its functions as ``translate`` does, and (Trino) a
-    difference of two values sqlglot can type as DATE as an interval."""
+    difference of two values sqlglot can type as DATE as an interval. ``schema``: a callable
+    giving the catalog's columns ({table: {column: type}}) for columns of stored tables,
+    asked only when a subtraction's operands are not typed without it."""
     tree = translate(tree, dialect)
     if is_trino(dialect):
         tree = expand_aggregates(tree)
-    if not is_trino(dialect) or not any(isinstance(n, exp.Sub) for n in tree.walk()):
+    subs = [n for n in tree.walk() if isinstance(n, exp.Sub)] if is_trino(dialect) else []
+    if not subs:
         return tree
-    # the type annotator loads sqlglot's optimizer: only Trino statements with a subtraction need it
-    from sqlglot.optimizer.annotate_types import annotate_types
-    try:
-        typed = annotate_types(tree.copy())
-    except Exception:  # noqa: BLE001 - typing is best effort; the statement runs untyped
-        return tree
-    dates = {i for i, (a, b) in enumerate(zip(tree.walk(), typed.walk()))
-             if isinstance(b, exp.Sub) and b.this.is_type(exp.DataType.Type.DATE)
-             and b.expression.is_type(exp.DataType.Type.DATE)}
-    if not dates:
-        return tree
-    for i, node in reversed(list(enumerate(list(tree.walk())))):
-        if i in dates:
+    for k, node in enumerate(subs):
+        node.meta[_SUB_ID] = k
+    dates = _date_differences(tree, None)
+    if dates is None and schema is not None:
+        try:
+            tables = schema()
+        except Exception:  # noqa: BLE001 - typing is best effort; the statement runs untyped
+            tables = None
+        if tables:
+            dates = _date_differences(tree, tables)
+    for k, node in enumerate(subs):
+        node.meta.pop(_SUB_ID, None)
+        if dates and k in dates:
             node.replace(date_difference(node.this.copy(), node.expression.copy()))
     return tree
+
+
+_SUB_ID = "matchrec_sub"
+
+
+def _date_differences(tree: exp.Expression, tables: dict | None) -> set[int] | None:
+    """Ids of the subtractions of two DATE values; None when some subtraction's operands stay untyped."""
+    # the type annotator loads sqlglot's optimizer: only Trino statements with a subtraction need it
+    from sqlglot.optimizer.annotate_types import annotate_types
+    from sqlglot.optimizer.qualify import qualify
+    try:
+        typed = qualify(tree.copy(), schema=tables, dialect="trino", validate_qualify_columns=False,
+                        quote_identifiers=False, identify=False)
+        typed = annotate_types(typed, schema=tables)
+    except Exception:  # noqa: BLE001 - typing is best effort; the statement runs untyped
+        return set() if tables is not None else None
+    dates, unknown = set(), False
+    for node in typed.walk():
+        if isinstance(node, exp.Sub) and _SUB_ID in node.meta:
+            left, right = node.this.type, node.expression.type
+            if node.this.is_type(exp.DataType.Type.DATE) and node.expression.is_type(exp.DataType.Type.DATE):
+                dates.add(node.meta[_SUB_ID])
+            elif left is None or right is None or left.this == exp.DataType.Type.UNKNOWN \
+                    or right.this == exp.DataType.Type.UNKNOWN:
+                unknown = True
+    return None if unknown and tables is None else dates
+
+
+def catalog_columns(con) -> dict:
+    """{table: {column: type}} of the tables and views DuckDB's catalog holds (for translate_statement)."""
+    out: dict = {}
+    for table, column, kind in con.execute("SELECT table_name, column_name, data_type FROM duckdb_columns() "
+                                           "WHERE NOT internal").fetchall():
+        try:
+            exp.DataType.build(kind, dialect="duckdb")
+        except Exception:  # noqa: BLE001 - a type sqlglot cannot read is left untyped
+            kind = "UNKNOWN"
+        out.setdefault(table, {})[column] = kind
+    return out
 
 
 def translate(tree: exp.Expression, dialect: str) -> exp.Expression:

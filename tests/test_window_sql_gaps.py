@@ -1,0 +1,82 @@
+"""Trino statements that DuckDB reads differently, under ``dialect="trino"``.
+
+The same column twice in ORDER BY, Trino-only aggregates with a DuckDB equivalent
+(``multimap_agg``), and Trino's type for ``date - date`` (an INTERVAL DAY TO SECOND, where
+DuckDB gives a number of days): in plain SQL, MATCH_RECOGNIZE and pattern windows.
+"""
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+import matchrec
+
+EVENTS = "(VALUES (1, 'a', DATE '2020-03-01'), (2, 'b', DATE '2020-03-05'), (3, 'a', DATE '2020-03-08')) t(id, v, d)"
+WINDOW = ("WINDOW w AS (ORDER BY id {order} MEASURES {measure} AS m ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING "
+          "AFTER MATCH SKIP PAST LAST ROW PATTERN (A+) DEFINE A AS true)")
+DAYS = datetime.timedelta
+
+
+@pytest.fixture(scope="module")
+def trino():
+    con = matchrec.connect(":memory:", dialect="trino")
+    con.cursor().execute(f"CREATE TABLE ev AS SELECT * FROM {EVENTS}")
+    yield con
+    con.close()
+
+
+def run(con, sql):
+    cur = con.cursor()
+    try:
+        cur.execute(sql)
+        return cur.fetchall(), [d[1] for d in cur.description]
+    finally:
+        cur.close()
+
+
+def test_the_same_column_twice_in_order_by(trino):
+    assert run(trino, f"SELECT id FROM {EVENTS} ORDER BY id ASC, id DESC")[0] == [(1,), (2,), (3,)]
+    got, _ = run(trino, f"SELECT * FROM {EVENTS} MATCH_RECOGNIZE (ORDER BY id ASC, id DESC MEASURES "
+                        f"array_agg(id) AS ids ONE ROW PER MATCH PATTERN (A+) DEFINE A AS true)")
+    assert got == [([1, 2, 3],)]
+    got, _ = run(trino, f"SELECT id, m OVER w FROM {EVENTS} " + WINDOW.format(order=", id DESC",
+                                                                              measure="array_agg(id)"))
+    assert sorted(got) == [(1, [1, 2, 3]), (2, None), (3, None)]
+
+
+def test_multimap_agg(trino):
+    want = {"a": [1, 3], "b": [2]}
+    got, _ = run(trino, f"SELECT multimap_agg(v, id) FROM {EVENTS}")
+    assert {k: sorted(x) for k, x in got[0][0].items()} == want
+    got, _ = run(trino, f"SELECT * FROM {EVENTS} MATCH_RECOGNIZE (ORDER BY id MEASURES multimap_agg(v, id) AS m "
+                        f"PATTERN (A+) DEFINE A AS true)")
+    assert got[0][0] == want
+    got, _ = run(trino, f"SELECT id, m OVER w FROM {EVENTS} " + WINDOW.format(order="",
+                                                                              measure="multimap_agg(v, id)"))
+    assert sorted(got, key=lambda r: r[0]) == [(1, want), (2, None), (3, None)]
+
+
+@pytest.mark.parametrize("sql, want", [
+    ("SELECT DATE '2020-03-01' - DATE '2020-02-01'", [(DAYS(days=29),)]),
+    (f"SELECT d - DATE '2020-02-29' FROM {EVENTS} WHERE id = 1", [(DAYS(days=1),)]),
+    (f"SELECT max(d) - min(d) FROM {EVENTS}", [(DAYS(days=7),)]),
+    ("SELECT max(d) - min(d), max(id) - min(id) FROM ev", [(DAYS(days=7), 2)]),
+    ("SELECT a.d - b.d FROM ev a JOIN ev b ON a.id = 3 AND b.id = 1", [(DAYS(days=7),)]),
+    (f"SELECT * FROM {EVENTS} MATCH_RECOGNIZE (ORDER BY id MEASURES LAST(d) - FIRST(d) AS span "
+     f"PATTERN (A+) DEFINE A AS A.d - FIRST(A.d) <= INTERVAL '4' DAY)", [(DAYS(days=4),), (DAYS(days=0),)]),
+    (f"SELECT id, m OVER w FROM {EVENTS} " + WINDOW.format(order="", measure="LAST(d) - FIRST(d)"),
+     [(1, DAYS(days=7)), (2, None), (3, None)]),
+])
+def test_date_minus_date_is_an_interval(trino, sql, want):
+    got, types = run(trino, sql)
+    assert sorted(got, key=str) == sorted(want, key=str)
+    assert "INTERVAL" in types
+
+
+def test_date_minus_date_stays_a_number_in_duckdb():
+    con = matchrec.connect(":memory:")
+    try:
+        assert run(con, "SELECT DATE '2020-03-01' - DATE '2020-02-01'")[0] == [(29,)]
+    finally:
+        con.close()
