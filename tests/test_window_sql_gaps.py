@@ -67,6 +67,11 @@ def test_multimap_agg(trino):
      f"PATTERN (A+) DEFINE A AS A.d - FIRST(A.d) <= INTERVAL '4' DAY)", [(DAYS(days=4),), (DAYS(days=0),)]),
     (f"SELECT id, m OVER w FROM {EVENTS} " + WINDOW.format(order="", measure="LAST(d) - FIRST(d)"),
      [(1, DAYS(days=7)), (2, None), (3, None)]),
+    # around MATCH_RECOGNIZE and windows: their result columns are typed too
+    (f"SELECT l - f FROM {EVENTS} MATCH_RECOGNIZE (ORDER BY id MEASURES FIRST(d) AS f, LAST(d) AS l "
+     f"PATTERN (A+) DEFINE A AS true) WHERE l - f > INTERVAL '1' DAY", [(DAYS(days=7),)]),
+    (f"SELECT id, m OVER w - DATE '2020-02-29' FROM {EVENTS} " + WINDOW.format(order="", measure="LAST(d)"),
+     [(1, DAYS(days=8)), (2, None), (3, None)]),
 ])
 def test_date_minus_date_is_an_interval(trino, sql, want):
     got, types = run(trino, sql)

@@ -47,14 +47,16 @@ _STORED_OBJECT = re.compile(r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\w*\s+)?(VI
 
 
 # ------------------------------------------------------------------ SQL helpers
-def to_duckdb(sql: str, dialect: str, origin: Origin, source: str, write: str = "duckdb", con=None) -> str:
+def to_duckdb(sql: str, dialect: str, origin: Origin, source: str, write: str = "duckdb", con=None,
+              tables: dict | None = None) -> str:
     """``sql`` of ``dialect`` in DuckDB's SQL (or ``write``'s); errors point into ``source``; ``con``
-    (optional): the DuckDB connection whose catalog types the columns of stored tables."""
+    (optional): the DuckDB connection whose catalog (and ``tables``: placeholder -> relation) types
+    the columns of stored tables."""
     if dialect == write:
         return sql
     try:
         if is_trino(dialect):  # Trino functions and types that sqlglot does not translate by itself
-            schema = (lambda: catalog_columns(con)) if con is not None else None
+            schema = (lambda: catalog_columns(con, tables)) if con is not None else None
             out = [translate_statement(t, dialect, schema).sql(write) if t is not None else ""
                    for t in sqlglot.parse(sql, read=dialect)]
         else:
@@ -180,7 +182,7 @@ class StatementRunner:
         prefixes = cte_prefixes(query)
         for clause in query.clauses:
             self._run_clause(query, clause, prefixes, done, prepared, tag, dry=(explain == "plain"))
-        outer = to_duckdb(query.text, self.dialect, query.origin, source, con=self.con)
+        outer = to_duckdb(query.text, self.dialect, query.origin, source, con=self.con, tables=done)
         # the tokens split read last are the outer statement's when it needs no translation
         same = outer is query.text and self.dialect == "duckdb"
         prepared.sql = replace_identifiers(outer, done, query.tokens if same else None)

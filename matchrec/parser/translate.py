@@ -103,11 +103,19 @@ def _date_differences(tree: exp.Expression, tables: dict | None) -> set[int] | N
     return None if unknown and tables is None else dates
 
 
-def catalog_columns(con) -> dict:
-    """{table: {column: type}} of the tables and views DuckDB's catalog holds (for translate_statement)."""
+def catalog_columns(con, tables: dict | None = None) -> dict:
+    """{table: {column: type}} of the tables and views DuckDB's catalog holds (for
+    translate_statement), and of ``tables`` (placeholder -> relation SQL: the results of
+    MATCH_RECOGNIZE and windows a statement reads)."""
+    found = con.execute("SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE NOT internal").fetchall()
+    for name, relation in (tables or {}).items():
+        if name.startswith((H.CLAUSE_PREFIX, H.WINDOW_PREFIX)) and not name.endswith("_star"):
+            try:
+                found += [(name, c, t) for c, t, *_ in con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()]
+            except Exception:  # noqa: BLE001 - a relation that cannot be described stays untyped
+                pass
     out: dict = {}
-    for table, column, kind in con.execute("SELECT table_name, column_name, data_type FROM duckdb_columns() "
-                                           "WHERE NOT internal").fetchall():
+    for table, column, kind in found:
         try:
             exp.DataType.build(kind, dialect="duckdb")
         except Exception:  # noqa: BLE001 - a type sqlglot cannot read is left untyped
