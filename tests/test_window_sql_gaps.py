@@ -85,3 +85,30 @@ def test_date_minus_date_stays_a_number_in_duckdb():
         assert run(con, "SELECT DATE '2020-03-01' - DATE '2020-02-01'")[0] == [(29,)]
     finally:
         con.close()
+
+
+def test_map_agg_keeps_one_value_of_a_repeated_key(trino):
+    got, _ = run(trino, f"SELECT map_agg(v, id) FROM {EVENTS}")
+    assert set(got[0][0]) == {"a", "b"} and got[0][0]["b"] == 2 and got[0][0]["a"] in (1, 3)
+    got, _ = run(trino, f"SELECT * FROM {EVENTS} MATCH_RECOGNIZE (ORDER BY id MEASURES map_agg(v, id) AS m "
+                        f"PATTERN (A+) DEFINE A AS true)")
+    assert set(got[0][0]) == {"a", "b"}
+
+
+def test_approx_most_frequent(trino):
+    src = "(VALUES (1, 'a'), (2, 'b'), (3, 'a'), (4, 'c'), (5, 'a'), (6, 'c'), (7, NULL)) t(id, v)"
+    got, _ = run(trino, f"SELECT approx_most_frequent(2, v, 100) FROM {src}")
+    assert got == [({"a": 3, "c": 2},)]
+    got, _ = run(trino, f"SELECT * FROM {src} MATCH_RECOGNIZE (ORDER BY id MEASURES approx_most_frequent(1, v, 10) "
+                        f"AS m PATTERN (A+) DEFINE A AS true)")
+    assert got == [({"a": 3},)]
+
+
+def test_translated_aggregates_as_window_functions(trino):
+    got, _ = run(trino, f"SELECT id, multimap_agg(v, id) OVER (ORDER BY id), map_agg(v, id) OVER (ORDER BY id "
+                        f"ROWS BETWEEN CURRENT ROW AND CURRENT ROW) FROM {EVENTS}")
+    assert sorted(got, key=lambda r: r[0]) == [(1, {"a": [1]}, {"a": 1}), (2, {"a": [1], "b": [2]}, {"b": 2}),
+                                               (3, {"a": [1, 3], "b": [2]}, {"a": 3})]
+    got, _ = run(trino, f"SELECT id, multimap_agg(v, id) OVER w FROM {EVENTS} " + WINDOW.format(order="",
+                                                                                                measure="count(*)"))
+    assert sorted(got, key=lambda r: r[0]) == [(1, {"a": [1, 3], "b": [2]}), (2, None), (3, None)]

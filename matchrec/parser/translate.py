@@ -14,7 +14,6 @@ from matchrec.parser import hidden as H
 _TEMPLATES = {
     "trino": {
         # Trino's map aggregates; DuckDB builds maps from lists of entries.
-        "map_agg": "MAP_FROM_ENTRIES(LIST({'k': $1, 'v': $2}))",
         "map_union": "MAP_FROM_ENTRIES(FLATTEN(LIST(MAP_ENTRIES($1))))",
         "every": "BOOL_AND($1)",
         "set_union": "LIST_DISTINCT(FLATTEN(LIST($1)))",
@@ -31,6 +30,15 @@ LAMBDA_AGGREGATES = {
                      f"{{'k': {H.LAMBDA_KEY}, 'v': LIST_TRANSFORM(LIST_FILTER(LIST({{'k': $1, 'v': $2}}), "
                      f"lambda {H.LAMBDA_ENTRY}: {H.LAMBDA_ENTRY}.k = {H.LAMBDA_KEY}), "
                      f"lambda {H.LAMBDA_ENTRY}: {H.LAMBDA_ENTRY}.v)}}))"),
+    # key -> value; Trino keeps one value of a key given twice, where DuckDB's map rejects the duplicate
+    "map_agg": (f"MAP_FROM_ENTRIES(LIST_TRANSFORM(LIST_DISTINCT(LIST($1)), lambda {H.LAMBDA_KEY}: "
+                f"{{'k': {H.LAMBDA_KEY}, 'v': LIST_FILTER(LIST({{'k': $1, 'v': $2}}), "
+                f"lambda {H.LAMBDA_ENTRY}: {H.LAMBDA_ENTRY}.k = {H.LAMBDA_KEY})[1].v}}))"),
+    # the $1 most frequent values of $2 with their counts (exact counts are a valid approximation)
+    "approx_most_frequent": (f"MAP_FROM_ENTRIES(LIST_TRANSFORM(LIST_SLICE(LIST_SORT(LIST_TRANSFORM("
+                             f"MAP_ENTRIES(HISTOGRAM($2)), lambda {H.LAMBDA_ENTRY}: "
+                             f"{{'c': CAST({H.LAMBDA_ENTRY}.value AS BIGINT), 'k': {H.LAMBDA_ENTRY}.key}}), 'DESC'), 1, $1), "
+                             f"lambda {H.LAMBDA_ENTRY}: {{'k': {H.LAMBDA_ENTRY}.k, 'v': {H.LAMBDA_ENTRY}.c}}))"),
 }
 
 
@@ -132,20 +140,40 @@ def _apply(tree: exp.Expression, templates: dict) -> exp.Expression:
     if not templates:
         return tree
 
+    def expand(node: exp.Anonymous) -> exp.Expression:
+        template = templates[str(node.this).lower()]
+        args = list(node.expressions)
+        text = template
+        for i in range(len(args), 0, -1):
+            text = text.replace(f"${i}", f"{H.TRANSLATE_ARG}{i}")
+        new = sqlglot.parse_one(text, read="duckdb")
+        for col in list(new.find_all(exp.Column)):
+            if col.name.startswith(H.TRANSLATE_ARG):
+                k = int(col.name[len(H.TRANSLATE_ARG):]) - 1
+                if k < len(args):
+                    col.replace(args[k].copy())
+        return new
+
     def rewrite(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Anonymous) and str(node.this).lower() in templates:
-            template = templates[str(node.this).lower()]
-            args = list(node.expressions)
-            text = template
-            for i in range(len(args), 0, -1):
-                text = text.replace(f"${i}", f"{H.TRANSLATE_ARG}{i}")
-            new = sqlglot.parse_one(text, read="duckdb")
-            for col in list(new.find_all(exp.Column)):
-                if col.name.startswith(H.TRANSLATE_ARG):
-                    k = int(col.name[len(H.TRANSLATE_ARG):]) - 1
-                    if k < len(args):
-                        col.replace(args[k].copy())
+        if isinstance(node, exp.Window) and _templated(node.this, templates):
+            # f(...) OVER (...): each aggregate of f's DuckDB form runs over that window
+            new = expand(node.this)
+            spec = {k: v for k, v in node.args.items() if k != "this" and v is not None}
+            for agg in [n for n in new.walk() if _is_aggregate(n)]:
+                agg.replace(exp.Window(this=agg.copy(), **{k: v.copy() if isinstance(v, exp.Expression) else v
+                                                            for k, v in spec.items()}))
             return new
+        if _templated(node, templates):
+            return expand(node)
         return node
 
     return tree.transform(rewrite)
+
+
+def _templated(node, templates: dict) -> bool:
+    return isinstance(node, exp.Anonymous) and str(node.this).lower() in templates
+
+
+def _is_aggregate(node: exp.Expression) -> bool:
+    return isinstance(node, exp.AggFunc) or (isinstance(node, exp.Anonymous)
+                                             and str(node.this).lower() == "histogram")
