@@ -19,7 +19,7 @@ import pytest
 import matchrec
 import randgen
 
-FAST_CASES = 15
+FAST_CASES = 20
 SLOW_CASES = int(os.environ.get("MATCHREC_WINDOW_CASES", "2000"))
 
 PRICES = "(VALUES (1, 90), (2, 80), (3, 70), (4, 80), (5, 90), (6, 50), (7, 40), (8, 60)) t(id, value)"
