@@ -19,7 +19,7 @@ import pytest
 import matchrec
 import randgen
 
-FAST_CASES = 15
+FAST_CASES = 20
 SLOW_CASES = int(os.environ.get("MATCHREC_WINDOW_CASES", "2000"))
 
 PRICES = "(VALUES (1, 90), (2, 80), (3, 70), (4, 80), (5, 90), (6, 50), (7, 40), (8, 60)) t(id, value)"
@@ -365,3 +365,33 @@ def test_many_window_cases(duck):
 def test_explain_names_the_window(trino):
     plan = rows(trino, f"EXPLAIN SELECT id, val OVER w FROM {PRICES} {V_SHAPE}")[0][1]
     assert "window w with PATTERN" in plan and "one match attempt per row" in plan
+
+
+def test_an_undefined_window_name(trino):
+    err = error_of(trino, f"SELECT id, val OVER v FROM {PRICES} {V_SHAPE}")
+    assert isinstance(err, matchrec.ProgrammingError)
+    assert "Window v is not defined" in str(err) and "Col 21" in str(err)
+
+
+@pytest.mark.parametrize("frame", ["3 FOLLOWING", "UNBOUNDED FOLLOWING", "k FOLLOWING"])
+@pytest.mark.parametrize("mode", ["INITIAL", "SEEK"])
+def test_compiled_frames_equal_the_reference(frame, mode):
+    """Frames that cut greedy matches, in both modes, with per-row frame ends that go back and
+    forth: the compiled matcher (each start bounded by its frame end) against the reference."""
+    sql = (f"SELECT p, id, n OVER w, e OVER w, count(*) OVER w FROM (SELECT range % 3 AS p, range AS id, "
+           f"hash(range) % 7 AS v, (hash(range + 1) % 4)::BIGINT AS k FROM range(600)) t WINDOW w AS "
+           f"(PARTITION BY p ORDER BY id MEASURES COUNT(*) AS n, LAST(id) AS e ROWS BETWEEN CURRENT ROW AND "
+           f"{frame} AFTER MATCH SKIP PAST LAST ROW {mode} PATTERN (A B+ C*?) "
+           f"DEFINE A AS v < 3, B AS v >= 2, C AS v <> 4)")
+    con = matchrec.connect(":memory:")
+    try:
+        cur = con.cursor()
+        cur.execute(sql)
+        compiled = sorted(cur.fetchall())
+        assert [s.matcher for _, s in cur.stats] == ["compiled"]
+        cur.execute("SET matchrec_fast_path = 0")
+        cur.execute(sql)
+        assert sorted(cur.fetchall()) == compiled
+        assert sum(r[2] is not None for r in compiled) > 20
+    finally:
+        con.close()

@@ -241,7 +241,7 @@ class Session:
         if kind == "sql":
             text = statement.text
             if self.dialect != "duckdb":
-                text = to_duckdb(text, self.dialect, Origin.identity(len(text)), text)
+                text = to_duckdb(text, self.dialect, Origin.identity(len(text)), text, con=self.duck)
             self._materialize(text)
             return self._duck_execute(text, statement.parameters)
         if kind == "script":
@@ -259,7 +259,8 @@ class Session:
     def _one(self, statement: Statement) -> Result:
         """One statement of a script (or the only one) with row pattern recognition somewhere."""
         if statement.kind == "sql":
-            text = to_duckdb(statement.text, self.dialect, Origin.identity(len(statement.text)), statement.text)
+            text = to_duckdb(statement.text, self.dialect, Origin.identity(len(statement.text)), statement.text,
+                             con=self.duck)
             self._materialize(text)
             return self._duck_execute(text, statement.parameters)
         with work.statement(self.settings):

@@ -28,7 +28,7 @@ from matchrec.parser import parameters
 from matchrec.parser.query import Clause, SplitQuery, split
 from matchrec.parser.source import Origin, rewrite
 from matchrec.parser.spec import Span
-from matchrec.parser.translate import is_trino, translate_statement
+from matchrec.parser.translate import catalog_columns, is_trino, translate_statement
 from matchrec.planner.fastpath import fast_plan
 from matchrec.planner.prefilter import row_filter
 from matchrec.planner.plan import Plan, build_plan
@@ -47,13 +47,17 @@ _STORED_OBJECT = re.compile(r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\w*\s+)?(VI
 
 
 # ------------------------------------------------------------------ SQL helpers
-def to_duckdb(sql: str, dialect: str, origin: Origin, source: str, write: str = "duckdb") -> str:
-    """``sql`` of ``dialect`` in DuckDB's SQL (or ``write``'s); errors point into ``source``."""
+def to_duckdb(sql: str, dialect: str, origin: Origin, source: str, write: str = "duckdb", con=None,
+              tables: dict | None = None) -> str:
+    """``sql`` of ``dialect`` in DuckDB's SQL (or ``write``'s); errors point into ``source``; ``con``
+    (optional): the DuckDB connection whose catalog (and ``tables``: placeholder -> relation) types
+    the columns of stored tables."""
     if dialect == write:
         return sql
     try:
         if is_trino(dialect):  # Trino functions and types that sqlglot does not translate by itself
-            out = [translate_statement(t, dialect).sql(write) if t is not None else ""
+            schema = (lambda: catalog_columns(con, tables)) if con is not None else None
+            out = [translate_statement(t, dialect, schema).sql(write) if t is not None else ""
                    for t in sqlglot.parse(sql, read=dialect)]
         else:
             out = sqlglot.transpile(sql, read=dialect, write=write)
@@ -178,7 +182,7 @@ class StatementRunner:
         prefixes = cte_prefixes(query)
         for clause in query.clauses:
             self._run_clause(query, clause, prefixes, done, prepared, tag, dry=(explain == "plain"))
-        outer = to_duckdb(query.text, self.dialect, query.origin, source)
+        outer = to_duckdb(query.text, self.dialect, query.origin, source, con=self.con, tables=done)
         # the tokens split read last are the outer statement's when it needs no translation
         same = outer is query.text and self.dialect == "duckdb"
         prepared.sql = replace_identifiers(outer, done, query.tokens if same else None)
@@ -191,7 +195,7 @@ class StatementRunner:
         source = query.source
         input_text = f"SELECT * FROM {clause.input_text}"
         input_sql = to_duckdb(input_text, self.dialect, Origin.identity(len(input_text), clause.input_span.start - 14),
-                              source)
+                              source, con=self.con)
         input_sql = prefixes.get(clause.placeholder, "") + input_sql
         input_sql = replace_identifiers(input_sql, done)
         bare = None

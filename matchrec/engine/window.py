@@ -17,6 +17,7 @@ the reference matcher (operators.matcher) decides otherwise and is the oracle.
 """
 from __future__ import annotations
 
+import bisect
 import time
 from types import SimpleNamespace
 
@@ -115,13 +116,18 @@ class WindowRunner(PartitionRunner):
         pos = np.zeros(total, np.int64)
         kind, start, length, number, offset, labels, lo_arr, hi_arr = [], [], [], [], [], [], [], []
         excl: dict = {}
-        found = self.compiled_search(table, bounds) if self.compiled is not None else None
+        # frame end of every row, relative to its partition and as a row of the chunk
+        ends = np.zeros(total, np.int64)
+        for p in range(n_parts):
+            lo, hi = int(bounds[p]), int(bounds[p + 1])
+            ends[lo:hi] = self.frame_ends(table, lo, hi)
+        found = self.compiled_search(table, bounds, ends) if self.compiled is not None else None
         for p in range(n_parts):
             lo, hi = int(bounds[p]), int(bounds[p + 1])
             pos[lo:hi] = np.arange(hi - lo)
-            ends = self.frame_ends(table, lo, hi)
+            part_ends = ends[lo:hi]
             part_found = None if found is None else (found[0][lo:hi], found[1], found[2], lo)
-            for cur, s, result, number_ in self.window_matches(table.slice(lo, hi - lo), ends, part_found):
+            for cur, s, result, number_ in self.window_matches(table.slice(lo, hi - lo), part_ends, part_found):
                 if not result.labels:
                     continue  # an empty match: NULL measures, like no match
                 match_of[lo + cur] = len(kind)
@@ -132,7 +138,7 @@ class WindowRunner(PartitionRunner):
                 offset.append(len(labels))
                 labels += result.labels
                 lo_arr.append(lo + cur)
-                hi_arr.append(lo + int(ends[cur]) + 1)
+                hi_arr.append(lo + int(part_ends[cur]) + 1)
                 if result.exclusions:
                     excl[len(kind) - 1] = list(result.exclusions)
         m = Matches(np.array(kind, np.int8), np.array(start, np.int64), np.array(length, np.int64),
@@ -141,70 +147,111 @@ class WindowRunner(PartitionRunner):
         self.stats.matches += len(kind)
         self.emit_rows(table, m, match_of, pos)
 
-    def compiled_search(self, table: pa.Table, bounds: np.ndarray):
-        """What the compiled matcher knows of each start row of the chunk, over whole partitions.
+    def compiled_search(self, table: pa.Table, bounds: np.ndarray, ends: np.ndarray):
+        """What the compiled matcher knows of each start row of the chunk.
 
         With no navigation outside the match (PREV/NEXT), no anchors and no MATCH_NUMBER in
-        DEFINE (see window_plan_allows_compiled), a frame changes a DEFINE's value nowhere, so a
-        match in a frame is a match in the partition: a row where the partition has none starts
-        none in any frame. And the partition's preferred match from a row, when it ends inside
-        the frame, is the frame's preferred match too (a frame only takes rows away from the
-        threads that were preferred to it). Returns (per row: index of its match or -1, or of
-        possible starts only: -2 where none is possible and -1 otherwise; Matches; exact)."""
+        DEFINE (see window_plan_allows_compiled), a frame changes a DEFINE's value nowhere: it
+        only ends the match. The compiled matcher runs every row as a start with its own frame
+        end as the bound (the mechanism WITHIN uses: a thread dies at a row past the bound), so
+        its match from a row is that row's INITIAL match exactly. Returns (per row: index of
+        its match or -1, or of possible starts only: -2 where none is possible and -1
+        otherwise; Matches; exact)."""
         fast = self.compiled
         n = table.num_rows
-        m = fast.matches(table, bounds, self.settings) if fast.exact else None
+        frame_ends = np.zeros(n, np.int64)
+        for p in range(len(bounds) - 1):
+            lo, hi = int(bounds[p]), int(bounds[p + 1])
+            frame_ends[lo:hi] = lo + ends[lo:hi]
+        bounded = table.append_column("__frame_row", pa.array(np.arange(n, dtype=np.int64))) \
+            .append_column("__frame_end", pa.array(frame_ends))
+        fast.within_cols = (table.num_columns, table.num_columns + 1, "int")
+        fast.within_desc = False
+        m = fast.matches(bounded, bounds, self.settings) if fast.exact else None
         if m is not None:  # None: a running sum the compiled matcher cannot keep, the reference decides
             at = np.full(n, -1, np.int64)
             at[m.start] = np.arange(len(m.start))
             return at, m, True
-        possible = fast.possible_starts(table, bounds, self.settings)
+        possible = fast.possible_starts(bounded, bounds, self.settings)
         return np.where(possible.astype(bool), -1, -2).astype(np.int64), None, False
 
     def window_matches(self, table: pa.Table, ends: np.ndarray, known=None):
         """(current row, match start, MatchResult, match number) of each row that has a match.
 
-        ``known``: the compiled matcher's knowledge of the partition's start rows
-        (compiled_search), used where it decides; the reference matcher decides the rest."""
+        ``known``: the compiled matcher's knowledge of the partition's start rows, each bounded
+        by its own frame end (compiled_search); the reference matcher decides the rest. A start
+        row ``s`` tried for the current row ``cur`` (SEEK) has the bound ``ends[cur]``: what the
+        compiled matcher found under ``ends[s]`` holds there when ``ends[s] >= ends[cur]`` and
+        the match ends by ``ends[cur]`` (a smaller frame only takes away threads that were
+        preferred to it), and "no match" holds too."""
         plan, ctx = self.plan, self.ctx
         n = table.num_rows
-        cols: list = [None] * self.n_cols
-        for i in self.used:
-            cols[i] = table.column(self.colmap[i]).to_pylist()
-        evaluate = define_evaluator(self.defines, ctx)
+        state = {}
 
+        def reference(cur: int, rel: int, width: int):
+            if not state:
+                cols: list = [None] * self.n_cols
+                for i in self.used:
+                    cols[i] = table.column(self.colmap[i]).to_pylist()
+                state["cols"], state["evaluate"] = cols, define_evaluator(self.defines, ctx)
+            # the frame is matched as a partition of its own
+            ctx.cols = [_Shifted(c, cur) if c is not None else None for c in state["cols"]]
+            ctx.null_row, ctx.n = self.null_row, width
+            ctx.start, ctx.match_number = rel, match_number
+            self.stats.starts_tried += 1
+            try:
+                return self.matcher.find(rel, width, state["evaluate"])
+            except MatchLimitExceeded as err:
+                raise _thread_limit(err.setting, err.limit) from None
+
+        at = m = None
+        exact = False
+        if known is not None:
+            at, m, exact, base = known
+            if self.seek and n > 1 and np.any(np.diff(ends) < 0):
+                at = None  # frame ends that go back: a later row's bound says nothing of this row's
+        # rows where a match may start, in order (the compiled matcher rules the others out)
+        starts = None if at is None else np.flatnonzero(at >= 0 if exact else at != -2).tolist()
+        monotone_ends = ends if self.seek and starts is not None else None
         skip = plan.spec.skip.kind
         resume, match_number, found = 0, 1, 0
-        for cur in range(n):
-            if cur < resume:
-                continue  # passed over by AFTER MATCH SKIP: no match
+        cur = 0
+        while cur < n:
+            cur = max(cur, resume)
+            if starts is not None:
+                i = bisect.bisect_left(starts, cur)
+                if i == len(starts):
+                    break
+                s = starts[i]
+                if not self.seek:
+                    cur = s  # the rows before start no match
+                elif s > int(ends[cur]):  # no start in this frame: none in the frames ending before s
+                    cur = max(cur + 1, int(np.searchsorted(monotone_ends, s)))
+                    continue
+            if cur >= n:
+                break
             end = int(ends[cur])
             width = end - cur + 1
-            # the frame is matched as a partition of its own
-            ctx.cols = [_Shifted(c, cur) if c is not None else None for c in cols]
-            ctx.null_row, ctx.n = self.null_row, width
             result, rel = None, 0
-            for rel in range(width if self.seek else 1):
-                if known is not None:
-                    at, m, exact, base = known
+            if starts is None:
+                for rel in range(width if self.seek else 1):
+                    result = reference(cur, rel, width)
+                    if result is not None:
+                        break
+            else:
+                while i < len(starts) and starts[i] <= end and (self.seek or starts[i] == cur):
+                    rel = starts[i] - cur
                     k = int(at[cur + rel])
-                    if k == -2 or (exact and k == -1):
-                        self.stats.starts_pruned += 1
-                        continue  # no match starts here in the partition, so none in the frame
                     if exact and int(m.start[k]) - base + int(m.length[k]) - 1 <= end:
                         off = int(m.label_offset[k])
-                        result = MatchResult(m.labels[off:off + int(m.length[k])].tolist(),
-                                             m.exclusions.get(k, []))
+                        result = MatchResult(m.labels[off:off + int(m.length[k])].tolist(), m.exclusions.get(k, []))
                         break
-                self.stats.starts_tried += 1
-                ctx.start, ctx.match_number = rel, match_number
-                try:
-                    result = self.matcher.find(rel, width, evaluate)
-                except MatchLimitExceeded as err:
-                    raise _thread_limit(err.setting, err.limit) from None
-                if result is not None:
-                    break
+                    result = reference(cur, rel, width)
+                    if result is not None:
+                        break
+                    i += 1
             if result is None:
+                cur += 1
                 continue
             found += 1
             if found > self.settings.max_matches_per_partition:
@@ -213,6 +260,7 @@ class WindowRunner(PartitionRunner):
             match_number += 1
             if result.labels:
                 resume = self._resume(skip, cur, cur + rel, result.labels)
+            cur += 1
 
     def _resume(self, skip: str, cur: int, start: int, labels: list[int]) -> int:
         if skip == "past_last":
@@ -301,7 +349,7 @@ def run_windows(runner, sql: str, prepared, done: dict, tag: str, dry: bool, nod
                     plan, input_sql, oracle, fp, None)):
                 fp = None
         plan.notes.append("one match attempt per row, in its frame; matcher: " + (
-            "reference" if fp is None else "compiled over the partition, reference where a frame cuts a match"))
+            "reference" if fp is None else "compiled, each start bounded by its frame end"))
         read_sql = reading.input_query(plan, input_sql, oracle, fp, None)
         measure_types = [oracle.arrow_type(m.type) for m in plan.measures]
         null_row = reading.null_row(plan, con)

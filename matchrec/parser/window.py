@@ -210,6 +210,8 @@ def split_windows(sql: str, dialect: str, source: str | None = None, origin: Ori
         defs = _definitions(text, tokens, depths)
         if not defs:
             break
+        if not windows:
+            _check_window_names(text, tokens, source, origin)
         # innermost first: its table reference holds no other pattern window
         d = max(defs, key=lambda x: (x.depth, -x.open_i))
         k = len(windows)
@@ -217,6 +219,28 @@ def split_windows(sql: str, dialect: str, source: str | None = None, origin: Ori
         text, origin, window = _cut_one(text, origin, source, dialect, tokens, depths, d, placeholder)
         windows.append(window)
     return WindowQuery(text, origin, windows)
+
+
+def _check_window_names(text: str, tokens, source: str, origin: Origin) -> None:
+    """Every ``OVER name`` must name a window of a WINDOW clause (checked before any is cut out,
+    so that the error points at the user's text rather than at the rewritten statement)."""
+    defined = set()
+    for i, tok in enumerate(tokens):
+        if tok.token_type == TokenType.WINDOW:
+            j = i + 1
+            while j + 2 < len(tokens) and tokens[j + 1].token_type == TokenType.ALIAS \
+                    and tokens[j + 2].token_type == TokenType.L_PAREN:
+                defined.add(_name_of(text, tokens[j]))
+                close = matching_paren(tokens, j + 2)
+                if close < 0 or close + 1 >= len(tokens) or tokens[close + 1].token_type != TokenType.COMMA:
+                    break
+                j = close + 2
+    for i, tok in enumerate(tokens[:-1]):
+        nxt = tokens[i + 1]
+        if tok.token_type == TokenType.OVER and nxt.token_type in (TokenType.VAR, TokenType.IDENTIFIER) \
+                and _name_of(text, nxt) not in defined:
+            raise positioned(ProgrammingError, f"Window {text[nxt.start:nxt.end + 1]} is not defined in a WINDOW "
+                             "clause", source, origin.map(nxt.start), origin.map(nxt.end) + 1)
 
 
 def _frame(text: str, tokens, depths, d: _Definition, source: str, origin: Origin):
