@@ -6,6 +6,7 @@ bounds) arrive with the input from DuckDB; here they become numpy arrays, the ma
 """
 from __future__ import annotations
 
+import decimal
 import sys
 from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -31,18 +32,89 @@ def _empty_matches() -> Matches:
     z = np.zeros(0, np.int64)
     return Matches(np.zeros(0, np.int8), z, z, z, z, np.zeros(0, np.int16), z, z, {})
 PARALLEL_MIN_ROWS = 200_000
+
+
+class _OutOfRange(Exception):
+    """An exact value (integer running sum, arithmetic, DECIMAL) left the range where the compiled
+    matcher keeps it exactly: the reference matcher decides this chunk."""
+
 # Python's sum() of floats, which the reference matcher's sum and avg use, compensates from 3.12 on
 COMPENSATED_SUM = sys.version_info >= (3, 12)
 
 
 def leaf_kind(leaf, typ: pa.DataType) -> str | None:
-    """numeric_kind of a register program's leaf; an aggregate's argument must be a plain number
-    (DuckDB's sum of times or min of booleans are not what the compiled matcher computes)."""
-    kind = numeric_kind(typ)
+    """numeric_kind of a register program's leaf, or "decimal:<scale>" for a DECIMAL (kept as a
+    scaled integer); an aggregate's argument must be a plain number (DuckDB's sum of times or min
+    of booleans are not what the compiled matcher computes)."""
+    kind = decimal_kind(typ) or numeric_kind(typ)
     if getattr(leaf, "source", "row") == "agg" and kind is not None and not (
-            pa.types.is_integer(typ) or pa.types.is_floating(typ)):
+            pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)):
         return None
     return kind
+
+
+def decimal_kind(typ: pa.DataType) -> str | None:
+    return f"decimal:{typ.scale}" if pa.types.is_decimal(typ) and 0 <= typ.scale <= 18 else None
+
+
+def _family(kind: str, typ: pa.DataType) -> str:
+    """What the reference's Python operators see: 'int', 'float', 'decimal' or 'other' (times,
+    booleans: no arithmetic)."""
+    if kind.startswith("decimal"):
+        return "decimal"
+    if kind == "float":
+        return "float"
+    return "int" if pa.types.is_integer(typ) else "other"
+
+
+def program_kinds(prog, types: list[pa.DataType], aggregates: list) -> list[str] | None:
+    """The leaf kinds of a register program whose leaves have these Arrow types, or None when the
+    compiled matcher cannot evaluate it exactly as the reference does: arithmetic only on numbers
+    (integers with integers or floats, DECIMALs with DECIMALs or integers, division on integers and
+    floats), no DECIMAL compared with a float or a time (the reference compares those exactly)."""
+    kinds = [leaf_kind(leaf, t) for leaf, t in zip(prog.leaves, types)]
+    if None in kinds:
+        return None
+    stack: list[tuple[str, int]] = []  # (family, scale)
+    for step in prog.code:
+        if step[0] == "leaf":
+            leaf, kind, typ = prog.leaves[step[1]], kinds[step[1]], types[step[1]]
+            fam = _family(kind, typ)
+            scale = int(kind.split(":")[1]) if fam == "decimal" else 0
+            if leaf.source == "agg":
+                func = aggregates[leaf.agg].func
+                if func == "count":
+                    fam, scale = "int", 0
+                elif func == "avg":
+                    fam, scale = "float", 0
+            stack.append((fam, scale))
+        elif step[0] == "arith":
+            (fa, sa), (fb, sb) = stack.pop(-2), stack.pop()
+            pair = {fa, fb}
+            if step[1] == vm.P_DIV:
+                if not pair <= {"int", "float"}:
+                    return None
+                stack.append(("float", 0))
+            elif pair <= {"int", "float"}:
+                stack.append(("float" if "float" in pair else "int", 0))
+            elif pair <= {"int", "decimal"}:
+                stack.append(("decimal", sa + sb if step[1] == vm.P_MUL else max(sa, sb)))
+            else:
+                return None
+        elif step[0] == "neg":
+            if stack[-1][0] not in ("int", "float", "decimal"):
+                return None
+        elif step[0] == "cmp":
+            (fa, _), (fb, _) = stack.pop(-2), stack.pop()
+            if "decimal" in (fa, fb) and not {fa, fb} <= {"int", "decimal"}:
+                return None
+            stack.append(("bool", 0))
+        elif step[0] == "isnull":
+            stack[-1] = ("bool", 0)
+        elif step[0] in ("and", "or"):
+            stack.pop()
+            stack[-1] = ("bool", 0)
+    return kinds
 
 
 def numeric_kind(typ: pa.DataType) -> str | None:
@@ -57,11 +129,25 @@ def numeric_kind(typ: pa.DataType) -> str | None:
     return None
 
 
+def _decimal_ints(arr: pa.Array) -> np.ndarray:
+    """The unscaled values of a DECIMAL array as int64 (NULLs as 0); _OutOfRange when one does not fit."""
+    arr = pc.fill_null(arr, pa.scalar(decimal.Decimal(0), arr.type))
+    width = arr.type.byte_width // 8
+    words = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset * width:(arr.offset + len(arr)) * width]
+    words = words.reshape(-1, width)
+    low = words[:, 0]
+    if width > 1 and not np.array_equal(words[:, 1:], np.repeat((low >> 63)[:, None], width - 1, axis=1)):
+        raise _OutOfRange()
+    return low.copy()
+
+
 def to_numpy(column, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """(values, validity) of an Arrow column as int64 or float64."""
+    """(values, validity) of an Arrow column as int64 or float64 (a DECIMAL: its scaled integers)."""
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     valid = arr.is_valid().to_numpy(zero_copy_only=False)
     typ = arr.type
+    if kind.startswith("decimal"):
+        return np.ascontiguousarray(_decimal_ints(arr)), np.ascontiguousarray(valid)
     if kind == "float":
         values = pc.fill_null(arr.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False)
     else:
@@ -119,10 +205,6 @@ def shift_within_partitions(column, offset: int, bounds: np.ndarray) -> pa.Array
     return pc.if_else(pa.array(outside), pa.scalar(None, arr.type), shifted)
 
 
-class _OutOfRange(Exception):
-    """An integer running sum passed 2**53: the reference matcher decides this chunk."""
-
-
 class CompiledMatcher:
     """Runs operators.vm for one plan; column positions refer to the input query's columns."""
 
@@ -145,8 +227,8 @@ class CompiledMatcher:
         self.reg_sets = np.array(sets or [0], np.int64)
         self.reg_init = np.array(([-1] * (n_last + n_first) + [0] * (3 * len(fast.aggregates))) or [0], np.int64)
         all_labels = (1 << len(plan.labels)) - 1
-        state = [(vm.S_FIRST, n_last + j, sum(1 << l for l in vs), 0, 0) for j, vs in enumerate(fast.firsts)]
-        state += [(0, 0, 0, 0, 0)] * len(fast.aggregates)  # filled with the argument columns below
+        state = [(vm.S_FIRST, n_last + j, sum(1 << l for l in vs), 0, 0, 0) for j, vs in enumerate(fast.firsts)]
+        state += [(0, 0, 0, 0, 0, 0)] * len(fast.aggregates)  # filled with the argument columns below
         self.duck = duck
         self.mask_sql = self._mask_sql(fast)
         self.arrow_masks = None  # [(label, evaluator)] when Arrow compute can take every chunk condition
@@ -180,6 +262,7 @@ class CompiledMatcher:
         for leaf, col, null in zip((leaf for p in fast.programs for leaf in p.leaves), leaf_cols, leaf_nulls):
             is_float = leaf.kind == "float"
             mrow = floats if is_float else ints
+            scale = int(leaf.kind.split(":")[1]) if leaf.kind.startswith("decimal") else 0
             reg, source, aux = leaf.register, vm.LEAF_ROW, 0
             if leaf.source == "first":
                 reg, source, aux = n_last + leaf.register, vm.LEAF_FIRST, leaf.register
@@ -187,28 +270,37 @@ class CompiledMatcher:
                 spec = fast.aggregates[leaf.agg]
                 aux = n_first + leaf.agg
                 mask = all_labels if spec.labels is None else sum(1 << l for l in spec.labels)
-                state[aux] = (aggs[spec.func], n_last + n_first + 3 * leaf.agg, mask, int(is_float), mrow)
+                state[aux] = (aggs[spec.func], n_last + n_first + 3 * leaf.agg, mask, int(is_float), mrow, scale)
                 reg, source = -1, vm.LEAF_AGG
-            leaves.append((int(is_float), mrow, reg, leaf.offset, source, aux))
+                if spec.func == "count":
+                    scale = 0
+            leaves.append((int(is_float), mrow, reg, leaf.offset, source, aux, scale))
             if is_float:
                 self.leaf_cols.append((col, floats, "float"))
                 self.fnull.append(0.0 if null is None else float(null))
                 self.fnull_ok.append(null is not None)
                 floats += 1
             else:
-                self.leaf_cols.append((col, ints, "int"))
+                self.leaf_cols.append((col, ints, leaf.kind))
                 self.inull.append(0 if null is None else int(null))
                 self.inull_ok.append(null is not None)
                 ints += 1
-        self.pleaf = np.array(leaves, np.int64).reshape(-1, 6)
-        self.state = np.array(state, np.int64).reshape(-1, 5) if state else None
+        self.pleaf = np.array(leaves, np.int64).reshape(-1, 7)
+        self.state = np.array(state, np.int64).reshape(-1, 6) if state else None
         ops = {"leaf": vm.P_LEAF, "cmp": vm.P_CMP, "isnull": vm.P_ISNULL, "not": vm.P_NOT, "and": vm.P_AND,
-               "or": vm.P_OR}
+               "or": vm.P_OR, "neg": vm.P_NEG}
         code, first, base = [], [0], 0
         by_label = {}
+
+        def step_row(number, step):
+            if step[0] == "leaf":
+                return number, vm.P_LEAF, step[1] + base, 0, 0
+            if step[0] == "arith":
+                return number, step[1], 0, 0, 0
+            return number, ops[step[0]], step[1] if len(step) > 1 else 0, 0, 0
+
         for number, prog in enumerate(fast.programs):
-            steps = [(number, ops[step[0]], (step[1] + base) if step[0] == "leaf" else
-                      (step[1] if len(step) > 1 else 0), 0, 0) for step in prog.code]
+            steps = [step_row(number, step) for step in prog.code]
             by_label.setdefault(prog.label, []).extend(steps)
             base += len(prog.leaves)
         for label in range(len(plan.labels)):
@@ -386,9 +478,9 @@ class CompiledMatcher:
     def matches(self, table: pa.Table, bounds: np.ndarray, settings) -> Matches | None:
         """The events of a chunk; None when an integer running sum of a DEFINE left the range the
         compiled matcher compares exactly (the reference matcher then matches the chunk)."""
-        arrays = self._arrays(table, bounds)
         pieces = self._split(bounds, settings)
         try:
+            arrays = self._arrays(table, bounds)  # a DECIMAL beyond int64 stops here
             results = [r[0] for r in self._in_workers(arrays, pieces, settings, False, table.num_rows)]
         except _OutOfRange:
             return None
@@ -411,8 +503,8 @@ class CompiledMatcher:
         return Matches.concat(parts)
 
     def possible_starts(self, table: pa.Table, bounds: np.ndarray, settings) -> np.ndarray:
-        arrays = self._arrays(table, bounds)
         try:
+            arrays = self._arrays(table, bounds)
             (_, possible), = self._in_workers(arrays, [bounds], settings, True, table.num_rows)
         except _OutOfRange:  # a running sum the compiled matcher cannot keep: every row may start one
             return np.ones(table.num_rows, np.uint8)

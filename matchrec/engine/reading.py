@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 
 from matchrec.connectors.duckdb_source import DuckDBOracle, describe
-from matchrec.engine.fast import CompiledMatcher, leaf_kind, numeric_kind, to_numpy
+from matchrec.engine.fast import CompiledMatcher, numeric_kind, program_kinds, to_numpy
 from matchrec.errors import ProgrammingError, positioned
 from matchrec.parser import hidden as H
 from matchrec.parser.names import quote_ident
@@ -143,10 +143,11 @@ def decide_fast_path(plan: Plan, fp: FastPlan, con: duckdb.DuckDBPyConnection, f
     fp.compares = kept
     programs, k = [], 0
     for prog in fp.programs:
-        kinds = [leaf_kind(leaf, arrow[types[H.leaf(k + j)]]) for j, leaf in enumerate(prog.leaves)]
+        kinds = program_kinds(prog, [arrow[types[H.leaf(k + j)]] for j in range(len(prog.leaves))], fp.aggregates)
         k += len(prog.leaves)
-        if None in kinds:
-            fp.residual.append(f"{plan.labels[prog.label]}: {prog.text} (reads values that are not numbers or times)")
+        if kinds is None:
+            fp.residual.append(f"{plan.labels[prog.label]}: {prog.text} (reads values that are not numbers or times, "
+                               "or mixes DECIMALs with floats)")
             continue
         for leaf, kind in zip(prog.leaves, kinds):
             leaf.kind = kind

@@ -13,9 +13,11 @@ proven to be one of:
   read at the current row, at a register's row, at the first row of a variable set (FIRST,
   kept per thread as the first row it labelled with the set) or of running aggregates
   (count, sum, avg, min, max over a variable, a subset or the whole match, kept per thread as
-  a count and an accumulator, updated when the thread takes a row);
-* **residual**: anything else (FIRST with a logical offset, aggregates inside arithmetic,
-  DISTINCT or FILTER, CLASSIFIER, MATCH_NUMBER ...).
+  a count and an accumulator, updated when the thread takes a row), combined by arithmetic
+  (``+ - * /``, unary minus) where the reference computes it with Python's operators: integers
+  and DECIMALs exactly (DECIMALs as scaled integers), floats as floats;
+* **residual**: anything else (FIRST with a logical offset, DISTINCT or FILTER, CLASSIFIER,
+  MATCH_NUMBER, typed division, DECIMAL mixed with floats ...).
 
 With no residual conjunct the compiled matcher alone decides every match. Otherwise it runs
 on the row and register parts only - a relaxed pattern that accepts a superset of the label
@@ -37,6 +39,7 @@ from matchrec.planner.plan import Plan
 MAX_LABELS = 62
 _COMPARE = {exp.EQ: vm.CMP_EQ, exp.NEQ: vm.CMP_NE, exp.LT: vm.CMP_LT, exp.LTE: vm.CMP_LE, exp.GT: vm.CMP_GT,
             exp.GTE: vm.CMP_GE}
+_ARITH = {exp.Add: vm.P_ADD, exp.Sub: vm.P_SUB, exp.Mul: vm.P_MUL, exp.Div: vm.P_DIV}
 _MIRROR = {vm.CMP_EQ: vm.CMP_EQ, vm.CMP_NE: vm.CMP_NE, vm.CMP_LT: vm.CMP_GT, vm.CMP_LE: vm.CMP_GE,
            vm.CMP_GT: vm.CMP_LT, vm.CMP_GE: vm.CMP_LE}
 
@@ -75,7 +78,7 @@ class RegisterLeaf:
     sql: str
     register: int
     offset: int = 0
-    kind: str = "int"  # "int" (also times, booleans) or "float", from the column's type
+    kind: str = "int"  # "int" (also times, booleans), "float" or "decimal:<scale>", from the column's type
     source: str = "row"  # "row" (current or LAST register), "first" or "agg"
     agg: int = -1
 
@@ -83,7 +86,9 @@ class RegisterLeaf:
 @dataclass
 class RegisterProgram:
     """A condition mixing the current row and register rows, as a stack program over leaves:
-    ("leaf", i), ("cmp", op), ("isnull",), ("not",), ("and",), ("or",)."""
+    ("leaf", i), ("cmp", op), ("arith", op), ("neg",), ("isnull",), ("not",), ("and",), ("or",).
+    Whether the arithmetic is exact for the leaves' types is decided once they are known
+    (engine.fast.program_kinds)."""
     label: int
     code: list[tuple]
     leaves: list[RegisterLeaf]
@@ -429,6 +434,15 @@ class _Classifier:
             if type(node) in _COMPARE:
                 ok = emit(node.this) and emit(node.expression)
                 code.append(("cmp", _COMPARE[type(node)]))
+                return ok
+            if type(node) in _ARITH and not node.args.get("typed"):
+                # typed division (Trino's integer division) is DuckDB's to compute, not Python's
+                ok = emit(node.this) and emit(node.expression)
+                code.append(("arith", _ARITH[type(node)]))
+                return ok
+            if isinstance(node, exp.Neg):
+                ok = emit(node.this)
+                code.append(("neg",))
                 return ok
             return False
 
