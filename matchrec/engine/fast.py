@@ -407,9 +407,10 @@ class CompiledMatcher:
              spent: np.ndarray, worker: int):
         """All events of the partitions in ``bounds`` (absolute rows), growing buffers as needed."""
         rows = int(bounds[-1] - bounds[0])
-        # a match holds an arena node per row: room for the longest partition spares a long match restarts
+        # a match holds an arena node per row and live thread: room for two per row of the longest partition
+        # spares a long match restarts (an alternation in a loop keeps two threads)
         longest = int(np.diff(bounds).max()) if len(bounds) > 1 else 0
-        caps = dict(events=rows + 16, labels=rows + 16, arena=max(1 << 16, longest + 16), visits=1 << 12,
+        caps = dict(events=rows + 16, labels=rows + 16, arena=max(1 << 16, 2 * longest + 16), visits=1 << 12,
                     threads=min(settings.max_threads, 1024))
         out = []
         possible = np.zeros(n_rows if probe else 1, np.uint8)
