@@ -3,7 +3,7 @@
 Seeded random inputs (integers, floats and DECIMALs with NULLs, NaN, -0.0) and random patterns
 whose DEFINEs draw aggregates (count, sum, avg, min, max over a variable, a subset or the whole
 match), arithmetic over them (``sum(A.d) - A.d <= sum(B.d)``, division, unary minus, integer
-with DECIMAL and with float operands), FIRST/LAST of any variable (with PREV/NEXT around them)
+with DECIMAL and with float operands), CLASSIFIER() and MATCH_NUMBER(), FIRST/LAST of any variable (with PREV/NEXT around them)
 and plain row conditions.
 Each query runs on the reference matcher (``SET matchrec_fast_path = 0``) and on the fast
 path; the results must be equal, and most cases must run on the compiled matcher alone.
@@ -84,8 +84,27 @@ def _arithmetic(rnd, label: str, labels: list[str]) -> str:
     return f"{left} {op} {right}"
 
 
+def _special(rnd, label: str, labels: list[str]) -> str:
+    """CLASSIFIER() and MATCH_NUMBER() in a DEFINE (some forms stay on the reference path)."""
+    kind = rnd.randrange(6)
+    if kind == 0:
+        return f"CLASSIFIER() {rnd.choice(['=', '<>', '<'])} '{rnd.choice(labels)}'"
+    if kind == 1:
+        names = ", ".join(f"'{x}'" for x in rnd.sample(labels + ["Z"], 2))
+        return f"CLASSIFIER(){rnd.choice(['', ' NOT'])} IN ({names})"
+    if kind == 2:
+        return f"MATCH_NUMBER() {rnd.choice(OPS)} {rnd.randint(1, 6)}"
+    if kind == 3:
+        return f"{label}.v {rnd.choice(OPS)} MATCH_NUMBER() * {rnd.randint(1, 4)} - {rnd.randint(0, 10)}"
+    if kind == 4:
+        return f"count(*) + MATCH_NUMBER() {rnd.choice(OPS)} {rnd.randint(2, 9)}"
+    return f"PREV(CLASSIFIER()) {rnd.choice(['=', '<>'])} '{rnd.choice(labels)}'"
+
+
 def _term(rnd, label: str, labels: list[str]) -> str:
-    kind = rnd.randrange(11)
+    kind = rnd.randrange(12)
+    if kind == 11:
+        return _special(rnd, label, labels)
     if kind >= 9:
         return _arithmetic(rnd, label, labels)
     col = rnd.choice(["v", "f", "d"])
@@ -195,7 +214,10 @@ def test_random_aggregate_and_navigation_defines_many(con):
     ("A AS sum(A.d) + A.f < 100", False),  # DECIMAL and float arithmetic: reference
     ("A AS count(DISTINCT A.v) < 3", False),
     ("B AS B.v > FIRST(A.v, 1)", False),  # a logical offset from the first row: reference
-    ("A AS CLASSIFIER() = 'A' AND sum(A.v) < 100", False),
+    ("A AS CLASSIFIER() = 'A' AND sum(A.v) < 100", True),  # the current row's label: a constant
+    ("B AS CLASSIFIER() IN ('A', 'C') OR MATCH_NUMBER() * 2 <= count(*)", True),
+    ("B AS PREV(CLASSIFIER()) = 'A'", False),  # another row's label: reference
+    ("A AS MATCH_NUMBER() < 3 AND count(DISTINCT A.v) < 3", False),  # beside a residual part: reference
 ])
 def test_which_path_and_explain(con, define, compiled):
     sql = (f"SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY p ORDER BY id "

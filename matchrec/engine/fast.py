@@ -266,6 +266,8 @@ class CompiledMatcher:
             reg, source, aux = leaf.register, vm.LEAF_ROW, 0
             if leaf.source == "first":
                 reg, source, aux = n_last + leaf.register, vm.LEAF_FIRST, leaf.register
+            elif leaf.source == "match_number":
+                reg, source = -1, vm.LEAF_MATCH_NUMBER
             elif leaf.source == "agg":
                 spec = fast.aggregates[leaf.agg]
                 aux = n_first + leaf.agg

@@ -74,7 +74,7 @@ P_LEAF, P_CMP, P_ISNULL, P_NOT, P_AND, P_OR, P_ADD, P_SUB, P_MUL, P_DIV, P_NEG =
 # argument is float, argument matrix row, decimal scale of the argument): the first row of a set, or a running aggregate kept
 # in three words (count of non-null values, accumulator, compensation of a float sum)
 S_FIRST, A_COUNT, A_SUM, A_AVG, A_MIN, A_MAX = range(6)
-LEAF_ROW, LEAF_FIRST, LEAF_AGG = range(3)
+LEAF_ROW, LEAF_FIRST, LEAF_AGG, LEAF_MATCH_NUMBER = range(4)
 EXACT_INT = 1 << 53  # beyond this an integer sum may compare differently with a float
 
 
@@ -275,7 +275,7 @@ def _arith(o, a, b, sint, sval, sfloat, sscale, ibuf):
 
 @njit(nogil=True, cache=True)
 def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull, fnull_ok, pstart, pend,
-              pcode, pleaf, pfirst, sval, sint, sfloat, sok, sscale, state, fbuf, ibuf, compensated):
+              pcode, pleaf, pfirst, sval, sint, sfloat, sok, sscale, state, fbuf, ibuf, compensated, match_number):
     """Whether every register program of ``label`` yields TRUE at ``row`` for thread ``t``.
 
     Kept out of line: the common conditions (mask, comparisons) must stay small enough for the
@@ -295,6 +295,18 @@ def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok
             leaf = pcode[k, 2]
             is_float, mrow, reg, off = pleaf[leaf, 0], pleaf[leaf, 1], pleaf[leaf, 2], pleaf[leaf, 3]
             source = pleaf[leaf, 4]
+            if source == LEAF_MATCH_NUMBER:  # the number the match gets if it succeeds
+                sok[top] = True
+                sfloat[top] = False
+                sint[top] = match_number
+                sscale[top] = 0
+                top += 1
+                k += 1
+                if k == end or pcode[k, 0] != pcode[k - 1, 0]:
+                    if not (top == 1 and sok[0] and sint[0] == 1):
+                        return False
+                    top = 0
+                continue
             if state is not None:  # numba compiles this away for plans without FIRST or aggregates
                 if source == LEAF_AGG:
                     ok, af, ai, av = _agg_value(pleaf[leaf, 5], label, row, regs, t, state, ivals, ivalid, fvals,
@@ -409,7 +421,7 @@ def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok
 @njit(nogil=True, cache=True, inline="always")
 def _condition(label, row, regs, t, masks, conds, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull,
                fnull_ok, pstart, pend, pcode, pleaf, pfirst, sval, sint, sfloat, sok, sscale, state, fbuf, ibuf,
-               compensated):
+               compensated, match_number):
     """Whether ``label`` may be given to ``row`` by thread ``t`` (registers ``regs[t]``).
 
     ``conds`` and ``pcode`` are None when the pattern has no register comparisons or programs:
@@ -446,7 +458,8 @@ def _condition(label, row, regs, t, masks, conds, ivals, ivalid, fvals, fvalid, 
     if pcode is not None:
         if pfirst[label] < pfirst[label + 1] and not _programs(
                 label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull, fnull_ok, pstart,
-                pend, pcode, pleaf, pfirst, sval, sint, sfloat, sok, sscale, state, fbuf, ibuf, compensated):
+                pend, pcode, pleaf, pfirst, sval, sint, sfloat, sok, sscale, state, fbuf, ibuf, compensated,
+                match_number):
             return False
     return True
 
@@ -589,7 +602,7 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, reg_init, state, compens
                         if not _condition(label, idx, cur_regs, i, masks, conds, ivals, ivalid, fvals, fvalid,
                                           inull, inull_ok, fnull, fnull_ok, pstart, pend, pcode, pleaf,
                                           pfirst, sval, sint, sfloat, sok, sscale, state, fbuf, ibuf,
-                                          compensated):
+                                          compensated, match_number):
                             if pcode is not None and ibuf[1] != 0:  # an exact value left its range
                                 return ERR_RANGE, part, ev0, lab0, exc0, 0
                             continue

@@ -16,8 +16,11 @@ proven to be one of:
   a count and an accumulator, updated when the thread takes a row), combined by arithmetic
   (``+ - * /``, unary minus) where the reference computes it with Python's operators: integers
   and DECIMALs exactly (DECIMALs as scaled integers), floats as floats;
-* **residual**: anything else (FIRST with a logical offset, DISTINCT or FILTER, CLASSIFIER,
-  MATCH_NUMBER, typed division, DECIMAL mixed with floats ...).
+  MATCH_NUMBER() is a leaf the compiled matcher fills with the number of the match being tried,
+  and CLASSIFIER() of the current row compared with a string literal is the defined variable's
+  name, a constant;
+* **residual**: anything else (FIRST with a logical offset, DISTINCT or FILTER, CLASSIFIER of
+  other rows, typed division, DECIMAL mixed with floats ...).
 
 With no residual conjunct the compiled matcher alone decides every match. Otherwise it runs
 on the row and register parts only - a relaxed pattern that accepts a superset of the label
@@ -74,12 +77,13 @@ class RegisterLeaf:
     ``source`` "first": ``register`` numbers FastPlan.firsts, the first row of a variable set
     (the current row when the set holds the current variable and has no row yet). ``source``
     "agg": the value is the running aggregate FastPlan.aggregates[``agg``] and ``sql`` its
-    argument, computed for every row."""
+    argument, computed for every row. ``source`` "match_number": MATCH_NUMBER(), the number the
+    match gets if it succeeds (``sql`` is a BIGINT placeholder)."""
     sql: str
     register: int
     offset: int = 0
     kind: str = "int"  # "int" (also times, booleans), "float" or "decimal:<scale>", from the column's type
-    source: str = "row"  # "row" (current or LAST register), "first" or "agg"
+    source: str = "row"  # "row" (current or LAST register), "first", "agg" or "match_number"
     agg: int = -1
 
 
@@ -180,6 +184,47 @@ class _Classifier:
         self.read: set[str] = set()  # input columns read by accepted row conditions
         self.firsts: list[frozenset[int]] = []  # FastPlan.firsts, as register programs add them
         self.aggs: list[AggSpec] = []  # FastPlan.aggregates
+
+    def classifier_literals(self, tree: exp.Expression, label: int) -> exp.Expression:
+        """``tree`` with CLASSIFIER() (or CLASSIFIER(V), V holding the current variable) that reads
+        the current row and is compared with a string literal replaced by the variable's name: in a
+        DEFINE the current row carries the variable being defined. Under navigation or in an
+        aggregate it reads other rows and stays as it is."""
+        targets = []
+        for node in tree.walk():
+            if self.mr_name(node) != "classifier":
+                continue
+            args = node.expressions
+            if args and not (isinstance(args[0], exp.Column) and args[0].args.get("table") is None
+                             and label in (self.var_set(args[0].this) or ())):
+                continue
+            parent, child = node.parent, node
+            while isinstance(parent, exp.Paren):
+                parent, child = parent.parent, parent
+            if isinstance(parent, tuple(_COMPARE)):
+                other = parent.expression if child is parent.this else parent.this
+                if not (isinstance(other, exp.Literal) and other.is_string):
+                    continue
+            elif isinstance(parent, exp.In) and child is parent.this and not parent.args.get("query"):
+                if not all(isinstance(e, exp.Literal) and e.is_string for e in parent.expressions):
+                    continue
+            else:
+                continue
+            up, inside = parent, False
+            while up is not None:
+                if isinstance(up, (exp.AggFunc, exp.Window)) or self.mr_name(up) is not None:
+                    inside = True
+                    break
+                up = up.parent
+            if not inside:
+                targets.append(node)
+        if not targets:
+            return tree
+        copy = tree.copy()
+        pairs = dict(zip(map(id, tree.walk()), copy.walk()))
+        for node in targets:
+            pairs[id(node)].replace(exp.Literal.string(self.labels[label]))
+        return copy
 
     def var_set(self, qualifier: exp.Identifier | None) -> frozenset[int] | None:
         if qualifier is None:
@@ -414,8 +459,14 @@ class _Classifier:
             return True
 
         def emit(node) -> bool:
+            nonlocal uses_register
             while isinstance(node, exp.Paren):
                 node = node.this
+            if self.mr_name(node) == "match_number":
+                leaves.append(RegisterLeaf("CAST(0 AS BIGINT)", -1, 0, source="match_number"))
+                code.append(("leaf", len(leaves) - 1))
+                uses_register = True
+                return True
             ctx = self.context(node, label)
             if ctx is not None:
                 return leaf(node, ctx)
@@ -510,6 +561,7 @@ def fast_plan(plan: Plan) -> FastPlan | None:
         in_read: list[str] = []
         in_chunk: list[str] = []
         for conjunct in _conjuncts(d.expression.tree):
+            conjunct = cls.classifier_literals(conjunct, label)
             read_before, shifts_before = set(cls.read), dict(fp.shifts)
             cls.read = set()
             sql = cls.row_sql(conjunct, label, fp.shifts)
@@ -540,6 +592,11 @@ def fast_plan(plan: Plan) -> FastPlan | None:
             fp.chunk_sql[label] = " AND ".join(in_chunk)
         if in_read or in_chunk:
             fp.row_sql[label] = " AND ".join(in_read + in_chunk)
+    if fp.residual:
+        # the relaxed pattern tries every row as a start, where no match number is known yet
+        for prog in [p for p in fp.programs if any(leaf.source == "match_number" for leaf in p.leaves)]:
+            fp.programs.remove(prog)
+            fp.residual.append(f"{plan.labels[prog.label]}: {prog.text} (MATCH_NUMBER beside a residual condition)")
     fp.registers = registers
     fp.firsts, fp.aggregates = cls.firsts, cls.aggs
     fp.row_columns = chunk_columns
