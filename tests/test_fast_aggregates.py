@@ -3,7 +3,8 @@
 Seeded random inputs (integers, floats and DECIMALs with NULLs, NaN, -0.0) and random patterns
 whose DEFINEs draw aggregates (count, sum, avg, min, max over a variable, a subset or the whole
 match), arithmetic over them (``sum(A.d) - A.d <= sum(B.d)``, division, unary minus, integer
-with DECIMAL and with float operands), CLASSIFIER() and MATCH_NUMBER(), FIRST/LAST of any variable (with PREV/NEXT around them)
+with DECIMAL and with float operands), CLASSIFIER() and MATCH_NUMBER(), string and DECIMAL
+comparisons between the current row and another variable's, FIRST/LAST of any variable (with PREV/NEXT around them)
 and plain row conditions.
 Each query runs on the reference matcher (``SET matchrec_fast_path = 0``) and on the fast
 path; the results must be equal, and most cases must run on the compiled matcher alone.
@@ -40,10 +41,11 @@ def con():
         r = rnd.random()
         f = None if r < 0.1 else float("nan") if r < 0.13 else -0.0 if r < 0.16 else round(rnd.uniform(-5, 25), 2)
         d = None if drnd.random() < 0.1 else f"{drnd.randint(-500, 3000) / 100:.2f}"
-        rows.append((i // 25 if i < 400 else 16 + (i - 400) // 7, i, v, f, d))
+        s = None if drnd.random() < 0.1 else drnd.choice(["", "a", "b", "ab", "B", "é", "ba", "a "])
+        rows.append((i // 25 if i < 400 else 16 + (i - 400) // 7, i, v, f, d, s))
     cur = c.cursor()
-    cur.execute("CREATE TABLE t (p INTEGER, id INTEGER, v BIGINT, f DOUBLE, d DECIMAL(9, 2))")
-    cur.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)", rows)
+    cur.execute("CREATE TABLE t (p INTEGER, id INTEGER, v BIGINT, f DOUBLE, d DECIMAL(9, 2), s VARCHAR)")
+    cur.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?)", rows)
     cur.close()
     yield c
     c.close()
@@ -101,8 +103,23 @@ def _special(rnd, label: str, labels: list[str]) -> str:
     return f"PREV(CLASSIFIER()) {rnd.choice(['=', '<>'])} '{rnd.choice(labels)}'"
 
 
+def _between_rows(rnd, label: str, labels: list[str]) -> str:
+    """The current row against the last row of a variable, on strings or DECIMALs (and integers)."""
+    col, other = rnd.choice([("s", "s"), ("d", "d"), ("d", "v"), ("v", "d"), ("d", "d * 2"), ("s", "s || 'a'")])
+    var = rnd.choice(labels + ["U"])
+    off = ", 1" if var in (label, "U") else ""
+    value = f"LAST({var}.{other}{off})"
+    if rnd.random() < 0.3:
+        value = f"PREV({value})"
+    if rnd.random() < 0.2:
+        value = f"coalesce({value}, {repr('b') if col == 's' else '3.5'})"
+    return f"{label}.{col} {rnd.choice(OPS)} {value}"
+
+
 def _term(rnd, label: str, labels: list[str]) -> str:
-    kind = rnd.randrange(12)
+    kind = rnd.randrange(13)
+    if kind == 12:
+        return _between_rows(rnd, label, labels)
     if kind == 11:
         return _special(rnd, label, labels)
     if kind >= 9:

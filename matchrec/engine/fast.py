@@ -129,6 +129,56 @@ def numeric_kind(typ: pa.DataType) -> str | None:
     return None
 
 
+def compare_kind(a: pa.DataType, b: pa.DataType) -> str | None:
+    """How a register comparison of values of these two types runs: 'int', 'float' (as order keys),
+    'decimal:<scale>' (both sides as integers at the larger scale; a DECIMAL against an integer or
+    a DECIMAL only) or 'string' (both sides as ranks in the chunk's sorted values, which order as
+    Python orders strings: by code point); None when the compiled matcher cannot compare them."""
+    if pa.types.is_decimal(a) or pa.types.is_decimal(b):
+        kinds = [decimal_kind(t) or ("decimal:0" if pa.types.is_integer(t) and t != pa.uint64() else None)
+                 for t in (a, b)]
+        if None in kinds:
+            return None
+        return f"decimal:{max(int(k.split(':')[1]) for k in kinds)}"
+    if all(pa.types.is_string(t) or pa.types.is_large_string(t) for t in (a, b)):
+        return "string"
+    kinds = {numeric_kind(a), numeric_kind(b)}
+    if None in kinds:
+        return None
+    return "float" if "float" in kinds else "int"
+
+
+def _scale_of(typ: pa.DataType) -> int:
+    return typ.scale if pa.types.is_decimal(typ) else 0
+
+
+def _rescaled(values: np.ndarray, valid: np.ndarray, by: int) -> np.ndarray:
+    """``values * 10**by``; _OutOfRange when a valid one would not fit an int64."""
+    if by <= 0:
+        return values
+    factor = 10 ** by
+    if np.any(np.abs(values[valid]) > (2 ** 62) // factor):
+        raise _OutOfRange()
+    return values * factor
+
+
+def string_ranks(columns: list, extra: list[str]) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
+    """(ranks, validity) of string columns in the sorted set of their values and ``extra``, and
+    the ranks of ``extra``: equal strings get equal ranks, and ranks order as the strings do."""
+    arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
+    arrays = [a.cast(pa.large_string()) for a in arrays]
+    pool = pa.concat_arrays(arrays + [pa.array(extra, pa.large_string())])
+    values = pc.unique(pc.drop_null(pool))
+    values = values.take(pc.sort_indices(values))
+    out = []
+    for a in arrays:
+        ranks = pc.fill_null(pc.index_in(a, value_set=values), 0).to_numpy(zero_copy_only=False)
+        out.append((np.ascontiguousarray(ranks.astype(np.int64)),
+                    np.ascontiguousarray(a.is_valid().to_numpy(zero_copy_only=False))))
+    found = pc.index_in(pa.array(extra, pa.large_string()), value_set=values).to_pylist()
+    return out, dict(zip(extra, found))
+
+
 def _decimal_ints(arr: pa.Array) -> np.ndarray:
     """The unscaled values of a DECIMAL array as int64 (NULLs as 0); _OutOfRange when one does not fit."""
     arr = pc.fill_null(arr, pa.scalar(decimal.Decimal(0), arr.type))
@@ -146,8 +196,15 @@ def to_numpy(column, kind: str) -> tuple[np.ndarray, np.ndarray]:
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     valid = arr.is_valid().to_numpy(zero_copy_only=False)
     typ = arr.type
+    if kind == "string":  # only for single values (a comparison's NULL row): columns are ranked together
+        return np.array([str(x) if x is not None else "" for x in arr.to_pylist()]), np.ascontiguousarray(valid)
     if kind.startswith("decimal"):
-        return np.ascontiguousarray(_decimal_ints(arr)), np.ascontiguousarray(valid)
+        if pa.types.is_decimal(typ):
+            values = _decimal_ints(arr)
+        else:
+            values = pc.fill_null(arr.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
+        values = _rescaled(values, valid, int(kind.split(":")[1]) - _scale_of(typ))
+        return np.ascontiguousarray(values), np.ascontiguousarray(valid)
     if kind == "float":
         values = pc.fill_null(arr.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False)
     else:
@@ -243,10 +300,14 @@ class CompiledMatcher:
         self.inull, self.inull_ok, self.fnull, self.fnull_ok = [], [], [], []
         # Floats are compared as their order keys (float_order_keys), so every comparison is an
         # integer one: the hot loop stays small, and NaN sorts as DuckDB sorts it.
+        self.string_nulls = {}  # matrix row -> string a comparison reads on the NULL row (ranked per chunk)
         for c, (_, _, kind), null in zip(fast.compares, compare_cols, compare_nulls):
             specs.append((c.label, c.register, c.op, 0, ints, ints + 1, c.offset))
             if null is None:
                 null_value = 0
+            elif kind == "string":
+                null_value = 0
+                self.string_nulls[ints + 1] = str(null)
             elif kind == "float":
                 null_value = int(float_order_keys(np.array([float(null)]))[0])
             else:
@@ -372,8 +433,16 @@ class CompiledMatcher:
         ivalid = np.zeros((max(self.n_ints, 1), n), np.bool_)
         fvals = np.zeros((max(self.n_floats, 1), n), np.float64)
         fvalid = np.zeros((max(self.n_floats, 1), n), np.bool_)
+        inull = np.array(self.inull or [0], np.int64)
         for spec, (cur_col, other_col, kind) in zip(self.specs, self.compare_cols):
             lhs = int(spec[4])
+            if kind == "string":
+                extra = [self.string_nulls[lhs + 1]] if lhs + 1 in self.string_nulls else []
+                ranked, extra_ranks = string_ranks([table.column(cur_col), table.column(other_col)], extra)
+                (ivals[lhs], ivalid[lhs]), (ivals[lhs + 1], ivalid[lhs + 1]) = ranked
+                if extra:
+                    inull[lhs + 1] = extra_ranks[extra[0]]
+                continue
             for k, col in ((lhs, cur_col), (lhs + 1, other_col)):
                 values, valid = to_numpy(table.column(col), kind)
                 ivals[k], ivalid[k] = (float_order_keys(values) if kind == "float" else values), valid
@@ -401,7 +470,7 @@ class CompiledMatcher:
             else:
                 wkey_i, wend_i = key, end
         return dict(masks=np.ascontiguousarray(masks), ivals=ivals, ivalid=ivalid, fvals=fvals, fvalid=fvalid,
-                    has_within=has_within, within_float=within_float, wkey_i=wkey_i, wend_i=wend_i,
+                    inull=inull, has_within=has_within, within_float=within_float, wkey_i=wkey_i, wend_i=wend_i,
                     wkey_f=wkey_f, wend_f=wend_f, wvalid=wvalid, wend_valid=wend_valid)
 
     # ------------------------------------------------------------------ running
@@ -418,7 +487,7 @@ class CompiledMatcher:
         possible = np.zeros(n_rows if probe else 1, np.uint8)
         part = 0
         n_parts = len(bounds) - 1
-        inull = np.array(self.inull or [0], np.int64)
+        inull = arrays["inull"]
         inull_ok = np.array(self.inull_ok or [False], np.bool_)
         fnull = np.array(self.fnull or [0.0], np.float64)
         fnull_ok = np.array(self.fnull_ok or [False], np.bool_)

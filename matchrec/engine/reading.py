@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 
 from matchrec.connectors.duckdb_source import DuckDBOracle, describe
-from matchrec.engine.fast import CompiledMatcher, numeric_kind, program_kinds, to_numpy
+from matchrec.engine.fast import CompiledMatcher, compare_kind, numeric_kind, program_kinds, to_numpy
 from matchrec.errors import ProgrammingError, positioned
 from matchrec.parser import hidden as H
 from matchrec.parser.names import quote_ident
@@ -134,11 +134,11 @@ def decide_fast_path(plan: Plan, fp: FastPlan, con: duckdb.DuckDBPyConnection, f
             return False
     kept = []
     for k, c in enumerate(fp.compares):
-        kinds = {numeric_kind(arrow[types[H.compare_current(k)]]), numeric_kind(arrow[types[H.compare_other(k)]])}
-        if None in kinds:
-            fp.residual.append(f"{plan.labels[c.label]}: {c.current_sql} vs {c.other_sql} (not numeric)")
+        kind = compare_kind(arrow[types[H.compare_current(k)]], arrow[types[H.compare_other(k)]])
+        if kind is None:
+            fp.residual.append(f"{plan.labels[c.label]}: {c.current_sql} vs {c.other_sql} (types not compared exactly)")
         else:
-            c.kind = "float" if "float" in kinds else "int"
+            c.kind = kind
             kept.append(c)
     fp.compares = kept
     programs, k = [], 0

@@ -7,8 +7,9 @@ proven to be one of:
   - DuckDB evaluates it for every input row, over chunks of the sorted input in which the
   engine has shifted the columns PREV/NEXT read, into one bit of a per-row label mask;
 * **register**: compares an expression of the current row with an expression of the last row
-  of another variable (``M.district = B.district``, ``B.price > A.price * 1.05``), on numeric
-  or temporal values - the compiled matcher keeps that row per thread;
+  of another variable (``M.district = B.district``, ``B.price > A.price * 1.05``), on numeric,
+  temporal, DECIMAL (as scaled integers) or string values (as ranks) - the compiled matcher
+  keeps that row per thread;
 * **register program**: a boolean combination (comparisons, AND/OR/NOT, IS NULL) of values
   read at the current row, at a register's row, at the first row of a variable set (FIRST,
   kept per thread as the first row it labelled with the set) or of running aggregates
@@ -55,7 +56,7 @@ class RegisterCompare:
     current_sql: str  # DuckDB SQL over the input columns, read at the current row
     other_sql: str  # read at the register's row (+ offset)
     offset: int = 0
-    kind: str = "int"  # how both sides are compared: "int" (also times) or "float"
+    kind: str = "int"  # how both sides are compared: "int" (also times), "float", "decimal:<scale>" or "string"
 
 
 AGG_FUNCS = ("count", "sum", "avg", "min", "max")
