@@ -207,22 +207,27 @@ def main() -> None:
                  f"{rows[0][3]} |")
     print(lines[-1], flush=True)
     total = time.perf_counter() - run_started
+    others = [
+        "- running sum: `PATTERN (A+) DEFINE A AS sum(A.v) < 1e12`, one partition, one match of every row;",
+        "  FIRST: `PATTERN (A B+) DEFINE B AS B.v >= FIRST(A.v) - 60`; count: `PATTERN (A+ B) DEFINE A AS "
+        "count(A.*) <= 20`; both over a random walk in 50 partitions",
+        "- reference: `SET matchrec_fast_path = 0` on fewer rows (quadratic: it recomputes the aggregate "
+        "per row per thread); DuckDB floor: a scan with `sum(v) OVER (PARTITION BY p ORDER BY id)`",
+    ]
     header = [
-        "## Aggregates and FIRST in DEFINE: `python -m bench.bench_aggregates`",
+        "## Aggregates and FIRST in DEFINE: `python -m bench.bench_aggregates"
+        + (f" --only {args.only}`" if args.only else "`"),
         "",
         f"- CPU: {platform.processor() or platform.machine()}; Python {platform.python_version()}, "
         f"DuckDB {duckdb.__version__}",
         f"- Date: {started_at}; total wall time {total:.0f} s; times are the second run in the process "
         "(the first compiles the kernels)",
-        "- running sum: `PATTERN (A+) DEFINE A AS sum(A.v) < 1e12`, one partition, one match of every row;",
-        "  FIRST: `PATTERN (A B+) DEFINE B AS B.v >= FIRST(A.v) - 60`; count: `PATTERN (A+ B) DEFINE A AS "
-        "count(A.*) <= 20`; both over a random walk in 50 partitions",
+        *([] if args.only else others),
         "- lineitem: `PATTERN ((A | B)*) DEFINE A AS sum(A.extendedprice) - A.extendedprice <= "
         "sum(B.extendedprice)` over TPC-H lineitem ordered by orderkey, linenumber, one partition; data: "
-        f"{source}; reference on the first rows (same results as compiled there), its time at the full "
-        "size estimated quadratically; DuckDB floor: a scan with two filtered window sums of extendedprice",
-        "- reference: `SET matchrec_fast_path = 0` on fewer rows (quadratic: it recomputes the aggregate "
-        "per row per thread); DuckDB floor: a scan with `sum(v) OVER (PARTITION BY p ORDER BY id)`",
+        f"{source}; reference (`SET matchrec_fast_path = 0`) on the first rows (same results as compiled "
+        "there), its time at the full size estimated quadratically; DuckDB floor: a scan with two filtered "
+        "window sums of extendedprice",
         "",
     ]
     section = "\n".join(header + lines) + "\n"

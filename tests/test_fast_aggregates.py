@@ -100,7 +100,8 @@ def _special(rnd, label: str, labels: list[str]) -> str:
         return f"{label}.v {rnd.choice(OPS)} MATCH_NUMBER() * {rnd.randint(1, 4)} - {rnd.randint(0, 10)}"
     if kind == 4:
         return f"count(*) + MATCH_NUMBER() {rnd.choice(OPS)} {rnd.randint(2, 9)}"
-    return f"PREV(CLASSIFIER()) {rnd.choice(['=', '<>'])} '{rnd.choice(labels)}'"
+    nav = rnd.choice(["PREV(CLASSIFIER())", "PREV(CLASSIFIER())", "PREV(CLASSIFIER(), 2)"])
+    return f"{nav} {rnd.choice(['=', '<>'])} '{rnd.choice(labels + ['Z'])}'"
 
 
 def _between_rows(rnd, label: str, labels: list[str]) -> str:
@@ -233,7 +234,8 @@ def test_random_aggregate_and_navigation_defines_many(con):
     ("B AS B.v > FIRST(A.v, 1)", False),  # a logical offset from the first row: reference
     ("A AS CLASSIFIER() = 'A' AND sum(A.v) < 100", True),  # the current row's label: a constant
     ("B AS CLASSIFIER() IN ('A', 'C') OR MATCH_NUMBER() * 2 <= count(*)", True),
-    ("B AS PREV(CLASSIFIER()) = 'A'", False),  # another row's label: reference
+    ("B AS PREV(CLASSIFIER()) = 'A' AND count(*) > 1", True),  # the label of the thread's last row
+    ("B AS PREV(CLASSIFIER(), 2) = 'A'", False),  # a label further back: reference
     ("A AS MATCH_NUMBER() < 3 AND count(DISTINCT A.v) < 3", False),  # beside a residual part: reference
 ])
 def test_which_path_and_explain(con, define, compiled):
@@ -284,4 +286,22 @@ def test_integer_sum_beyond_exact_range_falls_back_to_the_reference():
     cur.execute("SELECT * FROM h MATCH_RECOGNIZE (ORDER BY id MEASURES count(*) AS n ONE ROW PER MATCH "
                 "PATTERN (A+) DEFINE A AS sum(A.v) > 0)")
     assert cur.fetchall() == [(10,)]
+    c.close()
+
+
+@pytest.mark.parametrize("define", ["B AS B.v * FIRST(A.v) > 0",  # a product past 2**53, no aggregate
+                                    "B AS B.d * MATCH_NUMBER() <= FIRST(A.d)"])
+def test_exact_arithmetic_beyond_its_range_hands_the_chunk_to_the_reference(define):
+    c = matchrec.connect()
+    cur = c.cursor()
+    cur.execute("CREATE TABLE h AS SELECT i AS id, 4000000000000000 + i AS v, "
+                "(999999999999999.99 - i)::DECIMAL(17, 2) AS d FROM range(12) r(i)")
+    sql = (f"SELECT * FROM h MATCH_RECOGNIZE (ORDER BY id MEASURES count(*) AS n, MATCH_NUMBER() AS m "
+           f"ONE ROW PER MATCH PATTERN (A B+) DEFINE {define})")
+    results = []
+    for fast in (0, 1):
+        cur.execute(f"SET matchrec_fast_path = {fast}")
+        cur.execute(sql)
+        results.append(cur.fetchall())
+    assert results[0] == results[1] and results[0]
     c.close()

@@ -54,7 +54,11 @@ def leaf_kind(leaf, typ: pa.DataType) -> str | None:
 
 
 def decimal_kind(typ: pa.DataType) -> str | None:
-    return f"decimal:{typ.scale}" if pa.types.is_decimal(typ) and 0 <= typ.scale <= 18 else None
+    """"decimal:<scale>" for a DECIMAL whose values fit an int64 (HUGEINT, which DuckDB gives Arrow as
+    decimal128(38, 0), and wider DECIMALs stay with the reference matcher)."""
+    if pa.types.is_decimal(typ) and typ.precision <= 18 and 0 <= typ.scale <= 18:
+        return f"decimal:{typ.scale}"
+    return None
 
 
 def _family(kind: str, typ: pa.DataType) -> str:
@@ -277,15 +281,20 @@ class CompiledMatcher:
         labels_with_regs = {c.label for c in fast.compares} | {p.label for p in fast.programs}
         reach = plan.program.reachable_labels()
         self.keyed = np.array([bool(r & labels_with_regs) for r in reach], np.bool_)
-        # per-thread words: LAST registers, then FIRST registers, then three per running aggregate
+        # per-thread words: LAST registers, then FIRST registers, then three per running aggregate,
+        # then the label of the last row (PREV(CLASSIFIER()))
         n_last, n_first = len(fast.registers), len(fast.firsts)
-        self.n_regs = n_last + n_first + 3 * len(fast.aggregates)
+        label_word = n_last + n_first + 3 * len(fast.aggregates)
+        self.n_regs = label_word + (1 if fast.prev_label else 0)
         sets = [sum(1 << l for l in s) for s in fast.registers] + [0] * (self.n_regs - n_last)
         self.reg_sets = np.array(sets or [0], np.int64)
-        self.reg_init = np.array(([-1] * (n_last + n_first) + [0] * (3 * len(fast.aggregates))) or [0], np.int64)
+        init = [-1] * (n_last + n_first) + [0] * (3 * len(fast.aggregates)) + [-1] * (self.n_regs - label_word)
+        self.reg_init = np.array(init or [0], np.int64)
         all_labels = (1 << len(plan.labels)) - 1
         state = [(vm.S_FIRST, n_last + j, sum(1 << l for l in vs), 0, 0, 0) for j, vs in enumerate(fast.firsts)]
         state += [(0, 0, 0, 0, 0, 0)] * len(fast.aggregates)  # filled with the argument columns below
+        if fast.prev_label:
+            state.append((vm.S_LABEL, label_word, all_labels, 0, 0, 0))
         self.duck = duck
         self.mask_sql = self._mask_sql(fast)
         self.arrow_masks = None  # [(label, evaluator)] when Arrow compute can take every chunk condition
@@ -329,6 +338,8 @@ class CompiledMatcher:
                 reg, source, aux = n_last + leaf.register, vm.LEAF_FIRST, leaf.register
             elif leaf.source == "match_number":
                 reg, source = -1, vm.LEAF_MATCH_NUMBER
+            elif leaf.source == "prev_label":
+                reg, source = label_word, vm.LEAF_LABEL
             elif leaf.source == "agg":
                 spec = fast.aggregates[leaf.agg]
                 aux = n_first + leaf.agg

@@ -40,7 +40,7 @@ def needed_columns(plan: Plan, fp: FastPlan | None) -> set[int]:
     need = {c.index for c in plan.output if c.source == "input"} | set(plan.partition_by)
     need |= ir.columns_of(m.node for m in plan.measures)
     # the reference matcher evaluates DEFINE itself (also for a chunk whose sums the compiled one cannot keep)
-    if fp is None or not fp.exact or fp.aggregates:
+    if fp is None or not fp.exact or fp.may_hand_back:
         need |= ir.columns_of(plan.defines)
     if fp is not None:
         names = [n for n, _ in plan.input_columns]

@@ -73,8 +73,8 @@ P_LEAF, P_CMP, P_ISNULL, P_NOT, P_AND, P_OR, P_ADD, P_SUB, P_MUL, P_DIV, P_NEG =
 # per-thread state beside the LAST registers (rows of ``state``: kind, first word, label mask,
 # argument is float, argument matrix row, decimal scale of the argument): the first row of a set, or a running aggregate kept
 # in three words (count of non-null values, accumulator, compensation of a float sum)
-S_FIRST, A_COUNT, A_SUM, A_AVG, A_MIN, A_MAX = range(6)
-LEAF_ROW, LEAF_FIRST, LEAF_AGG, LEAF_MATCH_NUMBER = range(4)
+S_FIRST, A_COUNT, A_SUM, A_AVG, A_MIN, A_MAX, S_LABEL = range(7)  # S_LABEL: the label of the last row
+LEAF_ROW, LEAF_FIRST, LEAF_AGG, LEAF_MATCH_NUMBER, LEAF_LABEL = range(5)
 EXACT_INT = 1 << 53  # beyond this an integer sum may compare differently with a float
 
 
@@ -138,6 +138,9 @@ def _advance(label, row, regs, state, ivals, ivalid, fvals, fvalid, fbuf, ibuf, 
         if func == S_FIRST:
             if regs[w] < 0:
                 regs[w] = row
+            continue
+        if func == S_LABEL:
+            regs[w] = label
             continue
         m = state[k, 4]
         is_float = state[k, 3] == 1
@@ -308,6 +311,18 @@ def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok
                     top = 0
                 continue
             if state is not None:  # numba compiles this away for plans without FIRST or aggregates
+                if source == LEAF_LABEL:  # PREV(CLASSIFIER()): the label of the thread's last row, if any
+                    sok[top] = regs[t, reg] >= 0
+                    sfloat[top] = False
+                    sint[top] = regs[t, reg]
+                    sscale[top] = 0
+                    top += 1
+                    k += 1
+                    if k == end or pcode[k, 0] != pcode[k - 1, 0]:
+                        if not (top == 1 and sok[0] and sint[0] == 1):
+                            return False
+                        top = 0
+                    continue
                 if source == LEAF_AGG:
                     ok, af, ai, av = _agg_value(pleaf[leaf, 5], label, row, regs, t, state, ivals, ivalid, fvals,
                                                 fvalid, fbuf, ibuf, compensated)

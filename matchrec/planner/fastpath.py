@@ -18,10 +18,10 @@ proven to be one of:
   (``+ - * /``, unary minus) where the reference computes it with Python's operators: integers
   and DECIMALs exactly (DECIMALs as scaled integers), floats as floats;
   MATCH_NUMBER() is a leaf the compiled matcher fills with the number of the match being tried,
-  and CLASSIFIER() of the current row compared with a string literal is the defined variable's
-  name, a constant;
+  CLASSIFIER() of the current row compared with a string literal is the defined variable's
+  name, a constant, and PREV(CLASSIFIER()) = 'X' compares the label of the thread's last row;
 * **residual**: anything else (FIRST with a logical offset, DISTINCT or FILTER, CLASSIFIER of
-  other rows, typed division, DECIMAL mixed with floats ...).
+  other rows than these, typed division, DECIMAL mixed with floats ...).
 
 With no residual conjunct the compiled matcher alone decides every match. Otherwise it runs
 on the row and register parts only - a relaxed pattern that accepts a superset of the label
@@ -79,12 +79,13 @@ class RegisterLeaf:
     (the current row when the set holds the current variable and has no row yet). ``source``
     "agg": the value is the running aggregate FastPlan.aggregates[``agg``] and ``sql`` its
     argument, computed for every row. ``source`` "match_number": MATCH_NUMBER(), the number the
-    match gets if it succeeds (``sql`` is a BIGINT placeholder)."""
+    match gets if it succeeds (``sql`` is a BIGINT placeholder). ``source`` "prev_label":
+    PREV(CLASSIFIER()), the label id of the thread's last row (NULL at the match's first row)."""
     sql: str
     register: int
     offset: int = 0
     kind: str = "int"  # "int" (also times, booleans), "float" or "decimal:<scale>", from the column's type
-    source: str = "row"  # "row" (current or LAST register), "first", "agg" or "match_number"
+    source: str = "row"  # "row" (current or LAST register), "first", "agg", "match_number" or "prev_label"
     agg: int = -1
 
 
@@ -114,10 +115,19 @@ class FastPlan:
     compares: list[RegisterCompare] = field(default_factory=list)
     programs: list[RegisterProgram] = field(default_factory=list)
     residual: list[str] = field(default_factory=list)  # why the relaxed pattern is needed, per conjunct
+    prev_label: bool = False  # a thread keeps the label of its last row (PREV(CLASSIFIER()))
 
     @property
     def exact(self) -> bool:
         return not self.residual
+
+    @property
+    def may_hand_back(self) -> bool:
+        """Whether a chunk may go to the reference matcher after all: an exact value (running sum,
+        arithmetic, DECIMAL) can leave the range the compiled matcher keeps it in."""
+        return bool(self.aggregates) or any(c.kind.startswith("decimal") for c in self.compares) or any(
+            step[0] in ("arith", "neg") for p in self.programs for step in p.code) or any(
+            leaf.kind.startswith("decimal") for p in self.programs for leaf in p.leaves)
 
     def describe(self, labels: list[str]) -> list[str]:
         lines = ["matcher: compiled (numba Pike VM)" + ("" if self.exact else
@@ -185,6 +195,7 @@ class _Classifier:
         self.read: set[str] = set()  # input columns read by accepted row conditions
         self.firsts: list[frozenset[int]] = []  # FastPlan.firsts, as register programs add them
         self.aggs: list[AggSpec] = []  # FastPlan.aggregates
+        self.prev_label = False  # FastPlan.prev_label
 
     def classifier_literals(self, tree: exp.Expression, label: int) -> exp.Expression:
         """``tree`` with CLASSIFIER() (or CLASSIFIER(V), V holding the current variable) that reads
@@ -226,6 +237,19 @@ class _Classifier:
         for node in targets:
             pairs[id(node)].replace(exp.Literal.string(self.labels[label]))
         return copy
+
+    def prev_classifier(self, node: exp.Expression) -> bool:
+        """Whether ``node`` is PREV(CLASSIFIER()) (offset 1): the label of the row before the
+        current one, which in a match is the last row the thread took."""
+        if self.mr_name(node) != "prev" or not node.expressions:
+            return False
+        args = node.expressions
+        if len(args) == 2 and not (isinstance(args[1], exp.Literal) and args[1].this == "1"):
+            return False
+        inner = args[0]
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        return self.mr_name(inner) == "classifier" and not inner.expressions
 
     def var_set(self, qualifier: exp.Identifier | None) -> frozenset[int] | None:
         if qualifier is None:
@@ -463,6 +487,20 @@ class _Classifier:
             nonlocal uses_register
             while isinstance(node, exp.Paren):
                 node = node.this
+            if isinstance(node, (exp.EQ, exp.NEQ)):
+                sides = [node.this, node.expression]
+                for nav, lit in (sides, sides[::-1]):
+                    while isinstance(nav, exp.Paren):
+                        nav = nav.this
+                    if self.prev_classifier(nav) and isinstance(lit, exp.Literal) and lit.is_string:
+                        ident = self.labels.index(lit.this) if lit.this in self.labels else -2
+                        leaves.append(RegisterLeaf("CAST(0 AS BIGINT)", -1, 0, source="prev_label"))
+                        leaves.append(RegisterLeaf(f"CAST({ident} AS BIGINT)", -1, 0))
+                        code.extend([("leaf", len(leaves) - 2), ("leaf", len(leaves) - 1),
+                                     ("cmp", _COMPARE[type(node)])])
+                        uses_register = True
+                        self.prev_label = True
+                        return True
             if self.mr_name(node) == "match_number":
                 leaves.append(RegisterLeaf("CAST(0 AS BIGINT)", -1, 0, source="match_number"))
                 code.append(("leaf", len(leaves) - 1))
@@ -600,5 +638,6 @@ def fast_plan(plan: Plan) -> FastPlan | None:
             fp.residual.append(f"{plan.labels[prog.label]}: {prog.text} (MATCH_NUMBER beside a residual condition)")
     fp.registers = registers
     fp.firsts, fp.aggregates = cls.firsts, cls.aggs
+    fp.prev_label = any(leaf.source == "prev_label" for p in fp.programs for leaf in p.leaves)
     fp.row_columns = chunk_columns
     return fp
