@@ -71,8 +71,9 @@ def _fcompare(op, x, y):
 
 P_LEAF, P_CMP, P_ISNULL, P_NOT, P_AND, P_OR, P_ADD, P_SUB, P_MUL, P_DIV, P_NEG = range(11)
 # per-thread state beside the LAST registers (rows of ``state``: kind, first word, label mask,
-# argument is float, argument matrix row, decimal scale of the argument): the first row of a set, or a running aggregate kept
-# in three words (count of non-null values, accumulator, compensation of a float sum)
+# argument is float, argument matrix row, DECIMAL scale of the argument): the first row of a set,
+# a running aggregate kept in three words (count of non-null values, accumulator, compensation of
+# a float sum), or the label of the thread's last row
 S_FIRST, A_COUNT, A_SUM, A_AVG, A_MIN, A_MAX, S_LABEL = range(7)  # S_LABEL: the label of the last row
 LEAF_ROW, LEAF_FIRST, LEAF_AGG, LEAF_MATCH_NUMBER, LEAF_LABEL = range(5)
 EXACT_INT = 1 << 53  # beyond this an integer sum may compare differently with a float
