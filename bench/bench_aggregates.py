@@ -13,14 +13,25 @@ DuckDB floor (a scan with a window aggregate of the same column):
   random walk;
 * ``count``: 50 partitions, ``PATTERN (A+ B) DEFINE A AS count(A.*) <= 20``.
 
-Prints a Markdown section; ``--append`` also adds it to bench/RESULTS.md.
+* ``lineitem``: TPC-H ``lineitem`` at scale factor 0.01 (60,175 rows), one partition,
+  ``PATTERN ((A | B)*) DEFINE A AS sum(A.extendedprice) - A.extendedprice <= sum(B.extendedprice)``
+  (arithmetic over two running DECIMAL sums; one match of every row). The table comes from
+  ``tpchgen-cli`` (dbgen's output) when it is on PATH or named by ``TPCHGEN_CLI``; otherwise from
+  ``lineitem_like`` below, which follows the TPC-H rules for the columns the query reads.
+
+Prints a Markdown section; ``--append`` also adds it to bench/RESULTS.md. ``--only lineitem``
+runs that statement alone.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import pathlib
 import platform
+import shutil
+import subprocess
+import tempfile
 import time
 
 import duckdb
@@ -35,6 +46,58 @@ FIRST_SQL = ("SELECT count(*), sum(n) FROM {t} MATCH_RECOGNIZE (PARTITION BY p O
 COUNT_SQL = ("SELECT count(*), sum(n) FROM {t} MATCH_RECOGNIZE (PARTITION BY p ORDER BY id MEASURES count(*) AS n "
              "ONE ROW PER MATCH PATTERN (A+ B) DEFINE A AS count(A.*) <= 20)")
 FLOOR_SQL = "SELECT count(*), max(s) FROM (SELECT sum(v) OVER (PARTITION BY p ORDER BY id) AS s FROM {t})"
+LINEITEM_SQL = ("SELECT * FROM {t} MATCH_RECOGNIZE (ORDER BY orderkey, linenumber "
+                "MEASURES count(*) AS n, count(A.*) AS na, sum(A.extendedprice) AS sa, sum(B.extendedprice) AS sb "
+                "ONE ROW PER MATCH PATTERN ((A | B)*) "
+                "DEFINE A AS sum(A.extendedprice) - A.extendedprice <= sum(B.extendedprice))")
+LINEITEM_FLOOR = ("SELECT count(*), max(sa), max(sb) FROM (SELECT "
+                  "sum(extendedprice) FILTER (WHERE linenumber % 2 = 0) OVER w AS sa, "
+                  "sum(extendedprice) FILTER (WHERE linenumber % 2 = 1) OVER w AS sb "
+                  "FROM {t} WINDOW w AS (ORDER BY orderkey, linenumber))")
+LINEITEM_REFERENCE_ROWS = (1_000, 2_000, 4_000)  # the reference recomputes both sums per row: quadratic
+
+
+def lineitem_like(cur, name: str, sf: float = 0.01, seed: int = 1) -> None:
+    """A lineitem table by the TPC-H rules for the columns the query reads (spec 4.2.3): orders with
+    sparse keys (8 used of every 32), 1..7 lines each, partkey uniform in [1, 200,000 * SF],
+    quantity uniform in [1, 50], extendedprice = quantity * the part's retail price
+    (90000 + (partkey / 10) % 20001 + 100 * (partkey % 1000)) / 100. Not dbgen's random streams:
+    the row count is close to, not equal to, dbgen's."""
+    orders = int(1_500_000 * sf)
+    parts = int(200_000 * sf)
+
+    def u(salt: str) -> str:
+        return f"(hash({salt} * 1000003 + {seed}) / 18446744073709551616.0)"
+    cur.execute(f"""CREATE OR REPLACE TABLE {name} AS
+        WITH o AS (SELECT (i // 8) * 32 + i % 8 + 1 AS orderkey, 1 + floor({u('i * 4 + 1')} * 7)::INTEGER AS lines
+                   FROM range({orders}) r(i)),
+             l AS (SELECT orderkey, g AS linenumber FROM o, generate_series(1, lines) s(g)),
+             v AS (SELECT orderkey, linenumber::INTEGER AS linenumber,
+                          1 + floor({u('orderkey * 8 + linenumber')} * {parts})::BIGINT AS partkey,
+                          1 + floor({u('orderkey * 8 + linenumber + 7')} * 50)::INTEGER AS quantity FROM l)
+        SELECT orderkey, linenumber, quantity::DECIMAL(15, 2) AS quantity,
+               (quantity * (90000 + (partkey // 10) % 20001 + 100 * (partkey % 1000)) / 100)::DECIMAL(15, 2)
+                   AS extendedprice
+        FROM v""")
+
+
+def make_lineitem(cur, name: str) -> str:
+    """TPC-H lineitem at SF 0.01 as ``name``; returns where it came from."""
+    tool = os.environ.get("TPCHGEN_CLI") or shutil.which("tpchgen-cli")
+    if tool:
+        with tempfile.TemporaryDirectory() as out:
+            try:
+                subprocess.run([tool, "parquet", "-s", "0.01", "--tables=lineitem", f"--output-dir={out}"],
+                               check=True, capture_output=True, timeout=300)
+                path = pathlib.Path(out, "lineitem.parquet").as_posix().replace("'", "''")
+                cur.execute(f"""CREATE OR REPLACE TABLE {name} AS SELECT l_orderkey AS orderkey,
+                    l_linenumber AS linenumber, l_quantity AS quantity, l_extendedprice AS extendedprice
+                    FROM '{path}'""")
+                return "tpchgen-cli (dbgen's data), SF 0.01"
+            except (OSError, subprocess.SubprocessError):
+                pass
+    lineitem_like(cur, name)
+    return "bench.bench_aggregates.lineitem_like (TPC-H rules, not dbgen's streams), SF 0.01"
 
 
 def make_table(cur, name: str, rows: int, partitions: int) -> None:
@@ -61,6 +124,7 @@ def timed(cur, sql: str, fast: int) -> tuple[float, float, list]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--append", action="store_true", help="add the section to bench/RESULTS.md")
+    ap.add_argument("--only", choices=["lineitem"], help="run this statement alone")
     args = ap.parse_args()
     con = matchrec.connect()
     cur = con.cursor()
@@ -80,7 +144,7 @@ def main() -> None:
     lines.append("| statement | rows | partitions | compiled first s | compiled warm s | ns/row (warm) | "
                  "reference s (rows) | DuckDB floor s | x floor | result |")
     lines.append("|---|---|---|---|---|---|---|---|---|---|")
-    sizes = [40_000, 160_000, 640_000, 2_560_000]
+    sizes = [] if args.only else [40_000, 160_000, 640_000, 2_560_000]
     for n in sizes:
         make_table(cur, "s", n, 1)
         first, warm, rows = timed(cur, SUM_SQL.format(t="s"), 1)
@@ -98,7 +162,7 @@ def main() -> None:
         print(lines[-1], flush=True)
         if n == 640_000 and warm > 15:
             break
-    for name, sql in (("FIRST", FIRST_SQL), ("count", COUNT_SQL)):
+    for name, sql in () if args.only else (("FIRST", FIRST_SQL), ("count", COUNT_SQL)):
         n = 160_000
         make_table(cur, "f", n, 50)
         first, warm, rows = timed(cur, sql.format(t="f"), 1)
@@ -110,19 +174,62 @@ def main() -> None:
                      f"{rwarm:.2f} ({REFERENCE_CAP:,}; compiled {cwarm:.3f}) | {fl:.3f} | {warm / fl:.1f}x | "
                      f"{rows[0][0]:,} matches, {rows[0][1]:,} rows |")
         print(lines[-1], flush=True)
+    source = make_lineitem(cur, "lineitem")
+    cur.execute("SELECT count(*) FROM lineitem")
+    n = cur.fetchall()[0][0]
+    first, warm, rows = timed(cur, LINEITEM_SQL.format(t="lineitem"), 1)
+    stats = cur.stats[0][1]  # of the warm run: the matcher's share, beside the measures' output
+    cur.execute("SET matchrec_fast_path = 1")
+    cur.execute(f"EXPLAIN {LINEITEM_SQL.format(t='lineitem')}")
+    assert "residual" not in cur.fetchall()[0][1]
+    refs = []
+    for k in LINEITEM_REFERENCE_ROWS:
+        cur.execute(f"CREATE OR REPLACE TABLE lineitem_head AS SELECT * FROM lineitem "
+                    f"ORDER BY orderkey, linenumber LIMIT {k}")
+        cur.execute("SET matchrec_fast_path = 0")
+        started = time.perf_counter()
+        cur.execute(LINEITEM_SQL.format(t="lineitem_head"))
+        ref_rows = cur.fetchall()
+        refs.append((k, time.perf_counter() - started))
+        _, _, fast_rows = timed(cur, LINEITEM_SQL.format(t="lineitem_head"), 1)
+        assert fast_rows == ref_rows, (k, fast_rows, ref_rows)
+    k, t = refs[-1]
+    estimate = t * (n / k) ** 2  # quadratic: each row sums the match so far
+    cur.execute("SET matchrec_fast_path = 1")
+    cur.execute(LINEITEM_FLOOR.format(t="lineitem"))
+    cur.fetchall()
+    started = time.perf_counter()
+    cur.execute(LINEITEM_FLOOR.format(t="lineitem"))
+    cur.fetchall()
+    fl = time.perf_counter() - started
+    ref_text = ", ".join(f"{t:.2f} ({k:,})" for k, t in refs) + f"; est. {estimate:.0f} at {n:,}"
+    lines.append(f"| lineitem (A \\| B)* | {n:,} | 1 | {first:.3f} | {warm:.3f} | {warm / n * 1e9:.0f} | {ref_text} | "
+                 f"{fl:.3f} | {warm / fl:.1f}x | {rows[0][1]:,} A of {rows[0][0]:,} rows, sums {rows[0][2]} / "
+                 f"{rows[0][3]}; {stats.matcher}, match {stats.match_seconds:.3f} s, output "
+                 f"{stats.output_seconds:.3f} s |")
+    print(lines[-1], flush=True)
     total = time.perf_counter() - run_started
-    header = [
-        "## Aggregates and FIRST in DEFINE: `python -m bench.bench_aggregates`",
-        "",
-        f"- CPU: {platform.processor() or platform.machine()}; Python {platform.python_version()}, "
-        f"DuckDB {duckdb.__version__}",
-        f"- Date: {started_at}; total wall time {total:.0f} s; times are the second run in the process "
-        "(the first compiles the kernels)",
+    others = [
         "- running sum: `PATTERN (A+) DEFINE A AS sum(A.v) < 1e12`, one partition, one match of every row;",
         "  FIRST: `PATTERN (A B+) DEFINE B AS B.v >= FIRST(A.v) - 60`; count: `PATTERN (A+ B) DEFINE A AS "
         "count(A.*) <= 20`; both over a random walk in 50 partitions",
         "- reference: `SET matchrec_fast_path = 0` on fewer rows (quadratic: it recomputes the aggregate "
         "per row per thread); DuckDB floor: a scan with `sum(v) OVER (PARTITION BY p ORDER BY id)`",
+    ]
+    header = [
+        "## Aggregates and FIRST in DEFINE: `python -m bench.bench_aggregates"
+        + (f" --only {args.only}`" if args.only else "`"),
+        "",
+        f"- CPU: {platform.processor() or platform.machine()}; Python {platform.python_version()}, "
+        f"DuckDB {duckdb.__version__}",
+        f"- Date: {started_at}; total wall time {total:.0f} s; times are the second run in the process "
+        "(the first compiles the kernels)",
+        *([] if args.only else others),
+        "- lineitem: `PATTERN ((A | B)*) DEFINE A AS sum(A.extendedprice) - A.extendedprice <= "
+        "sum(B.extendedprice)` over TPC-H lineitem ordered by orderkey, linenumber, one partition; data: "
+        f"{source}; reference (`SET matchrec_fast_path = 0`) on the first rows (same results as compiled "
+        "there), its time at the full size estimated quadratically; DuckDB floor: a scan with two filtered "
+        "window sums of extendedprice",
         "",
     ]
     section = "\n".join(header + lines) + "\n"

@@ -1,8 +1,11 @@
 """DEFINEs with running aggregates and FIRST/LAST of other variables: compiled vs reference.
 
-Seeded random inputs (integers and floats with NULLs, NaN, -0.0) and random patterns whose
-DEFINEs draw aggregates (count, sum, avg, min, max over a variable, a subset or the whole
-match), FIRST/LAST of any variable (with PREV/NEXT around them) and plain row conditions.
+Seeded random inputs (integers, floats and DECIMALs with NULLs, NaN, -0.0) and random patterns
+whose DEFINEs draw aggregates (count, sum, avg, min, max over a variable, a subset or the whole
+match), arithmetic over them (``sum(A.d) - A.d <= sum(B.d)``, division, unary minus, integer
+with DECIMAL and with float operands), CLASSIFIER() and MATCH_NUMBER(), string and DECIMAL
+comparisons between the current row and another variable's, FIRST/LAST of any variable (with PREV/NEXT around them)
+and plain row conditions.
 Each query runs on the reference matcher (``SET matchrec_fast_path = 0``) and on the fast
 path; the results must be equal, and most cases must run on the compiled matcher alone.
 
@@ -31,15 +34,18 @@ OPS = ["<", "<=", ">", ">=", "=", "<>"]
 def con():
     c = matchrec.connect()
     rnd = random.Random(7)
+    drnd = random.Random(8)  # the DECIMAL column draws apart, so v and f are as before
     rows = []
     for i in range(600):
         v = None if rnd.random() < 0.12 else rnd.randint(-20, 60)
         r = rnd.random()
         f = None if r < 0.1 else float("nan") if r < 0.13 else -0.0 if r < 0.16 else round(rnd.uniform(-5, 25), 2)
-        rows.append((i // 25 if i < 400 else 16 + (i - 400) // 7, i, v, f))
+        d = None if drnd.random() < 0.1 else f"{drnd.randint(-500, 3000) / 100:.2f}"
+        s = None if drnd.random() < 0.1 else drnd.choice(["", "a", "b", "ab", "B", "é", "ba", "a "])
+        rows.append((i // 25 if i < 400 else 16 + (i - 400) // 7, i, v, f, d, s))
     cur = c.cursor()
-    cur.execute("CREATE TABLE t (p INTEGER, id INTEGER, v BIGINT, f DOUBLE)")
-    cur.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
+    cur.execute("CREATE TABLE t (p INTEGER, id INTEGER, v BIGINT, f DOUBLE, d DECIMAL(9, 2), s VARCHAR)")
+    cur.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?)", rows)
     cur.close()
     yield c
     c.close()
@@ -53,9 +59,73 @@ def _col(var: str, name: str) -> str:
     return f"{var}.{name}" if var else name
 
 
+def _operand(rnd, label: str, labels: list[str], col: str) -> str:
+    """An aggregate, a value of the current row or a constant, for arithmetic."""
+    kind = rnd.randrange(5)
+    if kind == 0:
+        return f"{label}.{col}"
+    if kind == 1:
+        return rnd.choice(["3", "-2", "0", "2.5", "0.25", "1e1"])
+    if kind == 2:
+        return f"count({_var(rnd, labels, False)}.*)"
+    func = rnd.choice(["sum", "avg", "min", "max", "count"])
+    return f"{func}({_col(_var(rnd, labels), col)})"
+
+
+def _arithmetic(rnd, label: str, labels: list[str]) -> str:
+    """Arithmetic over aggregates (``sum(A.d) - A.d <= sum(B.d)``), mostly of one column's type."""
+    col = rnd.choice(["v", "f", "d", "d"])
+    op = rnd.choice(OPS)
+    left = f"{_operand(rnd, label, labels, col)} {rnd.choice(['+', '-', '*', '/'])} " \
+           f"{_operand(rnd, label, labels, col if rnd.random() < 0.8 else rnd.choice(['v', 'f', 'd']))}"
+    if rnd.random() < 0.2:
+        left = f"-({left})"
+    right = _operand(rnd, label, labels, col)
+    if rnd.random() < 0.3:
+        right = f"{right} {rnd.choice(['+', '-', '*'])} {_operand(rnd, label, labels, col)}"
+    return f"{left} {op} {right}"
+
+
+def _special(rnd, label: str, labels: list[str]) -> str:
+    """CLASSIFIER() and MATCH_NUMBER() in a DEFINE (some forms stay on the reference path)."""
+    kind = rnd.randrange(6)
+    if kind == 0:
+        return f"CLASSIFIER() {rnd.choice(['=', '<>', '<'])} '{rnd.choice(labels)}'"
+    if kind == 1:
+        names = ", ".join(f"'{x}'" for x in rnd.sample(labels + ["Z"], 2))
+        return f"CLASSIFIER(){rnd.choice(['', ' NOT'])} IN ({names})"
+    if kind == 2:
+        return f"MATCH_NUMBER() {rnd.choice(OPS)} {rnd.randint(1, 6)}"
+    if kind == 3:
+        return f"{label}.v {rnd.choice(OPS)} MATCH_NUMBER() * {rnd.randint(1, 4)} - {rnd.randint(0, 10)}"
+    if kind == 4:
+        return f"count(*) + MATCH_NUMBER() {rnd.choice(OPS)} {rnd.randint(2, 9)}"
+    nav = rnd.choice(["PREV(CLASSIFIER())", "PREV(CLASSIFIER())", "PREV(CLASSIFIER(), 2)"])
+    return f"{nav} {rnd.choice(['=', '<>'])} '{rnd.choice(labels + ['Z'])}'"
+
+
+def _between_rows(rnd, label: str, labels: list[str]) -> str:
+    """The current row against the last row of a variable, on strings or DECIMALs (and integers)."""
+    col, other = rnd.choice([("s", "s"), ("d", "d"), ("d", "v"), ("v", "d"), ("d", "d * 2"), ("s", "s || 'a'")])
+    var = rnd.choice(labels + ["U"])
+    off = ", 1" if var in (label, "U") else ""
+    value = f"LAST({var}.{other}{off})"
+    if rnd.random() < 0.3:
+        value = f"PREV({value})"
+    if rnd.random() < 0.2:
+        value = f"coalesce({value}, {repr('b') if col == 's' else '3.5'})"
+    return f"{label}.{col} {rnd.choice(OPS)} {value}"
+
+
 def _term(rnd, label: str, labels: list[str]) -> str:
-    kind = rnd.randrange(9)
-    col = rnd.choice(["v", "f"])
+    kind = rnd.randrange(13)
+    if kind == 12:
+        return _between_rows(rnd, label, labels)
+    if kind == 11:
+        return _special(rnd, label, labels)
+    if kind >= 9:
+        return _arithmetic(rnd, label, labels)
+    col = rnd.choice(["v", "f", "d"])
     op = rnd.choice(OPS)
     if kind == 0:
         return f"count({_var(rnd, labels, False)}.*) {op} {rnd.randint(0, 5)}" if rnd.random() < 0.7 else \
@@ -100,7 +170,7 @@ def random_query(seed: int) -> str:
     rows = rnd.choice(["ONE ROW PER MATCH", "ALL ROWS PER MATCH"])
     skip = rnd.choice(["PAST LAST ROW", "TO NEXT ROW"])
     return (f"SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY p ORDER BY id "
-            f"MEASURES FIRST(id) AS fid, LAST(id) AS lid, count(*) AS n, sum(v) AS sv "
+            f"MEASURES FIRST(id) AS fid, LAST(id) AS lid, count(*) AS n, sum(v) AS sv, sum(d) AS sd "
             f"{rows} AFTER MATCH SKIP {skip} PATTERN ({pattern}) SUBSET U = ({', '.join(labels[:2])}) "
             f"DEFINE {', '.join(defines)})")
 
@@ -153,14 +223,23 @@ def test_random_aggregate_and_navigation_defines_many(con):
     ("B AS B.v >= FIRST(A.v) - 10", True),
     ("A AS avg(A.f) > 2 OR min(U.v) IS NULL, B AS max(f) >= B.f", True),
     ("A AS count(A.v) < 3 AND PREV(FIRST(v)) IS NOT NULL", True),
-    ("A AS sum(A.v) * 2 < 150", False),  # arithmetic on an aggregate: reference
+    ("A AS sum(A.v) * 2 < 150", True),  # arithmetic on an aggregate
+    ("A AS sum(A.d) - A.d <= sum(B.d) OR count(B.*) = 0", True),  # DECIMALs as scaled integers
+    ("A AS count(*) < 4 AND sum(A.d) < 100.5", True),
+    ("A AS avg(A.d) / 2 >= -min(U.v) + 0.5e0", True),
+    ("A AS avg(A.d) / 2 >= -min(U.v) + 0.5", False),  # a float (avg) compared with a DECIMAL: reference
+    ("A AS sum(A.d) < 1e3", False),  # a DECIMAL compared with a float: reference
+    ("A AS sum(A.d) + A.f < 100", False),  # DECIMAL and float arithmetic: reference
     ("A AS count(DISTINCT A.v) < 3", False),
     ("B AS B.v > FIRST(A.v, 1)", False),  # a logical offset from the first row: reference
-    ("A AS count(*) < 4 AND sum(A.d) < 100", False),  # decimals: reference
-    ("A AS CLASSIFIER() = 'A' AND sum(A.v) < 100", False),
+    ("A AS CLASSIFIER() = 'A' AND sum(A.v) < 100", True),  # the current row's label: a constant
+    ("B AS CLASSIFIER() IN ('A', 'C') OR MATCH_NUMBER() * 2 <= count(*)", True),
+    ("B AS PREV(CLASSIFIER()) = 'A' AND count(*) > 1", True),  # the label of the thread's last row
+    ("B AS PREV(CLASSIFIER(), 2) = 'A'", False),  # a label further back: reference
+    ("A AS MATCH_NUMBER() < 3 AND count(DISTINCT A.v) < 3", False),  # beside a residual part: reference
 ])
 def test_which_path_and_explain(con, define, compiled):
-    sql = (f"SELECT * FROM (SELECT *, v::DECIMAL(10, 2) AS d FROM t) MATCH_RECOGNIZE (PARTITION BY p ORDER BY id "
+    sql = (f"SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY p ORDER BY id "
            f"MEASURES count(*) AS n ONE ROW PER MATCH PATTERN (A+ B*) SUBSET U = (A, B) DEFINE {define})")
     reference, _ = run(con, sql, 0)
     fast, matcher = run(con, sql, 1)
@@ -207,4 +286,22 @@ def test_integer_sum_beyond_exact_range_falls_back_to_the_reference():
     cur.execute("SELECT * FROM h MATCH_RECOGNIZE (ORDER BY id MEASURES count(*) AS n ONE ROW PER MATCH "
                 "PATTERN (A+) DEFINE A AS sum(A.v) > 0)")
     assert cur.fetchall() == [(10,)]
+    c.close()
+
+
+@pytest.mark.parametrize("define", ["B AS B.v * FIRST(A.v) > 0",  # a product past 2**53, no aggregate
+                                    "B AS B.d * MATCH_NUMBER() <= FIRST(A.d)"])
+def test_exact_arithmetic_beyond_its_range_hands_the_chunk_to_the_reference(define):
+    c = matchrec.connect()
+    cur = c.cursor()
+    cur.execute("CREATE TABLE h AS SELECT i AS id, 4000000000000000 + i AS v, "
+                "(999999999999999.99 - i)::DECIMAL(17, 2) AS d FROM range(12) r(i)")
+    sql = (f"SELECT * FROM h MATCH_RECOGNIZE (ORDER BY id MEASURES count(*) AS n, MATCH_NUMBER() AS m "
+           f"ONE ROW PER MATCH PATTERN (A B+) DEFINE {define})")
+    results = []
+    for fast in (0, 1):
+        cur.execute(f"SET matchrec_fast_path = {fast}")
+        cur.execute(sql)
+        results.append(cur.fetchall())
+    assert results[0] == results[1] and results[0]
     c.close()

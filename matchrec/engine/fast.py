@@ -6,6 +6,7 @@ bounds) arrive with the input from DuckDB; here they become numpy arrays, the ma
 """
 from __future__ import annotations
 
+import decimal
 import sys
 from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -31,18 +32,93 @@ def _empty_matches() -> Matches:
     z = np.zeros(0, np.int64)
     return Matches(np.zeros(0, np.int8), z, z, z, z, np.zeros(0, np.int16), z, z, {})
 PARALLEL_MIN_ROWS = 200_000
+
+
+class _OutOfRange(Exception):
+    """An exact value (integer running sum, arithmetic, DECIMAL) left the range where the compiled
+    matcher keeps it exactly: the reference matcher decides this chunk."""
+
 # Python's sum() of floats, which the reference matcher's sum and avg use, compensates from 3.12 on
 COMPENSATED_SUM = sys.version_info >= (3, 12)
 
 
 def leaf_kind(leaf, typ: pa.DataType) -> str | None:
-    """numeric_kind of a register program's leaf; an aggregate's argument must be a plain number
-    (DuckDB's sum of times or min of booleans are not what the compiled matcher computes)."""
-    kind = numeric_kind(typ)
+    """numeric_kind of a register program's leaf, or "decimal:<scale>" for a DECIMAL (kept as a
+    scaled integer); an aggregate's argument must be a plain number (DuckDB's sum of times or min
+    of booleans are not what the compiled matcher computes)."""
+    kind = decimal_kind(typ) or numeric_kind(typ)
     if getattr(leaf, "source", "row") == "agg" and kind is not None and not (
-            pa.types.is_integer(typ) or pa.types.is_floating(typ)):
+            pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)):
         return None
     return kind
+
+
+def decimal_kind(typ: pa.DataType) -> str | None:
+    """"decimal:<scale>" for a DECIMAL whose values fit an int64 (HUGEINT, which DuckDB gives Arrow as
+    decimal128(38, 0), and wider DECIMALs stay with the reference matcher)."""
+    if pa.types.is_decimal(typ) and typ.precision <= 18 and 0 <= typ.scale <= 18:
+        return f"decimal:{typ.scale}"
+    return None
+
+
+def _family(kind: str, typ: pa.DataType) -> str:
+    """What the reference's Python operators see: 'int', 'float', 'decimal' or 'other' (times,
+    booleans: no arithmetic)."""
+    if kind.startswith("decimal"):
+        return "decimal"
+    if kind == "float":
+        return "float"
+    return "int" if pa.types.is_integer(typ) else "other"
+
+
+def program_kinds(prog, types: list[pa.DataType], aggregates: list) -> list[str] | None:
+    """The leaf kinds of a register program whose leaves have these Arrow types, or None when the
+    compiled matcher cannot evaluate it exactly as the reference does: arithmetic only on numbers
+    (integers with integers or floats, DECIMALs with DECIMALs or integers, division on integers and
+    floats), no DECIMAL compared with a float or a time (the reference compares those exactly)."""
+    kinds = [leaf_kind(leaf, t) for leaf, t in zip(prog.leaves, types)]
+    if None in kinds:
+        return None
+    stack: list[tuple[str, int]] = []  # (family, scale)
+    for step in prog.code:
+        if step[0] == "leaf":
+            leaf, kind, typ = prog.leaves[step[1]], kinds[step[1]], types[step[1]]
+            fam = _family(kind, typ)
+            scale = int(kind.split(":")[1]) if fam == "decimal" else 0
+            if leaf.source == "agg":
+                func = aggregates[leaf.agg].func
+                if func == "count":
+                    fam, scale = "int", 0
+                elif func == "avg":
+                    fam, scale = "float", 0
+            stack.append((fam, scale))
+        elif step[0] == "arith":
+            (fa, sa), (fb, sb) = stack.pop(-2), stack.pop()
+            pair = {fa, fb}
+            if step[1] == vm.P_DIV:
+                if not pair <= {"int", "float"}:
+                    return None
+                stack.append(("float", 0))
+            elif pair <= {"int", "float"}:
+                stack.append(("float" if "float" in pair else "int", 0))
+            elif pair <= {"int", "decimal"}:
+                stack.append(("decimal", sa + sb if step[1] == vm.P_MUL else max(sa, sb)))
+            else:
+                return None
+        elif step[0] == "neg":
+            if stack[-1][0] not in ("int", "float", "decimal"):
+                return None
+        elif step[0] == "cmp":
+            (fa, _), (fb, _) = stack.pop(-2), stack.pop()
+            if "decimal" in (fa, fb) and not {fa, fb} <= {"int", "decimal"}:
+                return None
+            stack.append(("bool", 0))
+        elif step[0] == "isnull":
+            stack[-1] = ("bool", 0)
+        elif step[0] in ("and", "or"):
+            stack.pop()
+            stack[-1] = ("bool", 0)
+    return kinds
 
 
 def numeric_kind(typ: pa.DataType) -> str | None:
@@ -57,11 +133,82 @@ def numeric_kind(typ: pa.DataType) -> str | None:
     return None
 
 
+def compare_kind(a: pa.DataType, b: pa.DataType) -> str | None:
+    """How a register comparison of values of these two types runs: 'int', 'float' (as order keys),
+    'decimal:<scale>' (both sides as integers at the larger scale; a DECIMAL against an integer or
+    a DECIMAL only) or 'string' (both sides as ranks in the chunk's sorted values, which order as
+    Python orders strings: by code point); None when the compiled matcher cannot compare them."""
+    if pa.types.is_decimal(a) or pa.types.is_decimal(b):
+        kinds = [decimal_kind(t) or ("decimal:0" if pa.types.is_integer(t) and t != pa.uint64() else None)
+                 for t in (a, b)]
+        if None in kinds:
+            return None
+        return f"decimal:{max(int(k.split(':')[1]) for k in kinds)}"
+    if all(pa.types.is_string(t) or pa.types.is_large_string(t) for t in (a, b)):
+        return "string"
+    kinds = {numeric_kind(a), numeric_kind(b)}
+    if None in kinds:
+        return None
+    return "float" if "float" in kinds else "int"
+
+
+def _scale_of(typ: pa.DataType) -> int:
+    return typ.scale if pa.types.is_decimal(typ) else 0
+
+
+def _rescaled(values: np.ndarray, valid: np.ndarray, by: int) -> np.ndarray:
+    """``values * 10**by``; _OutOfRange when a valid one would not fit an int64."""
+    if by <= 0:
+        return values
+    factor = 10 ** by
+    if np.any(np.abs(values[valid]) > (2 ** 62) // factor):
+        raise _OutOfRange()
+    return values * factor
+
+
+def string_ranks(columns: list, extra: list[str]) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
+    """(ranks, validity) of string columns in the sorted set of their values and ``extra``, and
+    the ranks of ``extra``: equal strings get equal ranks, and ranks order as the strings do."""
+    arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
+    arrays = [a.cast(pa.large_string()) for a in arrays]
+    pool = pa.concat_arrays(arrays + [pa.array(extra, pa.large_string())])
+    values = pc.unique(pc.drop_null(pool))
+    values = values.take(pc.sort_indices(values))
+    out = []
+    for a in arrays:
+        ranks = pc.fill_null(pc.index_in(a, value_set=values), 0).to_numpy(zero_copy_only=False)
+        out.append((np.ascontiguousarray(ranks.astype(np.int64)),
+                    np.ascontiguousarray(a.is_valid().to_numpy(zero_copy_only=False))))
+    found = pc.index_in(pa.array(extra, pa.large_string()), value_set=values).to_pylist()
+    return out, dict(zip(extra, found))
+
+
+def _decimal_ints(arr: pa.Array) -> np.ndarray:
+    """The unscaled values of a DECIMAL array as int64 (NULLs as 0); _OutOfRange when one does not fit."""
+    arr = pc.fill_null(arr, pa.scalar(decimal.Decimal(0), arr.type))
+    width = arr.type.byte_width // 8
+    words = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset * width:(arr.offset + len(arr)) * width]
+    words = words.reshape(-1, width)
+    low = words[:, 0]
+    if width > 1 and not np.array_equal(words[:, 1:], np.repeat((low >> 63)[:, None], width - 1, axis=1)):
+        raise _OutOfRange()
+    return low.copy()
+
+
 def to_numpy(column, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """(values, validity) of an Arrow column as int64 or float64."""
+    """(values, validity) of an Arrow column as int64 or float64 (a DECIMAL: its scaled integers)."""
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     valid = arr.is_valid().to_numpy(zero_copy_only=False)
     typ = arr.type
+    if kind == "string":  # only for single values (a comparison's NULL row): columns are ranked together
+        return np.array([str(x) if x is not None else "" for x in arr.to_pylist()]), np.ascontiguousarray(valid)
+    if kind.startswith("decimal"):
+        if pa.types.is_decimal(typ):
+            values = _decimal_ints(arr)
+        else:
+            values = pc.fill_null(arr.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
+        values = _rescaled(values, valid, int(kind.split(":")[1]) - _scale_of(typ))
+        return np.ascontiguousarray(values), np.ascontiguousarray(valid)
     if kind == "float":
         values = pc.fill_null(arr.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False)
     else:
@@ -119,10 +266,6 @@ def shift_within_partitions(column, offset: int, bounds: np.ndarray) -> pa.Array
     return pc.if_else(pa.array(outside), pa.scalar(None, arr.type), shifted)
 
 
-class _OutOfRange(Exception):
-    """An integer running sum passed 2**53: the reference matcher decides this chunk."""
-
-
 class CompiledMatcher:
     """Runs operators.vm for one plan; column positions refer to the input query's columns."""
 
@@ -138,15 +281,20 @@ class CompiledMatcher:
         labels_with_regs = {c.label for c in fast.compares} | {p.label for p in fast.programs}
         reach = plan.program.reachable_labels()
         self.keyed = np.array([bool(r & labels_with_regs) for r in reach], np.bool_)
-        # per-thread words: LAST registers, then FIRST registers, then three per running aggregate
+        # per-thread words: LAST registers, then FIRST registers, then three per running aggregate,
+        # then the label of the last row (PREV(CLASSIFIER()))
         n_last, n_first = len(fast.registers), len(fast.firsts)
-        self.n_regs = n_last + n_first + 3 * len(fast.aggregates)
+        label_word = n_last + n_first + 3 * len(fast.aggregates)
+        self.n_regs = label_word + (1 if fast.prev_label else 0)
         sets = [sum(1 << l for l in s) for s in fast.registers] + [0] * (self.n_regs - n_last)
         self.reg_sets = np.array(sets or [0], np.int64)
-        self.reg_init = np.array(([-1] * (n_last + n_first) + [0] * (3 * len(fast.aggregates))) or [0], np.int64)
+        init = [-1] * (n_last + n_first) + [0] * (3 * len(fast.aggregates)) + [-1] * (self.n_regs - label_word)
+        self.reg_init = np.array(init or [0], np.int64)
         all_labels = (1 << len(plan.labels)) - 1
-        state = [(vm.S_FIRST, n_last + j, sum(1 << l for l in vs), 0, 0) for j, vs in enumerate(fast.firsts)]
-        state += [(0, 0, 0, 0, 0)] * len(fast.aggregates)  # filled with the argument columns below
+        state = [(vm.S_FIRST, n_last + j, sum(1 << l for l in vs), 0, 0, 0) for j, vs in enumerate(fast.firsts)]
+        state += [(0, 0, 0, 0, 0, 0)] * len(fast.aggregates)  # filled with the argument columns below
+        if fast.prev_label:
+            state.append((vm.S_LABEL, label_word, all_labels, 0, 0, 0))
         self.duck = duck
         self.mask_sql = self._mask_sql(fast)
         self.arrow_masks = None  # [(label, evaluator)] when Arrow compute can take every chunk condition
@@ -161,10 +309,14 @@ class CompiledMatcher:
         self.inull, self.inull_ok, self.fnull, self.fnull_ok = [], [], [], []
         # Floats are compared as their order keys (float_order_keys), so every comparison is an
         # integer one: the hot loop stays small, and NaN sorts as DuckDB sorts it.
+        self.string_nulls = {}  # matrix row -> string a comparison reads on the NULL row (ranked per chunk)
         for c, (_, _, kind), null in zip(fast.compares, compare_cols, compare_nulls):
             specs.append((c.label, c.register, c.op, 0, ints, ints + 1, c.offset))
             if null is None:
                 null_value = 0
+            elif kind == "string":
+                null_value = 0
+                self.string_nulls[ints + 1] = str(null)
             elif kind == "float":
                 null_value = int(float_order_keys(np.array([float(null)]))[0])
             else:
@@ -180,35 +332,49 @@ class CompiledMatcher:
         for leaf, col, null in zip((leaf for p in fast.programs for leaf in p.leaves), leaf_cols, leaf_nulls):
             is_float = leaf.kind == "float"
             mrow = floats if is_float else ints
+            scale = int(leaf.kind.split(":")[1]) if leaf.kind.startswith("decimal") else 0
             reg, source, aux = leaf.register, vm.LEAF_ROW, 0
             if leaf.source == "first":
                 reg, source, aux = n_last + leaf.register, vm.LEAF_FIRST, leaf.register
+            elif leaf.source == "match_number":
+                reg, source = -1, vm.LEAF_MATCH_NUMBER
+            elif leaf.source == "prev_label":
+                reg, source = label_word, vm.LEAF_LABEL
             elif leaf.source == "agg":
                 spec = fast.aggregates[leaf.agg]
                 aux = n_first + leaf.agg
                 mask = all_labels if spec.labels is None else sum(1 << l for l in spec.labels)
-                state[aux] = (aggs[spec.func], n_last + n_first + 3 * leaf.agg, mask, int(is_float), mrow)
+                state[aux] = (aggs[spec.func], n_last + n_first + 3 * leaf.agg, mask, int(is_float), mrow, scale)
                 reg, source = -1, vm.LEAF_AGG
-            leaves.append((int(is_float), mrow, reg, leaf.offset, source, aux))
+                if spec.func == "count":
+                    scale = 0
+            leaves.append((int(is_float), mrow, reg, leaf.offset, source, aux, scale))
             if is_float:
                 self.leaf_cols.append((col, floats, "float"))
                 self.fnull.append(0.0 if null is None else float(null))
                 self.fnull_ok.append(null is not None)
                 floats += 1
             else:
-                self.leaf_cols.append((col, ints, "int"))
+                self.leaf_cols.append((col, ints, leaf.kind))
                 self.inull.append(0 if null is None else int(null))
                 self.inull_ok.append(null is not None)
                 ints += 1
-        self.pleaf = np.array(leaves, np.int64).reshape(-1, 6)
-        self.state = np.array(state, np.int64).reshape(-1, 5) if state else None
+        self.pleaf = np.array(leaves, np.int64).reshape(-1, 7)
+        self.state = np.array(state, np.int64).reshape(-1, 6) if state else None
         ops = {"leaf": vm.P_LEAF, "cmp": vm.P_CMP, "isnull": vm.P_ISNULL, "not": vm.P_NOT, "and": vm.P_AND,
-               "or": vm.P_OR}
+               "or": vm.P_OR, "neg": vm.P_NEG}
         code, first, base = [], [0], 0
         by_label = {}
+
+        def step_row(number, step):
+            if step[0] == "leaf":
+                return number, vm.P_LEAF, step[1] + base, 0, 0
+            if step[0] == "arith":
+                return number, step[1], 0, 0, 0
+            return number, ops[step[0]], step[1] if len(step) > 1 else 0, 0, 0
+
         for number, prog in enumerate(fast.programs):
-            steps = [(number, ops[step[0]], (step[1] + base) if step[0] == "leaf" else
-                      (step[1] if len(step) > 1 else 0), 0, 0) for step in prog.code]
+            steps = [step_row(number, step) for step in prog.code]
             by_label.setdefault(prog.label, []).extend(steps)
             base += len(prog.leaves)
         for label in range(len(plan.labels)):
@@ -278,8 +444,16 @@ class CompiledMatcher:
         ivalid = np.zeros((max(self.n_ints, 1), n), np.bool_)
         fvals = np.zeros((max(self.n_floats, 1), n), np.float64)
         fvalid = np.zeros((max(self.n_floats, 1), n), np.bool_)
+        inull = np.array(self.inull or [0], np.int64)
         for spec, (cur_col, other_col, kind) in zip(self.specs, self.compare_cols):
             lhs = int(spec[4])
+            if kind == "string":
+                extra = [self.string_nulls[lhs + 1]] if lhs + 1 in self.string_nulls else []
+                ranked, extra_ranks = string_ranks([table.column(cur_col), table.column(other_col)], extra)
+                (ivals[lhs], ivalid[lhs]), (ivals[lhs + 1], ivalid[lhs + 1]) = ranked
+                if extra:
+                    inull[lhs + 1] = extra_ranks[extra[0]]
+                continue
             for k, col in ((lhs, cur_col), (lhs + 1, other_col)):
                 values, valid = to_numpy(table.column(col), kind)
                 ivals[k], ivalid[k] = (float_order_keys(values) if kind == "float" else values), valid
@@ -307,7 +481,7 @@ class CompiledMatcher:
             else:
                 wkey_i, wend_i = key, end
         return dict(masks=np.ascontiguousarray(masks), ivals=ivals, ivalid=ivalid, fvals=fvals, fvalid=fvalid,
-                    has_within=has_within, within_float=within_float, wkey_i=wkey_i, wend_i=wend_i,
+                    inull=inull, has_within=has_within, within_float=within_float, wkey_i=wkey_i, wend_i=wend_i,
                     wkey_f=wkey_f, wend_f=wend_f, wvalid=wvalid, wend_valid=wend_valid)
 
     # ------------------------------------------------------------------ running
@@ -315,15 +489,16 @@ class CompiledMatcher:
              spent: np.ndarray, worker: int):
         """All events of the partitions in ``bounds`` (absolute rows), growing buffers as needed."""
         rows = int(bounds[-1] - bounds[0])
-        # a match holds an arena node per row: room for the longest partition spares a long match restarts
+        # a match holds an arena node per row and live thread: room for two per row of the longest partition
+        # spares a long match restarts (an alternation in a loop keeps two threads)
         longest = int(np.diff(bounds).max()) if len(bounds) > 1 else 0
-        caps = dict(events=rows + 16, labels=rows + 16, arena=max(1 << 16, longest + 16), visits=1 << 12,
+        caps = dict(events=rows + 16, labels=rows + 16, arena=max(1 << 16, 2 * longest + 16), visits=1 << 12,
                     threads=min(settings.max_threads, 1024))
         out = []
         possible = np.zeros(n_rows if probe else 1, np.uint8)
         part = 0
         n_parts = len(bounds) - 1
-        inull = np.array(self.inull or [0], np.int64)
+        inull = arrays["inull"]
         inull_ok = np.array(self.inull_ok or [False], np.bool_)
         fnull = np.array(self.fnull or [0.0], np.float64)
         fnull_ok = np.array(self.fnull_ok or [False], np.bool_)
@@ -386,9 +561,9 @@ class CompiledMatcher:
     def matches(self, table: pa.Table, bounds: np.ndarray, settings) -> Matches | None:
         """The events of a chunk; None when an integer running sum of a DEFINE left the range the
         compiled matcher compares exactly (the reference matcher then matches the chunk)."""
-        arrays = self._arrays(table, bounds)
         pieces = self._split(bounds, settings)
         try:
+            arrays = self._arrays(table, bounds)  # a DECIMAL beyond int64 stops here
             results = [r[0] for r in self._in_workers(arrays, pieces, settings, False, table.num_rows)]
         except _OutOfRange:
             return None
@@ -411,8 +586,8 @@ class CompiledMatcher:
         return Matches.concat(parts)
 
     def possible_starts(self, table: pa.Table, bounds: np.ndarray, settings) -> np.ndarray:
-        arrays = self._arrays(table, bounds)
         try:
+            arrays = self._arrays(table, bounds)
             (_, possible), = self._in_workers(arrays, [bounds], settings, True, table.num_rows)
         except _OutOfRange:  # a running sum the compiled matcher cannot keep: every row may start one
             return np.ones(table.num_rows, np.uint8)

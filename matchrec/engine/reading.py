@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 
 from matchrec.connectors.duckdb_source import DuckDBOracle, describe
-from matchrec.engine.fast import CompiledMatcher, leaf_kind, numeric_kind, to_numpy
+from matchrec.engine.fast import CompiledMatcher, compare_kind, numeric_kind, program_kinds, to_numpy
 from matchrec.errors import ProgrammingError, positioned
 from matchrec.parser import hidden as H
 from matchrec.parser.names import quote_ident
@@ -40,7 +40,7 @@ def needed_columns(plan: Plan, fp: FastPlan | None) -> set[int]:
     need = {c.index for c in plan.output if c.source == "input"} | set(plan.partition_by)
     need |= ir.columns_of(m.node for m in plan.measures)
     # the reference matcher evaluates DEFINE itself (also for a chunk whose sums the compiled one cannot keep)
-    if fp is None or not fp.exact or fp.aggregates:
+    if fp is None or not fp.exact or fp.may_hand_back:
         need |= ir.columns_of(plan.defines)
     if fp is not None:
         names = [n for n, _ in plan.input_columns]
@@ -134,19 +134,20 @@ def decide_fast_path(plan: Plan, fp: FastPlan, con: duckdb.DuckDBPyConnection, f
             return False
     kept = []
     for k, c in enumerate(fp.compares):
-        kinds = {numeric_kind(arrow[types[H.compare_current(k)]]), numeric_kind(arrow[types[H.compare_other(k)]])}
-        if None in kinds:
-            fp.residual.append(f"{plan.labels[c.label]}: {c.current_sql} vs {c.other_sql} (not numeric)")
+        kind = compare_kind(arrow[types[H.compare_current(k)]], arrow[types[H.compare_other(k)]])
+        if kind is None:
+            fp.residual.append(f"{plan.labels[c.label]}: {c.current_sql} vs {c.other_sql} (types not compared exactly)")
         else:
-            c.kind = "float" if "float" in kinds else "int"
+            c.kind = kind
             kept.append(c)
     fp.compares = kept
     programs, k = [], 0
     for prog in fp.programs:
-        kinds = [leaf_kind(leaf, arrow[types[H.leaf(k + j)]]) for j, leaf in enumerate(prog.leaves)]
+        kinds = program_kinds(prog, [arrow[types[H.leaf(k + j)]] for j in range(len(prog.leaves))], fp.aggregates)
         k += len(prog.leaves)
-        if None in kinds:
-            fp.residual.append(f"{plan.labels[prog.label]}: {prog.text} (reads values that are not numbers or times)")
+        if kinds is None:
+            fp.residual.append(f"{plan.labels[prog.label]}: {prog.text} (reads values that are not numbers or times, "
+                               "or mixes DECIMALs with floats)")
             continue
         for leaf, kind in zip(prog.leaves, kinds):
             leaf.kind = kind

@@ -20,6 +20,8 @@ partitions can also be split between threads (the function releases the GIL).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -28,7 +30,7 @@ from matchrec.operators.program import DONE, END, JUMP, MATCH, SAVE, SPLIT, STAR
 EV_MATCH, EV_EMPTY, EV_UNMATCHED = 0, 1, 2
 OK, NEED_EVENTS, NEED_LABELS, NEED_ARENA, NEED_VISITS, ERR_SKIP_ABSENT, ERR_SKIP_FIRST, ERR_THREADS, \
     ERR_MATCHES, NEED_THREADS, ERR_STEPS, ERR_STOPPED = range(12)
-ERR_RANGE = 12  # an integer running sum left the range where it compares exactly
+ERR_RANGE = 12  # an exact (integer, DECIMAL) running sum or arithmetic result left the range where it compares exactly
 POLL_STEPS = 4096  # steps between two looks at the budget (a few microseconds of work)
 SKIP_PAST_LAST, SKIP_NEXT_ROW, SKIP_TO_FIRST, SKIP_TO_LAST = range(4)
 CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE = range(6)
@@ -67,12 +69,13 @@ def _fcompare(op, x, y):
     return _compare(op, x, y)
 
 
-P_LEAF, P_CMP, P_ISNULL, P_NOT, P_AND, P_OR = range(6)
+P_LEAF, P_CMP, P_ISNULL, P_NOT, P_AND, P_OR, P_ADD, P_SUB, P_MUL, P_DIV, P_NEG = range(11)
 # per-thread state beside the LAST registers (rows of ``state``: kind, first word, label mask,
-# argument is float, argument matrix row): the first row of a set, or a running aggregate kept
-# in three words (count of non-null values, accumulator, compensation of a float sum)
-S_FIRST, A_COUNT, A_SUM, A_AVG, A_MIN, A_MAX = range(6)
-LEAF_ROW, LEAF_FIRST, LEAF_AGG = range(3)
+# argument is float, argument matrix row, DECIMAL scale of the argument): the first row of a set,
+# a running aggregate kept in three words (count of non-null values, accumulator, compensation of
+# a float sum), or the label of the thread's last row
+S_FIRST, A_COUNT, A_SUM, A_AVG, A_MIN, A_MAX, S_LABEL = range(7)  # S_LABEL: the label of the last row
+LEAF_ROW, LEAF_FIRST, LEAF_AGG, LEAF_MATCH_NUMBER, LEAF_LABEL = range(5)
 EXACT_INT = 1 << 53  # beyond this an integer sum may compare differently with a float
 
 
@@ -137,6 +140,9 @@ def _advance(label, row, regs, state, ivals, ivalid, fvals, fvalid, fbuf, ibuf, 
             if regs[w] < 0:
                 regs[w] = row
             continue
+        if func == S_LABEL:
+            regs[w] = label
+            continue
         m = state[k, 4]
         is_float = state[k, 3] == 1
         if is_float:
@@ -193,21 +199,96 @@ def _agg_value(k, label, row, regs, t, state, ivals, ivalid, fvals, fvalid, fbuf
             return True, True, 0, x / c
         return True, True, 0, x
     if func == A_AVG:
+        # a DECIMAL sum is the scaled integer acc (|acc| <= 2**53, exact as a float): one division
+        # rounds it as float(Decimal) does
+        scale = state[k, 5]
+        if scale > 0:
+            return True, True, 0, (float(acc) / 10.0 ** scale) / c
         return True, True, 0, float(acc) / c
     return True, False, acc, 0.0
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _scaled(x, d):
+    """``x * 10**d`` and whether it stays within the exactly comparable range."""
+    for _ in range(d):
+        if x > EXACT_INT // 10 or x < -(EXACT_INT // 10):
+            return False, 0
+        x *= 10
+    return True, x
+
+
+@njit(nogil=True, cache=True)
+def _arith(o, a, b, sint, sval, sfloat, sscale, ibuf):
+    """Stack slot ``a`` := slot ``a`` OP slot ``b`` (both non-NULL), as the reference's Python
+    operators compute it: integers and DECIMALs (scaled integers) exactly, a float operand makes
+    the result a float, division is in floats (x / 0 is +-inf, 0 / 0 NaN). False (and ibuf[1] set)
+    when an exact result would leave the range where it compares exactly."""
+    if o == P_DIV or sfloat[a] or sfloat[b]:
+        x = sval[a] if sfloat[a] else float(sint[a])
+        y = sval[b] if sfloat[b] else float(sint[b])
+        if o == P_ADD:
+            r = x + y
+        elif o == P_SUB:
+            r = x - y
+        elif o == P_MUL:
+            r = x * y
+        elif y == 0.0:
+            if x == 0.0 or x != x:
+                r = np.nan
+            else:
+                r = math.copysign(math.inf, x) * math.copysign(1.0, y)
+        else:
+            r = x / y
+        sval[a] = r
+        sfloat[a] = True
+        sscale[a] = 0
+        return True
+    x = sint[a]
+    y = sint[b]
+    if x > EXACT_INT or x < -EXACT_INT or y > EXACT_INT or y < -EXACT_INT:
+        ibuf[1] = 1
+        return False
+    if o == P_MUL:
+        if x != 0 and (y > EXACT_INT // abs(x) or y < -(EXACT_INT // abs(x))):
+            ibuf[1] = 1
+            return False
+        sint[a] = x * y
+        sscale[a] = sscale[a] + sscale[b]
+        return True
+    sa = sscale[a]
+    sb = sscale[b]
+    if sa < sb:
+        ok, x = _scaled(x, sb - sa)
+        sa = sb
+    elif sb < sa:
+        ok, y = _scaled(y, sa - sb)
+    else:
+        ok = True
+    if not ok:
+        ibuf[1] = 1
+        return False
+    r = x + y if o == P_ADD else x - y
+    if r > EXACT_INT or r < -EXACT_INT:
+        ibuf[1] = 1
+        return False
+    sint[a] = r
+    sscale[a] = sa
+    return True
+
+
 @njit(nogil=True, cache=True)
 def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull, fnull_ok, pstart, pend,
-              pcode, pleaf, pfirst, sval, sint, sfloat, sok, state, fbuf, ibuf, compensated):
+              pcode, pleaf, pfirst, sval, sint, sfloat, sok, sscale, state, fbuf, ibuf, compensated, match_number):
     """Whether every register program of ``label`` yields TRUE at ``row`` for thread ``t``.
 
     Kept out of line: the common conditions (mask, comparisons) must stay small enough for the
     matcher's hot loop to compile well, and only labels with programs pay for this call.
 
     Steps pfirst[label] .. pfirst[label + 1], program after program (pcode[k, 0] numbers them).
-    The stack holds a value (float or int, as sfloat says) and sok False for NULL; SQL's
-    three-valued logic throughout.
+    The stack holds a value (float or int, as sfloat says; an int is a DECIMAL scaled by
+    10**sscale) and sok False for NULL; SQL's three-valued logic throughout. An arithmetic
+    result an int64 cannot keep exactly sets ibuf[1] (the matcher then stops with ERR_RANGE).
     """
     k = pfirst[label]
     end = pfirst[label + 1]
@@ -218,7 +299,31 @@ def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok
             leaf = pcode[k, 2]
             is_float, mrow, reg, off = pleaf[leaf, 0], pleaf[leaf, 1], pleaf[leaf, 2], pleaf[leaf, 3]
             source = pleaf[leaf, 4]
+            if source == LEAF_MATCH_NUMBER:  # the number the match gets if it succeeds
+                sok[top] = True
+                sfloat[top] = False
+                sint[top] = match_number
+                sscale[top] = 0
+                top += 1
+                k += 1
+                if k == end or pcode[k, 0] != pcode[k - 1, 0]:
+                    if not (top == 1 and sok[0] and sint[0] == 1):
+                        return False
+                    top = 0
+                continue
             if state is not None:  # numba compiles this away for plans without FIRST or aggregates
+                if source == LEAF_LABEL:  # PREV(CLASSIFIER()): the label of the thread's last row, if any
+                    sok[top] = regs[t, reg] >= 0
+                    sfloat[top] = False
+                    sint[top] = regs[t, reg]
+                    sscale[top] = 0
+                    top += 1
+                    k += 1
+                    if k == end or pcode[k, 0] != pcode[k - 1, 0]:
+                        if not (top == 1 and sok[0] and sint[0] == 1):
+                            return False
+                        top = 0
+                    continue
                 if source == LEAF_AGG:
                     ok, af, ai, av = _agg_value(pleaf[leaf, 5], label, row, regs, t, state, ivals, ivalid, fvals,
                                                 fvalid, fbuf, ibuf, compensated)
@@ -226,6 +331,7 @@ def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok
                     sfloat[top] = af
                     sint[top] = ai
                     sval[top] = av
+                    sscale[top] = pleaf[leaf, 6]
                     top += 1
                     k += 1
                     if k == end or pcode[k, 0] != pcode[k - 1, 0]:
@@ -244,6 +350,7 @@ def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok
                     if pos < pstart or pos >= pend:
                         pos = -1
             sfloat[top] = is_float == 1
+            sscale[top] = pleaf[leaf, 6]
             if is_float == 1:
                 if pos >= 0:
                     sok[top] = fvalid[mrow, pos]
@@ -267,11 +374,41 @@ def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok
                     x = sval[a] if sfloat[a] else float(sint[a])
                     y = sval[b] if sfloat[b] else float(sint[b])
                     r = _fcompare(pcode[k, 2], x, y)
-                else:
+                elif sscale[a] == sscale[b]:
                     r = _compare(pcode[k, 2], sint[a], sint[b])
+                else:  # DECIMALs of different scales (or with an integer): compare at the larger scale
+                    x = sint[a]
+                    y = sint[b]
+                    if sscale[a] < sscale[b]:
+                        ok, x = _scaled(x, sscale[b] - sscale[a])
+                    else:
+                        ok, y = _scaled(y, sscale[a] - sscale[b])
+                    if not ok:
+                        ibuf[1] = 1
+                        return False
+                    r = _compare(pcode[k, 2], x, y)
                 sint[a] = 1 if r else 0
             sfloat[a] = False
+            sscale[a] = 0
             sok[a] = sok[a] and sok[b]
+        elif o >= P_ADD and o <= P_DIV:
+            top -= 1
+            a, b = top - 1, top
+            if sok[a] and sok[b]:
+                if not _arith(o, a, b, sint, sval, sfloat, sscale, ibuf):
+                    return False
+            else:
+                sok[a] = False
+                sfloat[a] = sfloat[a] or sfloat[b] or o == P_DIV
+        elif o == P_NEG:
+            a = top - 1
+            if sfloat[a]:
+                sval[a] = -sval[a]
+            else:
+                if sint[a] > EXACT_INT or sint[a] < -EXACT_INT:
+                    ibuf[1] = 1
+                    return False
+                sint[a] = -sint[a]
         elif o == P_ISNULL:
             sint[top - 1] = 0 if sok[top - 1] else 1
             sok[top - 1] = True
@@ -299,7 +436,8 @@ def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok
 
 @njit(nogil=True, cache=True, inline="always")
 def _condition(label, row, regs, t, masks, conds, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull,
-               fnull_ok, pstart, pend, pcode, pleaf, pfirst, sval, sint, sfloat, sok, state, fbuf, ibuf, compensated):
+               fnull_ok, pstart, pend, pcode, pleaf, pfirst, sval, sint, sfloat, sok, sscale, state, fbuf, ibuf,
+               compensated, match_number):
     """Whether ``label`` may be given to ``row`` by thread ``t`` (registers ``regs[t]``).
 
     ``conds`` and ``pcode`` are None when the pattern has no register comparisons or programs:
@@ -336,7 +474,8 @@ def _condition(label, row, regs, t, masks, conds, ivals, ivalid, fvals, fvalid, 
     if pcode is not None:
         if pfirst[label] < pfirst[label + 1] and not _programs(
                 label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull, fnull_ok, pstart,
-                pend, pcode, pleaf, pfirst, sval, sint, sfloat, sok, state, fbuf, ibuf, compensated):
+                pend, pcode, pleaf, pfirst, sval, sint, sfloat, sok, sscale, state, fbuf, ibuf, compensated,
+                match_number):
             return False
     return True
 
@@ -382,6 +521,7 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, reg_init, state, compens
     sint = np.empty(depth, np.int64)
     sfloat = np.empty(depth, np.bool_)
     sok = np.empty(depth, np.bool_)
+    sscale = np.zeros(depth, np.int64)
     # every instruction is visited at most once per closure and pushes at most two entries
     stack_pc = np.empty(4 * n_prog + 4, np.int32)
     stack_node = np.empty(4 * n_prog + 4, np.int64)
@@ -477,8 +617,9 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, reg_init, state, compens
                                     continue
                         if not _condition(label, idx, cur_regs, i, masks, conds, ivals, ivalid, fvals, fvalid,
                                           inull, inull_ok, fnull, fnull_ok, pstart, pend, pcode, pleaf,
-                                          pfirst, sval, sint, sfloat, sok, state, fbuf, ibuf, compensated):
-                            if state is not None and ibuf[1] != 0:
+                                          pfirst, sval, sint, sfloat, sok, sscale, state, fbuf, ibuf,
+                                          compensated, match_number):
+                            if pcode is not None and ibuf[1] != 0:  # an exact value left its range
                                 return ERR_RANGE, part, ev0, lab0, exc0, 0
                             continue
                         if n_arena >= arena_cap:

@@ -7,15 +7,21 @@ proven to be one of:
   - DuckDB evaluates it for every input row, over chunks of the sorted input in which the
   engine has shifted the columns PREV/NEXT read, into one bit of a per-row label mask;
 * **register**: compares an expression of the current row with an expression of the last row
-  of another variable (``M.district = B.district``, ``B.price > A.price * 1.05``), on numeric
-  or temporal values - the compiled matcher keeps that row per thread;
+  of another variable (``M.district = B.district``, ``B.price > A.price * 1.05``), on numeric,
+  temporal, DECIMAL (as scaled integers) or string values (as ranks) - the compiled matcher
+  keeps that row per thread;
 * **register program**: a boolean combination (comparisons, AND/OR/NOT, IS NULL) of values
   read at the current row, at a register's row, at the first row of a variable set (FIRST,
   kept per thread as the first row it labelled with the set) or of running aggregates
   (count, sum, avg, min, max over a variable, a subset or the whole match, kept per thread as
-  a count and an accumulator, updated when the thread takes a row);
-* **residual**: anything else (FIRST with a logical offset, aggregates inside arithmetic,
-  DISTINCT or FILTER, CLASSIFIER, MATCH_NUMBER ...).
+  a count and an accumulator, updated when the thread takes a row), combined by arithmetic
+  (``+ - * /``, unary minus) where the reference computes it with Python's operators: integers
+  and DECIMALs exactly (DECIMALs as scaled integers), floats as floats;
+  MATCH_NUMBER() is a leaf the compiled matcher fills with the number of the match being tried,
+  CLASSIFIER() of the current row compared with a string literal is the defined variable's
+  name, a constant, and PREV(CLASSIFIER()) = 'X' compares the label of the thread's last row;
+* **residual**: anything else (FIRST with a logical offset, DISTINCT or FILTER, CLASSIFIER of
+  other rows than these, typed division, DECIMAL mixed with floats ...).
 
 With no residual conjunct the compiled matcher alone decides every match. Otherwise it runs
 on the row and register parts only - a relaxed pattern that accepts a superset of the label
@@ -37,6 +43,7 @@ from matchrec.planner.plan import Plan
 MAX_LABELS = 62
 _COMPARE = {exp.EQ: vm.CMP_EQ, exp.NEQ: vm.CMP_NE, exp.LT: vm.CMP_LT, exp.LTE: vm.CMP_LE, exp.GT: vm.CMP_GT,
             exp.GTE: vm.CMP_GE}
+_ARITH = {exp.Add: vm.P_ADD, exp.Sub: vm.P_SUB, exp.Mul: vm.P_MUL, exp.Div: vm.P_DIV}
 _MIRROR = {vm.CMP_EQ: vm.CMP_EQ, vm.CMP_NE: vm.CMP_NE, vm.CMP_LT: vm.CMP_GT, vm.CMP_LE: vm.CMP_GE,
            vm.CMP_GT: vm.CMP_LT, vm.CMP_GE: vm.CMP_LE}
 
@@ -49,7 +56,7 @@ class RegisterCompare:
     current_sql: str  # DuckDB SQL over the input columns, read at the current row
     other_sql: str  # read at the register's row (+ offset)
     offset: int = 0
-    kind: str = "int"  # how both sides are compared: "int" (also times) or "float"
+    kind: str = "int"  # how both sides are compared: "int" (also times), "float", "decimal:<scale>" or "string"
 
 
 AGG_FUNCS = ("count", "sum", "avg", "min", "max")
@@ -71,19 +78,23 @@ class RegisterLeaf:
     ``source`` "first": ``register`` numbers FastPlan.firsts, the first row of a variable set
     (the current row when the set holds the current variable and has no row yet). ``source``
     "agg": the value is the running aggregate FastPlan.aggregates[``agg``] and ``sql`` its
-    argument, computed for every row."""
+    argument, computed for every row. ``source`` "match_number": MATCH_NUMBER(), the number the
+    match gets if it succeeds (``sql`` is a BIGINT placeholder). ``source`` "prev_label":
+    PREV(CLASSIFIER()), the label id of the thread's last row (NULL at the match's first row)."""
     sql: str
     register: int
     offset: int = 0
-    kind: str = "int"  # "int" (also times, booleans) or "float", from the column's type
-    source: str = "row"  # "row" (current or LAST register), "first" or "agg"
+    kind: str = "int"  # "int" (also times, booleans), "float" or "decimal:<scale>", from the column's type
+    source: str = "row"  # "row" (current or LAST register), "first", "agg", "match_number" or "prev_label"
     agg: int = -1
 
 
 @dataclass
 class RegisterProgram:
     """A condition mixing the current row and register rows, as a stack program over leaves:
-    ("leaf", i), ("cmp", op), ("isnull",), ("not",), ("and",), ("or",)."""
+    ("leaf", i), ("cmp", op), ("arith", op), ("neg",), ("isnull",), ("not",), ("and",), ("or",).
+    Whether the arithmetic is exact for the leaves' types is decided once they are known
+    (engine.fast.program_kinds)."""
     label: int
     code: list[tuple]
     leaves: list[RegisterLeaf]
@@ -104,10 +115,19 @@ class FastPlan:
     compares: list[RegisterCompare] = field(default_factory=list)
     programs: list[RegisterProgram] = field(default_factory=list)
     residual: list[str] = field(default_factory=list)  # why the relaxed pattern is needed, per conjunct
+    prev_label: bool = False  # a thread keeps the label of its last row (PREV(CLASSIFIER()))
 
     @property
     def exact(self) -> bool:
         return not self.residual
+
+    @property
+    def may_hand_back(self) -> bool:
+        """Whether a chunk may go to the reference matcher after all: an exact value (running sum,
+        arithmetic, DECIMAL) can leave the range the compiled matcher keeps it in."""
+        return bool(self.aggregates) or any(c.kind.startswith("decimal") for c in self.compares) or any(
+            step[0] in ("arith", "neg") for p in self.programs for step in p.code) or any(
+            leaf.kind.startswith("decimal") for p in self.programs for leaf in p.leaves)
 
     def describe(self, labels: list[str]) -> list[str]:
         lines = ["matcher: compiled (numba Pike VM)" + ("" if self.exact else
@@ -175,6 +195,61 @@ class _Classifier:
         self.read: set[str] = set()  # input columns read by accepted row conditions
         self.firsts: list[frozenset[int]] = []  # FastPlan.firsts, as register programs add them
         self.aggs: list[AggSpec] = []  # FastPlan.aggregates
+        self.prev_label = False  # FastPlan.prev_label
+
+    def classifier_literals(self, tree: exp.Expression, label: int) -> exp.Expression:
+        """``tree`` with CLASSIFIER() (or CLASSIFIER(V), V holding the current variable) that reads
+        the current row and is compared with a string literal replaced by the variable's name: in a
+        DEFINE the current row carries the variable being defined. Under navigation or in an
+        aggregate it reads other rows and stays as it is."""
+        targets = []
+        for node in tree.walk():
+            if self.mr_name(node) != "classifier":
+                continue
+            args = node.expressions
+            if args and not (isinstance(args[0], exp.Column) and args[0].args.get("table") is None
+                             and label in (self.var_set(args[0].this) or ())):
+                continue
+            parent, child = node.parent, node
+            while isinstance(parent, exp.Paren):
+                parent, child = parent.parent, parent
+            if isinstance(parent, tuple(_COMPARE)):
+                other = parent.expression if child is parent.this else parent.this
+                if not (isinstance(other, exp.Literal) and other.is_string):
+                    continue
+            elif isinstance(parent, exp.In) and child is parent.this and not parent.args.get("query"):
+                if not all(isinstance(e, exp.Literal) and e.is_string for e in parent.expressions):
+                    continue
+            else:
+                continue
+            up, inside = parent, False
+            while up is not None:
+                if isinstance(up, (exp.AggFunc, exp.Window)) or self.mr_name(up) is not None:
+                    inside = True
+                    break
+                up = up.parent
+            if not inside:
+                targets.append(node)
+        if not targets:
+            return tree
+        copy = tree.copy()
+        pairs = dict(zip(map(id, tree.walk()), copy.walk()))
+        for node in targets:
+            pairs[id(node)].replace(exp.Literal.string(self.labels[label]))
+        return copy
+
+    def prev_classifier(self, node: exp.Expression) -> bool:
+        """Whether ``node`` is PREV(CLASSIFIER()) (offset 1): the label of the row before the
+        current one, which in a match is the last row the thread took."""
+        if self.mr_name(node) != "prev" or not node.expressions:
+            return False
+        args = node.expressions
+        if len(args) == 2 and not (isinstance(args[1], exp.Literal) and args[1].this == "1"):
+            return False
+        inner = args[0]
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        return self.mr_name(inner) == "classifier" and not inner.expressions
 
     def var_set(self, qualifier: exp.Identifier | None) -> frozenset[int] | None:
         if qualifier is None:
@@ -409,8 +484,28 @@ class _Classifier:
             return True
 
         def emit(node) -> bool:
+            nonlocal uses_register
             while isinstance(node, exp.Paren):
                 node = node.this
+            if isinstance(node, (exp.EQ, exp.NEQ)):
+                sides = [node.this, node.expression]
+                for nav, lit in (sides, sides[::-1]):
+                    while isinstance(nav, exp.Paren):
+                        nav = nav.this
+                    if self.prev_classifier(nav) and isinstance(lit, exp.Literal) and lit.is_string:
+                        ident = self.labels.index(lit.this) if lit.this in self.labels else -2
+                        leaves.append(RegisterLeaf("CAST(0 AS BIGINT)", -1, 0, source="prev_label"))
+                        leaves.append(RegisterLeaf(f"CAST({ident} AS BIGINT)", -1, 0))
+                        code.extend([("leaf", len(leaves) - 2), ("leaf", len(leaves) - 1),
+                                     ("cmp", _COMPARE[type(node)])])
+                        uses_register = True
+                        self.prev_label = True
+                        return True
+            if self.mr_name(node) == "match_number":
+                leaves.append(RegisterLeaf("CAST(0 AS BIGINT)", -1, 0, source="match_number"))
+                code.append(("leaf", len(leaves) - 1))
+                uses_register = True
+                return True
             ctx = self.context(node, label)
             if ctx is not None:
                 return leaf(node, ctx)
@@ -429,6 +524,15 @@ class _Classifier:
             if type(node) in _COMPARE:
                 ok = emit(node.this) and emit(node.expression)
                 code.append(("cmp", _COMPARE[type(node)]))
+                return ok
+            if type(node) in _ARITH and not node.args.get("typed"):
+                # typed division (Trino's integer division) is DuckDB's to compute, not Python's
+                ok = emit(node.this) and emit(node.expression)
+                code.append(("arith", _ARITH[type(node)]))
+                return ok
+            if isinstance(node, exp.Neg):
+                ok = emit(node.this)
+                code.append(("neg",))
                 return ok
             return False
 
@@ -496,6 +600,7 @@ def fast_plan(plan: Plan) -> FastPlan | None:
         in_read: list[str] = []
         in_chunk: list[str] = []
         for conjunct in _conjuncts(d.expression.tree):
+            conjunct = cls.classifier_literals(conjunct, label)
             read_before, shifts_before = set(cls.read), dict(fp.shifts)
             cls.read = set()
             sql = cls.row_sql(conjunct, label, fp.shifts)
@@ -526,7 +631,13 @@ def fast_plan(plan: Plan) -> FastPlan | None:
             fp.chunk_sql[label] = " AND ".join(in_chunk)
         if in_read or in_chunk:
             fp.row_sql[label] = " AND ".join(in_read + in_chunk)
+    if fp.residual:
+        # the relaxed pattern tries every row as a start, where no match number is known yet
+        for prog in [p for p in fp.programs if any(leaf.source == "match_number" for leaf in p.leaves)]:
+            fp.programs.remove(prog)
+            fp.residual.append(f"{plan.labels[prog.label]}: {prog.text} (MATCH_NUMBER beside a residual condition)")
     fp.registers = registers
     fp.firsts, fp.aggregates = cls.firsts, cls.aggs
+    fp.prev_label = any(leaf.source == "prev_label" for p in fp.programs for leaf in p.leaves)
     fp.row_columns = chunk_columns
     return fp
