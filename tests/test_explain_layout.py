@@ -107,10 +107,27 @@ def test_decide_fast_path_is_pure(duck):
     fp = fast_plan(plan)
     assert fp is not None and len(fp.compares) + len(fp.programs) >= 1
     original = copy.deepcopy(fp)
-    kinds = reading.type_kinds(plan, fp, duck, input_sql, oracle)
-    decided, why = decide_fast_path(plan, fp, kinds)
+    types = reading.probe_types(plan, fp, duck, input_sql, oracle)
+    decided, why = decide_fast_path(plan, fp, types, reading.KindRules)
     assert why == "" and decided is not fp
     assert fp == original  # the argument is left as it was
     # w is text: whatever compares it is left to the reference matcher, v (a number) stays compiled
     assert any("w" in r for r in decided.residual) and not decided.exact
-    assert decide_fast_path(plan, fp, kinds)[0] == decided  # the same answer again
+    assert decide_fast_path(plan, fp, types, reading.KindRules)[0] == decided  # the same answer again
+
+
+def test_one_chooser_for_every_form():
+    from matchrec.planner.fastpath import FastPlan
+    from matchrec.planner.physical import Semantics, choose_matcher
+    exact = FastPlan(row_sql=["x > 1"])
+    relaxed = FastPlan(row_sql=["x > 1"], residual=["A: CLASSIFIER()"])
+    assert choose_matcher(Semantics("match_recognize", ("A",), exact)).name == "compiled"
+    assert choose_matcher(Semantics("match_recognize", ("A",), relaxed)).name == "compiled pre-filter"
+    off = choose_matcher(Semantics("match_recognize", ("A",), None, "SET matchrec_fast_path = 0"))
+    assert (off.name, off.summary) == ("reference", "reference (SET matchrec_fast_path = 0)")
+    assert choose_matcher(Semantics("window", ("A",), exact)).name == "window compiled"
+    assert choose_matcher(Semantics("window", ("A",), None)).name == "window reference"
+    cer = choose_matcher(Semantics("cer", mechanism="chain", order=("y", "x"), mechanism_reason="AND, stable",
+                                   estimates=("events 10",)))
+    assert (cer.name, cer.summary, cer.reason, cer.estimates) == ("chain", "mechanism chain, order y, x",
+                                                                  "AND, stable", ("events 10",))

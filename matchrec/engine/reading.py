@@ -142,7 +142,8 @@ def plan_clause(plan: Plan, input_sql: str, con: duckdb.DuckDBPyConnection, orac
     elif compilable:
         candidate = fast_plan(plan)
         if candidate is not None:
-            fp, not_compiled = decide_fast_path(plan, candidate, type_kinds(plan, candidate, con, input_sql, oracle))
+            fp, not_compiled = decide_fast_path(plan, candidate, probe_types(plan, candidate, con, input_sql, oracle),
+                                                 KindRules)
     matcher = choose_matcher(Semantics("window" if window else "match_recognize", tuple(plan.labels), fp,
                                        not_compiled, estimates=_NO_ESTIMATES))
     where, filtering = None, Section("none: the reference matcher reads every row")
@@ -177,21 +178,34 @@ def plan_clause(plan: Plan, input_sql: str, con: duckdb.DuckDBPyConnection, orac
 _NO_ESTIMATES = ("none used: the choice rests on the forms of DEFINE and the types of the values compared",)
 
 
-def type_kinds(plan: Plan, fp: FastPlan, con: duckdb.DuckDBPyConnection, input_sql: str,
-               oracle: DuckDBOracle) -> dict[str, str | None]:
-    """The kinds (engine.fast.numeric_kind, leaf_kind) of the values the compiled matcher compares,
-    from a DESCRIBE of a probe over the input (planning time: nothing is read)."""
+class KindRules:
+    """The compiled matcher's rules (``engine.fast``) for ``planner.physical.decide_fast_path``."""
+
+    @staticmethod
+    def within(key: pa.DataType, end: pa.DataType) -> str | None:
+        kinds = {numeric_kind(key), numeric_kind(end)}
+        return None if None in kinds or len(kinds) != 1 else kinds.pop()
+
+    @staticmethod
+    def compare(current: pa.DataType, other: pa.DataType) -> str | None:
+        kinds = {numeric_kind(current), numeric_kind(other)}
+        return None if None in kinds else "float" if "float" in kinds else "int"
+
+    @staticmethod
+    def program(prog, types: list[pa.DataType], aggregates) -> list[str] | None:
+        kinds = [leaf_kind(leaf, t) for leaf, t in zip(prog.leaves, types)]
+        return None if None in kinds else kinds
+
+
+def probe_types(plan: Plan, fp: FastPlan, con: duckdb.DuckDBPyConnection, input_sql: str,
+                oracle: DuckDBOracle) -> dict[str, pa.DataType]:
+    """The Arrow types of the values the compiled matcher compares (the WITHIN key and bound,
+    ``planner.physical.probe_columns``), from a DESCRIBE of a probe over the input: planning time,
+    nothing is read."""
     types = dict(describe(con, input_query(plan, input_sql, oracle, fp, None)))
     arrow = _arrow_types(con, types)
-    kinds: dict[str, str | None] = {}
-    for name in (H.WITHIN_KEY, H.WITHIN_END):
-        if name in types:
-            kinds[name] = numeric_kind(arrow[types[name]])
-    for name, _ in probe_columns(plan, fp):
-        kinds[name] = numeric_kind(arrow[types[name]])
-    for k, leaf in enumerate(leaf for prog in fp.programs for leaf in prog.leaves):
-        kinds[H.leaf(k)] = leaf_kind(leaf, arrow[types[H.leaf(k)]])
-    return kinds
+    names = [H.WITHIN_KEY, H.WITHIN_END] + [name for name, _ in probe_columns(plan, fp)]
+    return {name: arrow[types[name]] for name in names if name in types}
 
 
 def plan_pull(plan: Plan, fp: FastPlan | None, oracle: DuckDBOracle, settings, table: str, name: str):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from matchrec.parser import hidden as H
 from matchrec.planner.fastpath import FastPlan
@@ -123,37 +123,45 @@ def probe_columns(plan, fp: FastPlan) -> list[tuple[str, str]]:
     return cols
 
 
-def decide_fast_path(plan, fp: FastPlan, kinds: dict[str, str | None]) -> tuple[FastPlan | None, str]:
+class KindRules(Protocol):
+    """How the compiled matcher compares values of given Arrow types (``engine.fast``'s rules):
+    each answers the kind ('int', 'float', ...) it compares them as, or None when it cannot."""
+
+    def within(self, key: Any, end: Any) -> str | None: ...
+
+    def compare(self, current: Any, other: Any) -> str | None: ...
+
+    def program(self, prog: Any, types: list, aggregates: list) -> list | None: ...
+
+
+def decide_fast_path(plan, fp: FastPlan, types: dict[str, Any], rules: KindRules) -> tuple[FastPlan | None, str]:
     """The fast plan with the comparisons and programs the compiled matcher cannot evaluate moved
-    to the residual, and the kind ('int' or 'float') of every value it compares set; ``kinds``
-    maps the probed columns (``probe_columns``, and ``H.WITHIN_KEY``/``H.WITHIN_END``) to the kind
-    of their type (None: not a number or time the matcher compares exactly; for a leaf, what
-    ``engine.fast.leaf_kind`` answers). ``fp`` itself is not changed.
+    to the residual, and the kind of every value it compares set; ``types`` maps the probed columns
+    (``probe_columns``, and ``H.WITHIN_KEY``/``H.WITHIN_END`` under WITHIN) to their Arrow types,
+    ``rules`` says how the matcher compares them. ``fp`` itself is not changed.
 
     Returns (None, why) when the compiled matcher cannot run at all (a WITHIN bound it cannot
     compare)."""
-    if plan.within_sql is not None:
-        pair = {kinds.get(H.WITHIN_KEY), kinds.get(H.WITHIN_END)}
-        if None in pair or len(pair) != 1:
-            return None, "the WITHIN bound is not an integer, float or time"
+    if plan.within_sql is not None and rules.within(types[H.WITHIN_KEY], types[H.WITHIN_END]) is None:
+        return None, "the WITHIN bound is not an integer, float or time"
     out = copy.deepcopy(fp)
     kept = []
     for k, c in enumerate(out.compares):
-        pair = {kinds.get(H.compare_current(k)), kinds.get(H.compare_other(k))}
-        if None in pair:
+        kind = rules.compare(types[H.compare_current(k)], types[H.compare_other(k)])
+        if kind is None:
             out.residual.append(f"{plan.labels[c.label]}: {c.current_sql} vs {c.other_sql} (not numeric)")
         else:
-            c.kind = "float" if "float" in pair else "int"
+            c.kind = kind
             kept.append(c)
     out.compares = kept
     programs, k = [], 0
     for prog in out.programs:
-        leaf_kinds = [kinds.get(H.leaf(k + j)) for j in range(len(prog.leaves))]
+        kinds = rules.program(prog, [types[H.leaf(k + j)] for j in range(len(prog.leaves))], out.aggregates)
         k += len(prog.leaves)
-        if None in leaf_kinds:
+        if kinds is None:
             out.residual.append(f"{plan.labels[prog.label]}: {prog.text} (reads values that are not numbers or times)")
             continue
-        for leaf, kind in zip(prog.leaves, leaf_kinds):
+        for leaf, kind in zip(prog.leaves, kinds):
             leaf.kind = kind
         programs.append(prog)
     out.programs = programs
