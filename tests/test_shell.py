@@ -120,7 +120,7 @@ def test_mode_csv_and_line(shell):
 def test_explain_prints_plan_verbatim(shell):
     ok, out, _ = run(shell, "EXPLAIN " + VSHAPE)
     assert ok
-    assert out.startswith("MATCH_RECOGNIZE #1\nMatchSpec\n")
+    assert out.startswith("MATCH_RECOGNIZE #1\nlogical:\n")
     assert "  pattern: A B+ C" in out and "explain_value" not in out
     duckdb_plan = min(out.find(corner) for corner in "╭┌" if corner in out)  # DuckDB draws its plan in boxes
     assert out.index("program:") < duckdb_plan

@@ -1,5 +1,8 @@
 """Execute a planned CER query over DuckDB and build its result (rows or EXPLAIN text).
 
+Planning ends with the query's physical plan (``physical_plan``, in ``planner.physical``'s
+layout shared with MATCH_RECOGNIZE); execution reads the events and runs the mechanism it names.
+
 This module owns the run of a CER statement: plan it (``planner.cer``), read its events
 (``engine.cer_read``: columns, rows, filtering before matching), call the evaluation mechanism
 chosen (``engine.mechanisms``; the batch operator through ``engine.multi_group``, as
@@ -25,6 +28,7 @@ from matchrec.operators.cer_reference import Events, Pattern
 from matchrec.parser import sase as S
 from matchrec.planner import cer as P
 from matchrec.planner.cer import CerSettings
+from matchrec.planner.physical import MatcherChoice, PhysicalPlan, Section, Semantics, choose_matcher
 
 # ``needed_columns``, ``register_intervals``, ``filter_join``, ``build_result``: also used as engine.cer.<name>
 __all__ = ["CerSettings", "build_result", "execute", "filter_join", "mechanisms", "needed_columns", "read_events",
@@ -34,6 +38,7 @@ __all__ = ["CerSettings", "build_result", "execute", "filter_join", "mechanisms"
 @dataclass
 class CerRun:
     plan: P.CerPlan
+    physical: PhysicalPlan | None = None  # built whole by planning, before any event is read
     table: pa.Table | None = None
     explain: str | None = None
     info: dict = field(default_factory=dict)
@@ -51,7 +56,7 @@ def _execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSe
     started = time.perf_counter()
     plan = P.plan_query(duck, query, settings, m)
     plan.mechanism_source = getattr(m, "label", "") if plan.mechanism != "batch" else ""
-    run = CerRun(plan)
+    run = CerRun(plan, physical_plan(plan))
     run.info["plan_seconds"] = time.perf_counter() - started
     if query.explain == "explain":
         run.explain = explain_text(run)
@@ -104,45 +109,65 @@ def build_pattern(plan: P.CerPlan, table: pa.Table) -> tuple[Events, Pattern]:
     return Events(key, types, part), Pattern(q.root, plan.window, q.strategy, filters, conditions)
 
 
-# ---------------------------------------------------------------- EXPLAIN
-def explain_text(run: CerRun) -> str:
-    plan, info = run.plan, run.info
+# ---------------------------------------------------------------- physical plan and EXPLAIN
+def physical_plan(plan: P.CerPlan) -> PhysicalPlan:
+    """The CER plan in the layout every form shares (``planner.physical``): what the query means,
+    then how it is read, filtered and matched, with the estimates behind the mechanism."""
     q, st = plan.query, plan.stats
-    lines = [f"CER pattern {S.describe(q.root)}"]
-    lines.append(f"  strategy {S.STRATEGY_NAMES[q.strategy]}; window "
-                 + ("none" if plan.window == P.NO_WINDOW else f"{plan.window}"
-                    + (" microseconds" if plan.key_kind == "time" else " key units")))
-    src = f"  source {q.source}: order key {plan.key_column} ({plan.key_kind})"
+    src = f"{q.source}: order key {plan.key_column} ({plan.key_kind})"
     if plan.type_column:
         src += f", type column {plan.type_column}"
-    if plan.partition_column:
-        src += f", partition by {plan.partition_column}"
-    lines.append(src)
+    conditions = [f"{var}: {sql}" for var, sql in plan.filter_sql.items()]
+    conditions += [f"condition {q.text[c.span[0]:c.span[1]]}" for c in q.conditions]
+    window = "none" if plan.window == P.NO_WINDOW else \
+        f"{plan.window}" + (" microseconds" if plan.key_kind == "time" else " key units")
+    ret = {"count": "COUNT(*)", "events": "the matched events"}.get(q.returns) or \
+        ", ".join(p.name for p in q.projections)
+    logical = (("source", (src,)),
+               ("partition", (plan.partition_column or "none",)),
+               ("order", (f"key {plan.key_column}" + (", then rowid" if plan.rowid else ""),)),
+               ("pattern", (S.describe(q.root),)),
+               ("conditions", tuple(conditions) or ("none",)),
+               ("window", (window,)),
+               ("strategy", (S.STRATEGY_NAMES[q.strategy],)),
+               ("output", (f"returns {ret}",)))
+    row_test = plan.row_test()
+    access = Section(f"local DuckDB read of {q.source}: the columns the conditions and RETURN read, sorted by "
+                     "partition and key", (f"columns: {', '.join(needed_columns(plan)) or 'none'}",
+                                           "predicates over one variable evaluated by DuckDB as boolean masks"))
+    if plan.filtering:
+        first = (f"filtering before matching: on, anchors {', '.join(plan.anchors)} "
+                 f"(rarest element of each alternative); {plan.filtering_reason}")
+        more = ("interval join: the events within the window of the anchors' candidates",)
+    else:
+        first, more = f"filtering before matching: off, {plan.filtering_reason}", ()
+    filtering = Section(first, more + ((f"row filter in DuckDB: {row_test}",) if row_test else ()))
     counts = ", ".join(f"{t if t is not None else 'NULL'} {n} ({a} + {b})"
                        for t, (n, a, b) in sorted(st.types.items(), key=lambda x: str(x[0]))
                        if q.typed and t in {e.type for e in q.elements.values()})
-    lines.append(f"  events {st.total}" + (f"; per type (first half + second half of the key range): {counts}"
-                                           if counts else ""))
+    estimates = [f"events {st.total}" + (f"; per type (first half + second half of the key range): {counts}"
+                                         if counts else "")]
     for var, e in q.elements.items():
-        text = f"  {S.describe(e)}: about {st.estimates.get(var, 0):.0f} candidates"
+        text = f"{S.describe(e)}: about {st.estimates.get(var, 0):.0f} candidates"
         if var in plan.filter_sql:
             text += f", filter selectivity {st.filter_selectivity.get(var, 1):.3f} (DuckDB: {plan.filter_sql[var]})"
-        lines.append(text)
+        estimates.append(text)
     for c, sel in zip(q.conditions, st.condition_selectivity):
         sel_text = "not estimated" if sel is None else f"selectivity {sel:.3f} on a {st.sample_rows}-event sample"
-        lines.append(f"  condition {q.text[c.span[0]:c.span[1]]}: {sel_text}")
-    order = f", order {', '.join(plan.order)}" if plan.order else ""
-    lines.append(f"  mechanism {plan.mechanism}{order}: {plan.reason}")
+        estimates.append(f"condition {q.text[c.span[0]:c.span[1]]}: {sel_text}")
+    chosen = choose_matcher(Semantics("cer", mechanism=plan.mechanism, order=tuple(plan.order) if plan.order else None,
+                                      mechanism_reason=plan.reason, estimates=tuple(estimates)))
     if plan.mechanism_source:
-        lines.append(f"  evaluated by {plan.mechanism_source}")
-    if plan.filtering:
-        lines.append(f"  filtering before matching: on, anchors {', '.join(plan.anchors)} "
-                     f"(rarest element of each alternative); {plan.filtering_reason}")
-    else:
-        lines.append(f"  filtering before matching: off, {plan.filtering_reason}")
-    ret = {"count": "COUNT(*)", "events": "the matched events"}.get(q.returns) or \
-        ", ".join(p.name for p in q.projections)
-    lines.append(f"  returns {ret}")
+        chosen = MatcherChoice(chosen.name, chosen.summary, chosen.reason, chosen.estimates,
+                               (f"evaluated by {plan.mechanism_source}",))
+    output = Section("COUNT(*) as one row" if q.returns == "count" else
+                     "an Arrow table of the matches registered with DuckDB, served by DuckDB")
+    return PhysicalPlan(f"CER pattern {S.describe(q.root)}", logical, access, filtering, chosen, output)
+
+
+def explain_text(run: CerRun) -> str:
+    info, q = run.info, run.plan.query
+    lines = [run.physical.explain()]
     if q.explain == "analyze":
         read, total = info.get("events_read", 0), info.get("events_total", 0)
         share = f" ({read / total:.1%})" if total else ""

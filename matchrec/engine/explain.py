@@ -1,5 +1,8 @@
 """EXPLAIN [ANALYZE] of a MATCH_RECOGNIZE statement: the text matchrec adds before DuckDB's plan.
 
+Each clause shows its physical plan in the layout every form shares (``planner.physical``:
+``logical:`` then ``physical:`` sections), CER statements included (``engine.cer``).
+
 The result of an EXPLAIN has two VARCHAR columns (``explain_key``, ``explain_value``), as
 DuckDB's: the first row is matchrec's (key ``matchrec``: each clause's plan and, under
 ANALYZE, what its run counted), the rows after it DuckDB's EXPLAIN of the statement that
@@ -14,10 +17,8 @@ DESCRIPTION = [("explain_key", "VARCHAR", None, None, None, None, None),
 def clauses_text(runs, analyze: bool) -> str:
     """matchrec's part of the EXPLAIN: one plan per clause run (``engine.statement.ClauseRun``)."""
     lines = []
-    for i, run in enumerate(runs):
-        lines.append(f"MATCH_RECOGNIZE #{i + 1}" if run.window is None else
-                     f"#{i + 1}: window {run.window} with PATTERN")
-        lines.append(run.plan.explain())
+    for run in runs:
+        lines.append(run.plan.explain())  # the physical plan, titled by its planning (planner.physical)
         if analyze:
             lines += _analyze_lines(run)
     return "\n".join(lines)

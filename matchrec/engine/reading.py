@@ -1,4 +1,6 @@
-"""What a MATCH_RECOGNIZE reads from DuckDB, and how the matchers find it in the batches.
+"""What a MATCH_RECOGNIZE reads from DuckDB, and how the matchers find it in the batches; the
+planning of one clause's physical plan (``plan_clause``: matcher, row filter, storage-node pull,
+the read query) before anything is read.
 
 The read query selects, sorted by partition and order keys, only the columns the output,
 the MEASURES and the chosen matcher need: input columns by their names, pushed expressions
@@ -12,6 +14,8 @@ from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
+import sqlglot
+from sqlglot import exp
 
 from matchrec.connectors.duckdb_source import DuckDBOracle, describe
 from matchrec.engine.fast import CompiledMatcher, compare_kind, numeric_kind, program_kinds, to_numpy
@@ -19,8 +23,12 @@ from matchrec.errors import ProgrammingError, positioned
 from matchrec.parser import hidden as H
 from matchrec.parser.names import quote_ident
 from matchrec.operators import expr as ir
-from matchrec.planner.fastpath import FastPlan
+from matchrec.planner.fastpath import FastPlan, fast_plan
+from matchrec.planner.intervals import interval_plan
+from matchrec.planner.physical import (PhysicalPlan, PullPlan, Section, Semantics, choose_matcher, decide_fast_path,
+                                       probe_columns)
 from matchrec.planner.plan import Plan
+from matchrec.planner.prefilter import row_filter
 
 
 @dataclass
@@ -120,40 +128,115 @@ def layout(plan: Plan, schema: pa.Schema) -> Layout:
     return Layout(colmap, within, names)
 
 
-def decide_fast_path(plan: Plan, fp: FastPlan, con: duckdb.DuckDBPyConnection, full_sql: str) -> bool:
-    """Check the column types the compiled matcher needs; demote comparisons it cannot do.
+def plan_clause(plan: Plan, input_sql: str, con: duckdb.DuckDBPyConnection, oracle: DuckDBOracle, settings,
+                title: str, *, window: bool = False, compilable: bool = True, pull_table: str | None = None,
+                pull_name: str = "") -> PhysicalPlan:
+    """Plan how one clause runs, whole, before anything runs: the compiled matcher's type decisions
+    (a DESCRIBE of a type probe), the matcher, the row filter, the storage-node pull when
+    ``pull_table`` names one (its rows are registered as ``pull_name`` when execution pulls them),
+    and the read query, built once from the decided fast plan. The result is attached to the plan
+    (``plan.physical``) and returned; execution only reads it."""
+    fp, not_compiled = None, ""
+    if not settings.fast_path:
+        not_compiled = "SET matchrec_fast_path = 0"
+    elif compilable:
+        candidate = fast_plan(plan)
+        if candidate is not None:
+            fp, not_compiled = decide_fast_path(plan, candidate, probe_types(plan, candidate, con, input_sql, oracle),
+                                                 KindRules)
+    matcher = choose_matcher(Semantics("window" if window else "match_recognize", tuple(plan.labels), fp,
+                                       not_compiled, estimates=_NO_ESTIMATES))
+    where, filtering = None, Section("none: the reference matcher reads every row")
+    if fp is not None and settings.prefilter:
+        where, why = row_filter(plan, fp)
+        filtering = Section(f"row filter in DuckDB: {where}  ({why})" if where else f"no row filter: {why}")
+    elif fp is not None:
+        filtering = Section("no row filter: SET matchrec_prefilter = 0")
+    if window:
+        where, filtering = None, Section("none: every row is a start row of its own frame")
+    pushed = tuple(f"pushed to DuckDB: {H.pushed(i)} := {sql} ({typ})" for i, (sql, typ) in enumerate(plan.pushed))
+    pull = None
+    read_from = input_sql
+    if pull_table is not None:
+        pull, pull_notes, interval_lines = plan_pull(plan, fp, oracle, settings, pull_table, pull_name)
+        read_from = f"SELECT * FROM {pull_name}"
+        access = Section(f"storage-node pull of {pull_table}, strategy {pull.strategy}, columns "
+                         f"{', '.join(pull.columns)}", tuple(pull_notes) + pushed)
+        if interval_lines:
+            filtering = Section(filtering.summary, filtering.details + tuple(interval_lines))
+    else:
+        access = Section("local DuckDB read of the input, sorted by partition and order keys", pushed)
+    read_sql = input_query(plan, read_from, oracle, fp, None if window else needed_columns(plan, fp), where)
+    output = Section("an Arrow table registered with DuckDB; the rest of the statement runs in DuckDB")
+    trailer = ("  program:",) + tuple("    " + line for line in plan.program.dump().splitlines())
+    physical = PhysicalPlan(title, plan.logical_sections(), access, filtering, matcher, output, fp, read_sql,
+                            read_from, where, pull, trailer)
+    plan.physical = physical
+    return physical
 
-    Returns False when the compiled matcher cannot run at all (a WITHIN bound it cannot
-    compare)."""
-    types = dict(describe(con, full_sql))
+
+_NO_ESTIMATES = ("none used: the choice rests on the forms of DEFINE and the types of the values compared",)
+
+
+class KindRules:
+    """The compiled matcher's rules (``engine.fast``) for ``planner.physical.decide_fast_path``."""
+
+    @staticmethod
+    def within(key: pa.DataType, end: pa.DataType) -> str | None:
+        kinds = {numeric_kind(key), numeric_kind(end)}
+        return None if None in kinds or len(kinds) != 1 else kinds.pop()
+
+    @staticmethod
+    def compare(current: pa.DataType, other: pa.DataType) -> str | None:
+        return compare_kind(current, other)
+
+    @staticmethod
+    def program(prog, types: list[pa.DataType], aggregates) -> list[str] | None:
+        return program_kinds(prog, types, aggregates)
+
+
+def probe_types(plan: Plan, fp: FastPlan, con: duckdb.DuckDBPyConnection, input_sql: str,
+                oracle: DuckDBOracle) -> dict[str, pa.DataType]:
+    """The Arrow types of the values the compiled matcher compares (the WITHIN key and bound,
+    ``planner.physical.probe_columns``), from a DESCRIBE of a probe over the input: planning time,
+    nothing is read."""
+    types = dict(describe(con, input_query(plan, input_sql, oracle, fp, None)))
     arrow = _arrow_types(con, types)
-    if plan.within_sql is not None:
-        kinds = {numeric_kind(arrow[types[H.WITHIN_KEY]]), numeric_kind(arrow[types[H.WITHIN_END]])}
-        if None in kinds or len(kinds) != 1:
-            plan.notes.append("matcher: reference (the WITHIN bound is not an integer, float or time)")
-            return False
-    kept = []
-    for k, c in enumerate(fp.compares):
-        kind = compare_kind(arrow[types[H.compare_current(k)]], arrow[types[H.compare_other(k)]])
-        if kind is None:
-            fp.residual.append(f"{plan.labels[c.label]}: {c.current_sql} vs {c.other_sql} (types not compared exactly)")
-        else:
-            c.kind = kind
-            kept.append(c)
-    fp.compares = kept
-    programs, k = [], 0
-    for prog in fp.programs:
-        kinds = program_kinds(prog, [arrow[types[H.leaf(k + j)]] for j in range(len(prog.leaves))], fp.aggregates)
-        k += len(prog.leaves)
-        if kinds is None:
-            fp.residual.append(f"{plan.labels[prog.label]}: {prog.text} (reads values that are not numbers or times, "
-                               "or mixes DECIMALs with floats)")
-            continue
-        for leaf, kind in zip(prog.leaves, kinds):
-            leaf.kind = kind
-        programs.append(prog)
-    fp.programs = programs  # the read query is built again after this, numbering the kept leaves
-    return True
+    names = [H.WITHIN_KEY, H.WITHIN_END] + [name for name, _ in probe_columns(plan, fp)]
+    return {name: arrow[types[name]] for name in names if name in types}
+
+
+def plan_pull(plan: Plan, fp: FastPlan | None, oracle: DuckDBOracle, settings, table: str, name: str):
+    """The pull of a storage-node table for one clause: strategy, columns, row filter and interval
+    plan; returns (PullPlan, notes on the strategy, the interval filter's lines)."""
+    ifp = fast_plan(plan)  # conditions as the planner derived them, whatever matcher runs
+    strategy = settings.pull_strategy
+    notes: list[str] = []
+    ip, why = None, ""
+    if strategy in ("auto", "dfs", "naive_dfs", "push_pull"):
+        ip, why = interval_plan(plan, ifp, oracle)
+    if strategy == "auto":
+        strategy = "dfs" if ip is not None else "push_down"
+        notes.append(f"pull strategy auto -> {strategy}" + (f" ({why})" if ip is None else ""))
+    elif strategy in ("dfs", "naive_dfs", "push_pull") and ip is None:
+        notes.append(f"pull strategy {strategy} cannot filter by time here ({why}): push_down used")
+        strategy = "push_down"
+    interval_lines: list[str] = []
+    if ip is not None:
+        if not settings.prefilter:
+            ip.row_filter = None
+        interval_lines = ip.describe()
+    where = row_filter(plan, ifp)[0] if ifp is not None and settings.prefilter else None
+    n_in = len(plan.input_columns)
+    need = needed_columns(plan, fp) | {i for i, _, _ in plan.order_by}
+    if any(i >= n_in for i in need) or fp is None:
+        need |= set(range(n_in))  # pushed expressions and the reference matcher may read any column
+    else:  # and whatever the read query computes from the input (conditions, compared values)
+        probe = input_query(plan, "SELECT 1", oracle, fp, need, where)
+        used = {c.name for c in sqlglot.parse_one(probe, read="duckdb").find_all(exp.Column)}
+        need |= {i for i, (n, _) in enumerate(plan.input_columns) if n in used}
+    columns = tuple(plan.input_columns[i][0] for i in range(n_in) if i in need)
+    return PullPlan(table, strategy, columns, where, ip, name), notes, interval_lines
 
 
 def _arrow_types(con, types: dict[str, str]) -> dict[str, pa.DataType]:
@@ -194,7 +277,6 @@ def compiled_matcher(plan: Plan, fp: FastPlan, con, lay: Layout, schema: pa.Sche
                 null = None
         leaf_nulls.append(null)
     row_columns = {name: index[name] for name in fp.row_columns}
-    plan.notes += fp.describe(plan.labels)
     con.close()
     return CompiledMatcher(plan, fp, duck, compare_cols, nulls, within, row_columns, index[H.ROW_MASK],
                            leaf_cols, leaf_nulls)

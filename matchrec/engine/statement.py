@@ -29,9 +29,7 @@ from matchrec.parser.query import Clause, SplitQuery, split
 from matchrec.parser.source import Origin, rewrite
 from matchrec.parser.spec import Span
 from matchrec.parser.translate import catalog_columns, is_trino, translate_statement
-from matchrec.planner.fastpath import fast_plan
-from matchrec.planner.prefilter import row_filter
-from matchrec.planner.plan import Plan, build_plan
+from matchrec.planner.plan import build_plan
 
 
 @dataclass
@@ -210,23 +208,18 @@ class StatementRunner:
                                    "The input of MATCH_RECOGNIZE cannot be read") from None
         oracle = DuckDBOracle(self.con)
         plan = build_plan(clause.spec, columns, oracle)
-        fp = fast_plan(plan) if self.settings.fast_path else None
-        if fp is not None and not reading.decide_fast_path(plan, fp, self.con,
-                                                           reading.input_query(plan, input_sql, oracle, fp, None)):
-            fp = None
-        if fp is None:
-            plan.notes.append("matcher: reference" + ("" if self.settings.fast_path else
-                                                       " (SET matchrec_fast_path = 0)"))
-        where = None
-        if fp is not None and self.settings.prefilter:
-            where, why = row_filter(plan, fp)
-            plan.notes.append(f"row filter in DuckDB: {where}  ({why})" if where else f"no row filter: {why}")
+        pull_name = f"__matchrec_pulled_{tag}_{len(prepared.registered)}" if bare is not None else ""
+        physical = reading.plan_clause(plan, input_sql, self.con, oracle, self.settings,
+                                       f"MATCH_RECOGNIZE #{len(prepared.runs) + 1}", pull_table=bare,
+                                       pull_name=pull_name)
+        # ---- planning is done: execution below only reads ``physical``
+        fp = physical.fast
         pull = None
-        if bare is not None:
-            input_sql, pull = self._pull(bare, plan, fp, oracle, prepared, tag, dry)
-        read_sql = reading.input_query(plan, input_sql, oracle, fp, reading.needed_columns(plan, fp), where)
+        if physical.pull is not None:
+            pull = self._pull(physical.pull, prepared, dry)
+        input_sql, read_sql = physical.input_sql, physical.read_sql
         rows_before_filter = None
-        if where and prepared.explain == "analyze":  # EXPLAIN ANALYZE reports what the filter dropped
+        if physical.row_filter and prepared.explain == "analyze":  # EXPLAIN ANALYZE reports what the filter dropped
             rows_before_filter = self.con.execute(f"SELECT count(*) FROM ({input_sql})").fetchall()[0][0]
         measure_types = [oracle.arrow_type(m.type) for m in plan.measures]
         try:
@@ -272,43 +265,16 @@ class StatementRunner:
                 stats.extra[f"storage {i}" if i else "storage"] = line
         prepared.runs.append(ClauseRun(clause, plan, stats, name, view, input_seconds, pull))
 
-    def _pull(self, table: str, plan: Plan, fp, oracle, prepared: Prepared, tag: str, dry: bool):
-        """Read a storage-node table for one clause with the chosen pull strategy; returns the
-        input SQL over the pulled rows and the transfer statistics."""
+    def _pull(self, pull, prepared: Prepared, dry: bool):
+        """Read a storage-node table for one clause as planned (``planner.physical.PullPlan``) and
+        register its rows under the planned name; returns the transfer statistics."""
         from matchrec.connectors.remote import PullStats
-        from matchrec.planner.intervals import interval_plan
-        settings = self.settings
-        ifp = fast_plan(plan)  # conditions as the planner derived them, whatever matcher runs
-        strategy = settings.pull_strategy
-        ip, why = None, ""
-        if strategy in ("auto", "dfs", "naive_dfs", "push_pull"):
-            ip, why = interval_plan(plan, ifp, oracle)
-        if strategy == "auto":
-            strategy = "dfs" if ip is not None else "push_down"
-            plan.notes.append(f"pull strategy auto -> {strategy}" + (f" ({why})" if ip is None else ""))
-        elif strategy in ("dfs", "naive_dfs", "push_pull") and ip is None:
-            plan.notes.append(f"pull strategy {strategy} cannot filter by time here ({why}): push_down used")
-            strategy = "push_down"
-        if ip is not None:
-            if not settings.prefilter:
-                ip.row_filter = None
-            plan.notes += ip.describe()
-        where = row_filter(plan, ifp)[0] if ifp is not None and settings.prefilter else None
-        n_in = len(plan.input_columns)
-        need = reading.needed_columns(plan, fp) | {i for i, _, _ in plan.order_by}
-        if any(i >= n_in for i in need) or fp is None:
-            need |= set(range(n_in))  # pushed expressions and the reference matcher may read any column
-        else:  # and whatever the read query computes from the input (conditions, compared values)
-            read_sql = reading.input_query(plan, "SELECT 1", oracle, fp, need, where)
-            used = {c.name for c in sqlglot.parse_one(read_sql, read="duckdb").find_all(exp.Column)}
-            need |= {i for i, (n, _) in enumerate(plan.input_columns) if n in used}
-        columns = [plan.input_columns[i][0] for i in range(n_in) if i in need]
-        stats = PullStats(strategy=strategy)
+        stats = PullStats(strategy=pull.strategy)
         if dry:
-            table_data = self.remote.schemas[table].empty_table()
+            table_data = self.remote.schemas[pull.table].empty_table()
         else:
-            table_data = self.remote.pull(table, strategy, columns, where, ip, settings.round_trips, stats)
-        name = f"__matchrec_pulled_{tag}_{len(prepared.registered)}"
-        self.con.register(name, table_data)
-        prepared.registered.append(name)
-        return f"SELECT * FROM {name}", stats
+            table_data = self.remote.pull(pull.table, pull.strategy, list(pull.columns), pull.where, pull.intervals,
+                                          self.settings.round_trips, stats)
+        self.con.register(pull.registered, table_data)
+        prepared.registered.append(pull.registered)
+        return stats

@@ -42,7 +42,6 @@ from matchrec.parser.names import quote_ident
 from matchrec.parser.query import Clause
 from matchrec.parser.spec import Anchor
 from matchrec.parser.window import has_pattern_window, split_windows
-from matchrec.planner.fastpath import fast_plan
 from matchrec.planner.plan import build_plan
 from matchrec.engine.clauses import ClauseRun, cte_prefixes, replace_identifiers
 
@@ -342,15 +341,10 @@ def run_windows(runner, sql: str, prepared, done: dict, tag: str, dry: bool, nod
                                  f"{name} OVER {w.name}", source, span.start, span.end)
         spec = parameters.bind_spec(w.spec, nodes, literals) if nodes else w.spec
         plan = build_plan(spec, columns, oracle)
-        fp = None
-        if runner.settings.fast_path and window_plan_allows_compiled(plan):
-            fp = fast_plan(plan)
-            if fp is not None and not reading.decide_fast_path(plan, fp, con, reading.input_query(
-                    plan, input_sql, oracle, fp, None)):
-                fp = None
-        plan.notes.append("one match attempt per row, in its frame; matcher: " + (
-            "reference" if fp is None else "compiled, each start bounded by its frame end"))
-        read_sql = reading.input_query(plan, input_sql, oracle, fp, None)
+        physical = reading.plan_clause(plan, input_sql, con, oracle, runner.settings,
+                                       f"#{len(prepared.runs) + 1}: window {w.name} with PATTERN", window=True,
+                                       compilable=window_plan_allows_compiled(plan))
+        fp, read_sql = physical.fast, physical.read_sql
         measure_types = [oracle.arrow_type(m.type) for m in plan.measures]
         null_row = reading.null_row(plan, con)
         started = time.perf_counter()

@@ -5,7 +5,8 @@ The Plan is everything the engine needs to run the clause; it holds no data.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 from matchrec.errors import ProgrammingError, positioned
 from matchrec.operators import expr as ir
@@ -48,27 +49,55 @@ class Plan:
     output: list[OutputColumn]
     skip_labels: frozenset[int] | None = None  # SKIP TO FIRST/LAST: the variable's labels
     within_sql: str | None = None
-    notes: list[str] = field(default_factory=list)
+    physical: Any = None  # planner.physical.PhysicalPlan, set once when planning is done
+
+    @property
+    def notes(self) -> list[str]:
+        """The physical decisions as lines (source access, filtering, matcher); empty before planning ends."""
+        return self.physical.notes() if self.physical is not None else []
 
     def explain(self) -> str:
-        lines = [self.spec.describe(), "Plan"]
-        lines.append("  input columns: " + ", ".join(f"{n} {t}" for n, t in self.input_columns))
-        for i, (sql, typ) in enumerate(self.pushed):
-            lines.append(f"  pushed to DuckDB: {H.pushed(i)} := {sql} ({typ})")
+        """EXPLAIN's text: the physical plan's, in the layout every form shares (planner.physical)."""
+        if self.physical is not None:
+            return self.physical.explain()
+        lines = ["logical:"]
+        for heading, body in self.logical_sections():
+            lines.append(f"  {heading}: {body[0]}" if body else f"  {heading}: none")
+            lines += [f"    {b}" for b in body[1:]]
+        return "\n".join(lines)
+
+    def logical_sections(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """What the clause means, under the headings of ``planner.physical.LOGICAL_HEADINGS``."""
+        spec = self.spec
+        described = [line.strip() for line in spec.describe().splitlines()[1:]]
+
+        def picked(*prefixes):
+            return [line.split(": ", 1)[1] if line.startswith(prefixes[0] + ":") else line
+                    for line in described if line.startswith(prefixes)]
+        source = ["the input (" + ", ".join(f"{n} {t}" for n, t in self.input_columns) + ")"]
+        conditions = []
+        for d in spec.definitions:
+            conditions.append(f"define {d.variable} := {d.expression.text}")
         for label, node in zip(self.labels, self.defines):
             if node is None:
-                lines.append(f"  define {label}: always true")
+                conditions.append(f"define {label}: always true")
             else:
                 dep = "depends on match history" if self.history_dependent[self.labels.index(label)] \
                     else "independent of match history"
-                lines.append(f"  define {label}: {describe_node(node, self)}  [{dep}]")
-        for m in self.measures:
-            lines.append(f"  measure {m.name} {m.type}: {describe_node(m.node, self)}")
-        lines.append("  output: " + ", ".join(f"{c.name} {c.type}" for c in self.output))
-        lines += ["  " + n for n in self.notes]
-        lines.append("  program:")
-        lines += ["    " + line for line in self.program.dump().splitlines()]
-        return "\n".join(lines)
+                conditions.append(f"define {label}: {describe_node(node, self)}  [{dep}]")
+        pattern = picked("pattern") + picked("subset")
+        strategy = [line for line in described if line.startswith(("rows:", "after match skip:"))]
+        output = ", ".join(f"{c.name} {c.type}" for c in self.output)
+        measures = [f"measure {m.name} := {m.expression.text}" for m in spec.measures]
+        measures += [f"measure {m.name} {m.type}: {describe_node(m.node, self)}" for m in self.measures]
+        return (("source", tuple(source)),
+                ("partition", tuple(picked("partition by")) or ("none",)),
+                ("order", tuple(picked("order by")) or ("none",)),
+                ("pattern", tuple(pattern)),
+                ("conditions", tuple(conditions)),
+                ("window", (f"WITHIN {spec.within.sql}",) if spec.within is not None else ("none",)),
+                ("strategy", tuple(strategy)),
+                ("output", tuple([output] + measures)))
 
 
 def describe_node(node: ir.Node, plan: Plan) -> str:
