@@ -4,7 +4,8 @@ Matches of a chunk arrive as flat arrays (kind, start row, length, match number,
 Output rows are expanded with numpy (ONE ROW: one per match; ALL ROWS: every matched row that
 is not excluded, plus empty matches and unmatched rows as the mode asks). MEASURES are then
 computed a column at a time where their form allows it: navigation becomes arithmetic on row
-positions followed by one ``take``, counts become cumulative sums per match, and operators
+positions followed by one ``take``, counts become cumulative sums per match, count/sum/avg/
+min/max of a column become running reductions per match (``operators.running``), and operators
 over such columns are evaluated by DuckDB over the whole column. Any other measure is
 evaluated row by row with the expression evaluator, which defines the semantics; the
 column-wise forms are shortcuts that the differential tests hold to it.
