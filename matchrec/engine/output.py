@@ -4,7 +4,8 @@ Matches of a chunk arrive as flat arrays (kind, start row, length, match number,
 Output rows are expanded with numpy (ONE ROW: one per match; ALL ROWS: every matched row that
 is not excluded, plus empty matches and unmatched rows as the mode asks). MEASURES are then
 computed a column at a time where their form allows it: navigation becomes arithmetic on row
-positions followed by one ``take``, counts become cumulative sums per match, and operators
+positions followed by one ``take``, counts become cumulative sums per match, count/sum/avg/
+min/max of a column become running reductions per match (``operators.running``), and operators
 over such columns are evaluated by DuckDB over the whole column. Any other measure is
 evaluated row by row with the expression evaluator, which defines the semantics; the
 column-wise forms are shortcuts that the differential tests hold to it.
@@ -26,9 +27,11 @@ from matchrec.errors import DataError
 from matchrec.operators import expr as ir
 from matchrec.operators.kernels import label_extents
 from matchrec.operators.matcher import ListView
+from matchrec.operators.running import running_extreme, running_sum, slot_rows
 from matchrec.parser import hidden as H
 
 MATCH, EMPTY, UNMATCHED = 0, 1, 2  # event kinds, shared with the executor that produces them
+ROW_BY_ROW = False  # True: every measure by the defining evaluation (differential tests set it)
 
 
 class LazyColumn:
@@ -123,7 +126,7 @@ class MeasureComputer:
 
     def compute(self, table: pa.Table, colmap: dict[int, int], m: Matches, rows: Rows) -> list[pa.Array]:
         out = []
-        vector = _Vector(self, table, colmap, m, rows) if len(rows.match) else None
+        vector = _Vector(self, table, colmap, m, rows) if len(rows.match) and not ROW_BY_ROW else None
         for node, fn, typ, name in zip(self.measures, self.compiled, self.arrow_types, self.names):
             arr = None
             if vector is not None:
@@ -309,8 +312,10 @@ class _Vector:
 
     # -- aggregates
     def aggregate(self, node: ir.Agg):
-        if not node.star or node.filter is not None:
+        if node.filter is not None or node.distinct:
             raise _NotVectorizable()
+        if not node.star:
+            return self.reduce(node)
         m = self.m
         limit = self.cur - self.start if node.running else self.length - 1
         if node.labels is None:
@@ -326,6 +331,82 @@ class _Vector:
         base = m.label_offset[self.i]
         upto = np.clip(limit + 1, 0, None)
         return pa.array(csum[base + upto] - csum[base], pa.int64())
+
+    def reduce(self, node: ir.Agg):
+        """count/sum/avg/min/max of a column over the match rows of the label set: a running
+        reduction per match over its slots, read at each output row's last visible slot."""
+        func = node.func
+        if func not in _REDUCERS or len(node.args) != 1:
+            raise _NotVectorizable()
+        values, valid = self.slot_values(node.args[0])
+        if node.labels is not None:
+            valid &= self._inside(node.labels)
+        m = self.m
+        limit = self.cur - self.start if node.running else self.length - 1
+        upto = np.clip(limit + 1, 0, self.length)
+        slot = np.where(upto > 0, m.label_offset[self.i] + upto - 1, 0)
+        if func == "count":
+            csum = np.concatenate([[0], np.cumsum(valid, dtype=np.int64)])
+            base = m.label_offset[self.i]
+            return pa.array(csum[base + upto] - csum[base], pa.int64())
+        if values is None:
+            raise _NotVectorizable()
+        integer = values.dtype == np.int64
+        if integer and func in ("sum", "avg"):
+            # the evaluator sums Python ints (never overflowing); int64 must not overflow either,
+            # and an average divides the sum as a float only while it is exact
+            bound = 1 << (53 if func == "avg" else 62)
+            used = values[valid]
+            biggest = max(int(used.max(initial=0)), -int(used.min(initial=0)))
+            if biggest * int(self.m.length.max(initial=0)) >= bound:
+                raise _NotVectorizable()
+        key = ("sum" if func == "avg" else func, node.args[0], node.labels)
+        if key not in self._cache:
+            offsets, lengths = m.label_offset, m.length
+            if func in ("sum", "avg"):
+                self._cache[key] = running_sum(values, valid, offsets, lengths) + (None,)
+            else:
+                self._cache[key] = running_extreme(values, valid, offsets, lengths, func == "max")
+        acc, cnt, nan = self._cache[key]
+        if not self.n_slots:
+            return pa.nulls(len(self.i), pa.float64() if func == "avg" or not integer else pa.int64())
+        got = acc[slot]
+        count = np.where(upto > 0, cnt[slot], 0)
+        if func == "avg":
+            got = got.astype(np.float64) / np.maximum(count, 1)
+        elif nan is not None and not integer:
+            got = np.where(nan[slot], np.nan, got)
+        return pa.array(got, mask=count == 0)
+
+    def slot_values(self, arg: ir.Node):
+        """The argument's values at every match slot (NULLs as 0) and where they are not NULL:
+        int64 for integer columns, float64 for DOUBLE, None (only the validity) for other types."""
+        if not isinstance(arg, ir.Col) or arg.index not in self.colmap:
+            raise _NotVectorizable()
+        key = ("slot values", arg.index)
+        if key not in self._cache:
+            m = self.m
+            rows = slot_rows(m.start, m.label_offset, m.length, self.n_slots)
+            if (rows < 0).any():
+                raise _NotVectorizable()
+            column = self.table.column(self.colmap[arg.index])
+            taken = column.take(pa.array(rows))
+            if isinstance(taken, pa.ChunkedArray):
+                taken = taken.combine_chunks()
+            valid = np.asarray(taken.is_valid().to_numpy(zero_copy_only=False), bool)
+            typ = taken.type
+            if pa.types.is_integer(typ):
+                try:
+                    values = taken.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    values = None  # UBIGINT beyond int64: sums and extremes left to the evaluator
+            elif pa.types.is_float64(typ):
+                values = taken.fill_null(0.0).to_numpy(zero_copy_only=False)
+            else:
+                values = None  # only its validity is used (count(x))
+            self._cache[key] = (values, valid)
+        values, valid = self._cache[key]
+        return values, valid.copy()
 
     # -- operators, evaluated by DuckDB over the whole column
     def combine(self, node, args: list):
@@ -365,6 +446,7 @@ class _Vector:
             cur.close()
 
 
+_REDUCERS = {"count", "sum", "avg", "min", "max"}
 _ARROW_OPS = {"add": pc.add, "sub": pc.subtract, "mul": pc.multiply, "eq": None, "ne": None, "lt": None,
               "le": None, "gt": None, "ge": None}  # comparisons: arrow_eval.duck_compare
 _COMPARE_OPS = {"eq", "ne", "lt", "le", "gt", "ge"}
