@@ -11,6 +11,7 @@ import pytest
 
 from matchrec.operators.matcher import Matcher, MatchLimitExceeded
 from matchrec.operators.program import compile_pattern
+from matchrec.planner.pattern import lower
 from matchrec.parser import spec as S
 from matchrec.parser.query import split
 
@@ -18,7 +19,7 @@ from matchrec.parser.query import split
 def program_of(pattern: str):
     spec = split(f"SELECT * FROM t MATCH_RECOGNIZE (PATTERN ({pattern}))").clauses[0].spec
     labels = S.pattern_labels(spec.pattern)
-    return compile_pattern(spec.pattern, labels), labels
+    return compile_pattern(lower(spec.pattern, {n: i for i, n in enumerate(labels)}), labels), labels
 
 
 def run(pattern: str, rows: str, start: int = 0, history=None):

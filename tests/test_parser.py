@@ -6,6 +6,7 @@ import pytest
 from matchrec.parser import spec as S
 from matchrec.parser.query import split
 from matchrec.operators.program import compile_pattern
+from matchrec.planner.pattern import lower
 
 
 def spec_of(body: str, dialect: str = "duckdb") -> S.MatchSpec:
@@ -138,7 +139,8 @@ def test_split_nested_innermost_first():
 
 def test_program_dump_golden():
     spec = spec_of("PATTERN (A B*? {- C -} $)")
-    program = compile_pattern(spec.pattern, S.pattern_labels(spec.pattern))
+    labels = S.pattern_labels(spec.pattern)
+    program = compile_pattern(lower(spec.pattern, {n: i for i, n in enumerate(labels)}), labels)
     assert program.dump() == "\n".join([
         "   0: MATCH 0  (A)",
         "   1: SPLIT 4, 2",

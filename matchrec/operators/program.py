@@ -13,7 +13,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from matchrec.parser import spec as S
+from matchrec.operators import pattern_ir as P
 
 # The opcode table: the compiled matcher (operators.vm) reads the same numbers.
 MATCH, SPLIT, JUMP, SAVE, START, END, DONE = range(7)
@@ -106,8 +106,8 @@ class Program:
         return result
 
 
-def compile_pattern(pattern: S.PatternNode, labels: list[str]) -> Program:
-    ids = {name: i for i, name in enumerate(labels)}
+def compile_pattern(pattern: P.Node, labels: list[str]) -> Program:
+    """The program of a lowered pattern (``planner.pattern.lower``) over the variables ``labels``."""
     code: list[list] = []
     has_excl = False
     depth = 0  # nesting of exclusions: only the outermost one marks rows
@@ -118,29 +118,29 @@ def compile_pattern(pattern: S.PatternNode, labels: list[str]) -> Program:
         code.append([op, a, b])
         return len(code) - 1
 
-    def gen(node: S.PatternNode) -> None:
+    def gen(node: P.Node) -> None:
         nonlocal has_excl, depth
-        if isinstance(node, S.Label):
-            emit(MATCH, ids[node.name])
-        elif isinstance(node, S.EmptyPattern):
+        if isinstance(node, P.Var):
+            emit(MATCH, node.index)
+        elif isinstance(node, P.Empty):
             pass
-        elif isinstance(node, S.Anchor):
-            emit(START if node.kind == "start" else END)
-        elif isinstance(node, S.Concat):
+        elif isinstance(node, P.Anchor):
+            emit(START if node.start else END)
+        elif isinstance(node, P.Seq):
             for item in node.items:
                 gen(item)
-        elif isinstance(node, S.Alternation):
+        elif isinstance(node, P.Alt):
             alternation(list(node.items))
-        elif isinstance(node, S.Permute):
+        elif isinstance(node, P.Permute):
             # n! orderings, each with a SPLIT and a JUMP at least: refuse before building any of them
             orderings = math.factorial(len(node.items))
             if len(code) + 2 * orderings > MAX_PROGRAM:
                 raise PatternTooLarge(f"PERMUTE of {len(node.items)} variables has {orderings:,} orderings, too many "
                                       f"to match; write fewer variables in PERMUTE", node.span)
             orders = itertools.permutations(range(len(node.items)))
-            branches = [S.Concat(span=node.span, items=tuple(node.items[i] for i in order)) for order in orders]
+            branches = [P.Seq(node.span, tuple(node.items[i] for i in order)) for order in orders]
             alternation(branches)
-        elif isinstance(node, S.Exclusion):
+        elif isinstance(node, P.Exclude):
             has_excl = True
             if depth == 0:
                 emit(SAVE)
@@ -149,7 +149,7 @@ def compile_pattern(pattern: S.PatternNode, labels: list[str]) -> Program:
             depth -= 1
             if depth == 0:
                 emit(SAVE)
-        elif isinstance(node, S.Quantified):
+        elif isinstance(node, P.Repeat):
             quantified(node)
         else:  # pragma: no cover
             raise TypeError(node)
@@ -172,7 +172,7 @@ def compile_pattern(pattern: S.PatternNode, labels: list[str]) -> Program:
         split = emit(SPLIT)
         code[split][1], code[split][2] = (start, split + 1) if greedy else (split + 1, start)
 
-    def quantified(node: S.Quantified) -> None:
+    def quantified(node: P.Repeat) -> None:
         if node.max is None:
             # Unbounded, as Trino lays it out: the loop is a do-while whose closing SPLIT jumps
             # back to the start of the last copy of the body, so an iteration that matches no

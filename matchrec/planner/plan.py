@@ -14,6 +14,7 @@ from matchrec.operators.program import PatternTooLarge, Program, compile_pattern
 from matchrec.parser import hidden as H
 from matchrec.parser import spec as S
 from matchrec.planner.analysis import ExpressionAnalyzer, Oracle, Scope, history_dependent
+from matchrec.planner.pattern import lower as lower_pattern
 
 BOOLEAN_TYPES = {"BOOLEAN", '"NULL"'}
 
@@ -209,7 +210,7 @@ def build_plan(spec: S.MatchSpec, columns: list[tuple[str, str]], oracle: Oracle
         order_by.append((idx, key.descending, nulls_first))
     # ---- program
     try:
-        program = compile_pattern(spec.pattern, labels)
+        program = compile_pattern(lower_pattern(spec.pattern, {name: i for i, name in enumerate(labels)}), labels)
     except PatternTooLarge as err:
         raise _err(spec, err.message or "PATTERN is too large once its quantifiers are expanded; use smaller bounds",
                    err.span or spec.pattern.span) from None
