@@ -16,7 +16,9 @@ from matchrec.parser import hidden as H
 from matchrec.parser.body import parse_body
 from matchrec.parser.spec import Span
 from matchrec.planner.fastpath import fast_plan
-from matchrec.planner.physical import LOGICAL_HEADINGS, PHYSICAL_HEADINGS, decide_fast_path
+from matchrec.planner.logical import HEADINGS as LOGICAL_HEADINGS
+from matchrec.planner.logical import LogicalPlan
+from matchrec.planner.physical import PHYSICAL_HEADINGS, decide_fast_path
 from matchrec.planner.plan import build_plan
 
 MR = """SELECT * FROM ev MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts
@@ -131,3 +133,27 @@ def test_one_chooser_for_every_form():
                                    estimates=("events 10",)))
     assert (cer.name, cer.summary, cer.reason, cer.estimates) == ("chain", "mechanism chain, order y, x",
                                                                   "AND, stable", ("events 10",))
+
+
+def test_both_forms_plan_to_one_logical_plan(duck):
+    """A MATCH_RECOGNIZE clause and a CER query carry the same LogicalPlan type, with their form,
+    their pattern and their selection strategy (the standard's rows per match and skip, or a CER
+    strategy), and the matcher choice reads the form from it."""
+    session = Session(duck)
+    mr = session.execute(MR)
+    mr_plan = mr.stats[0][0].physical
+    session.fetch_table(mr)
+    session.release(mr)
+    cer = session.execute(CER)
+    cer_plan = cer.cer_run.physical
+    session.fetch_table(cer)
+    session.release(cer)
+    assert isinstance(mr_plan.logical, LogicalPlan) and isinstance(cer_plan.logical, LogicalPlan)
+    assert (mr_plan.logical.form, cer_plan.logical.form) == ("match_recognize", "cer")
+    assert mr_plan.logical.pattern[0] == "A B+" and cer_plan.logical.pattern == ("SEQ(A a, B b)",)
+    assert mr_plan.logical.strategy[0].startswith("rows: ONE ROW PER MATCH")
+    assert cer_plan.logical.strategy == ("skip-till-any-match",)
+    assert mr_plan.logical.window == () and cer_plan.logical.window[0].startswith("5")
+    assert mr_plan.matcher.name.startswith("compiled") and cer_plan.matcher.name == "batch"
+    with pytest.raises(ValueError):
+        LogicalPlan("sql", (), (), (), (), (), (), (), ())

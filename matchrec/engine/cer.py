@@ -28,6 +28,7 @@ from matchrec.operators.cer_reference import Events, Pattern
 from matchrec.parser import sase as S
 from matchrec.planner import cer as P
 from matchrec.planner.cer import CerSettings
+from matchrec.planner.logical import LogicalPlan
 from matchrec.planner.physical import MatcherChoice, PhysicalPlan, Section, Semantics, choose_matcher
 
 # ``needed_columns``, ``register_intervals``, ``filter_join``, ``build_result``: also used as engine.cer.<name>
@@ -123,14 +124,14 @@ def physical_plan(plan: P.CerPlan) -> PhysicalPlan:
         f"{plan.window}" + (" microseconds" if plan.key_kind == "time" else " key units")
     ret = {"count": "COUNT(*)", "events": "the matched events"}.get(q.returns) or \
         ", ".join(p.name for p in q.projections)
-    logical = (("source", (src,)),
-               ("partition", (plan.partition_column or "none",)),
-               ("order", (f"key {plan.key_column}" + (", then rowid" if plan.rowid else ""),)),
-               ("pattern", (S.describe(q.root),)),
-               ("conditions", tuple(conditions) or ("none",)),
-               ("window", (window,)),
-               ("strategy", (S.STRATEGY_NAMES[q.strategy],)),
-               ("output", (f"returns {ret}",)))
+    logical = LogicalPlan("cer", source=(src,),
+                          partition=(plan.partition_column,) if plan.partition_column else (),
+                          order=(f"key {plan.key_column}" + (", then rowid" if plan.rowid else ""),),
+                          pattern=(S.describe(q.root),),
+                          conditions=tuple(conditions),
+                          window=(window,),
+                          strategy=(S.STRATEGY_NAMES[q.strategy],),
+                          output=(f"returns {ret}",))
     row_test = plan.row_test()
     access = Section(f"local DuckDB read of {q.source}: the columns the conditions and RETURN read, sorted by "
                      "partition and key", (f"columns: {', '.join(needed_columns(plan)) or 'none'}",
@@ -155,7 +156,7 @@ def physical_plan(plan: P.CerPlan) -> PhysicalPlan:
     for c, sel in zip(q.conditions, st.condition_selectivity):
         sel_text = "not estimated" if sel is None else f"selectivity {sel:.3f} on a {st.sample_rows}-event sample"
         estimates.append(f"condition {q.text[c.span[0]:c.span[1]]}: {sel_text}")
-    chosen = choose_matcher(Semantics("cer", mechanism=plan.mechanism, order=tuple(plan.order) if plan.order else None,
+    chosen = choose_matcher(Semantics(logical.form, mechanism=plan.mechanism, order=tuple(plan.order) if plan.order else None,
                                       mechanism_reason=plan.reason, estimates=tuple(estimates)))
     if plan.mechanism_source:
         chosen = MatcherChoice(chosen.name, chosen.summary, chosen.reason, chosen.estimates,

@@ -144,7 +144,8 @@ def plan_clause(plan: Plan, input_sql: str, con: duckdb.DuckDBPyConnection, orac
         if candidate is not None:
             fp, not_compiled = decide_fast_path(plan, candidate, probe_types(plan, candidate, con, input_sql, oracle),
                                                  KindRules)
-    matcher = choose_matcher(Semantics("window" if window else "match_recognize", tuple(plan.labels), fp,
+    logical = plan.logical_plan("window" if window else "match_recognize")
+    matcher = choose_matcher(Semantics(logical.form, tuple(plan.labels), fp,
                                        not_compiled, estimates=_NO_ESTIMATES))
     where, filtering = None, Section("none: the reference matcher reads every row")
     if fp is not None and settings.prefilter:
@@ -169,7 +170,7 @@ def plan_clause(plan: Plan, input_sql: str, con: duckdb.DuckDBPyConnection, orac
     read_sql = input_query(plan, read_from, oracle, fp, None if window else needed_columns(plan, fp), where)
     output = Section("an Arrow table registered with DuckDB; the rest of the statement runs in DuckDB")
     trailer = ("  program:",) + tuple("    " + line for line in plan.program.dump().splitlines())
-    physical = PhysicalPlan(title, plan.logical_sections(), access, filtering, matcher, output, fp, read_sql,
+    physical = PhysicalPlan(title, logical, access, filtering, matcher, output, fp, read_sql,
                             read_from, where, pull, trailer)
     plan.physical = physical
     return physical

@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 from matchrec.parser import hidden as H
 from matchrec.planner.fastpath import FastPlan
+from matchrec.planner.logical import LogicalPlan
 
-LOGICAL_HEADINGS = ("source", "partition", "order", "pattern", "conditions", "window", "strategy", "output")
 PHYSICAL_HEADINGS = ("source access", "filtering", "matcher", "output")
 
 
@@ -64,7 +64,7 @@ class PullPlan:
 class PhysicalPlan:
     """Everything execution needs to know about how a clause or a CER query runs; frozen once built."""
     title: str
-    logical: tuple[tuple[str, tuple[str, ...]], ...]  # (heading, lines), headings of LOGICAL_HEADINGS
+    logical: LogicalPlan  # what the statement means (planner.logical)
     source_access: Section
     filtering: Section
     matcher: MatcherChoice
@@ -84,7 +84,7 @@ class PhysicalPlan:
 
     def explain(self) -> str:
         lines = [self.title, "logical:"]
-        for heading, body in self.logical:
+        for heading, body in self.logical.sections():
             lines += _section(heading, body, 2)
         lines.append("physical:")
         lines += _section("source access", self.source_access.lines(), 2)

@@ -14,6 +14,7 @@ from matchrec.operators.program import PatternTooLarge, Program, compile_pattern
 from matchrec.parser import hidden as H
 from matchrec.parser import spec as S
 from matchrec.planner.analysis import ExpressionAnalyzer, Oracle, Scope, history_dependent
+from matchrec.planner.logical import LogicalPlan
 from matchrec.planner.pattern import lower as lower_pattern
 
 BOOLEAN_TYPES = {"BOOLEAN", '"NULL"'}
@@ -62,13 +63,13 @@ class Plan:
         if self.physical is not None:
             return self.physical.explain()
         lines = ["logical:"]
-        for heading, body in self.logical_sections():
+        for heading, body in self.logical_plan().sections():
             lines.append(f"  {heading}: {body[0]}" if body else f"  {heading}: none")
             lines += [f"    {b}" for b in body[1:]]
         return "\n".join(lines)
 
-    def logical_sections(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
-        """What the clause means, under the headings of ``planner.physical.LOGICAL_HEADINGS``."""
+    def logical_plan(self, form: str = "match_recognize") -> LogicalPlan:
+        """What the clause means (``form``: "match_recognize", or "window" for a window with PATTERN)."""
         spec = self.spec
         described = [line.strip() for line in spec.describe().splitlines()[1:]]
 
@@ -91,14 +92,14 @@ class Plan:
         output = ", ".join(f"{c.name} {c.type}" for c in self.output)
         measures = [f"measure {m.name} := {m.expression.text}" for m in spec.measures]
         measures += [f"measure {m.name} {m.type}: {describe_node(m.node, self)}" for m in self.measures]
-        return (("source", tuple(source)),
-                ("partition", tuple(picked("partition by")) or ("none",)),
-                ("order", tuple(picked("order by")) or ("none",)),
-                ("pattern", tuple(pattern)),
-                ("conditions", tuple(conditions)),
-                ("window", (f"WITHIN {spec.within.sql}",) if spec.within is not None else ("none",)),
-                ("strategy", tuple(strategy)),
-                ("output", tuple([output] + measures)))
+        return LogicalPlan(form, source=tuple(source),
+                           partition=tuple(picked("partition by")),
+                           order=tuple(picked("order by")),
+                           pattern=tuple(pattern),
+                           conditions=tuple(conditions),
+                           window=(f"WITHIN {spec.within.sql}",) if spec.within is not None else (),
+                           strategy=tuple(strategy),
+                           output=tuple([output] + measures))
 
 
 def describe_node(node: ir.Node, plan: Plan) -> str:
