@@ -1,7 +1,7 @@
 """Complex event recognition: the pattern model and the reference semantics.
 
 This module owns what a CER pattern *means*. The pattern nodes themselves (``Element``, ``Seq``,
-``And``, ``Or``) are the language's syntax tree, in ``parser.cer_tree``; this module holds what the
+``And``, ``Or``) are the matchers' pattern form, in ``operators.pattern_ir``; this module holds what the
 mechanisms evaluate around them: ``Pattern`` (the nodes with a window, a strategy, and filters and
 conditions compiled to functions and masks), ``Condition`` and ``Events``. Every evaluation mechanism (eager NFA, lazy chain
 and tree NFAs, recomputation for Kleene closure) must return exactly what ``reference_matches``
@@ -79,8 +79,10 @@ import numpy as np
 
 from matchrec import budget
 from matchrec.errors import OperationalError
-# the pattern nodes, as parsed; importable from here too, as before
-from matchrec.parser.cer_tree import STRATEGIES, And, Element, Node, Or, Seq
+# the pattern nodes (operators.pattern_ir); importable from here too, as before
+from matchrec.operators.pattern_ir import And, Element, Or, Seq
+from matchrec.operators.pattern_ir import CerNode as Node
+from matchrec.parser.cer_tree import STRATEGIES
 
 
 @dataclass

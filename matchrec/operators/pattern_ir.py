@@ -1,14 +1,21 @@
-"""The row pattern as the matchers compile it: variables by number, no names or syntax left.
+"""Patterns as the matchers read them, for both statement forms; no syntax left.
 
-The parser's tree (``parser.spec``) keeps what the user wrote, for errors and EXPLAIN; the planner
-lowers it to this form (``planner.pattern.lower``) once the pattern variables are numbered, and the
-program compiler (``operators.program``) reads only this. Each node keeps the position of the
-text it came from (``span``, opaque here) so a compile error can still point at the user's text.
+Row patterns (MATCH_RECOGNIZE, windows): the parser's tree (``parser.spec``) keeps what the user
+wrote, for errors and EXPLAIN; the planner lowers it to ``Var``/``Empty``/``Anchor``/``Concat``/
+``Alt``/``Permute``/``Exclude``/``Repeat`` once the pattern variables are numbered
+(``planner.pattern.lower``), and the program compiler (``operators.program``) reads only these.
+Each keeps the position of the text it came from (``span``, opaque here) so a compile error can
+still point at the user's text.
+
+Event patterns (CER): ``Element`` (one event of a type bound to a variable, Kleene bounds,
+negation) and ``Seq``/``And``/``Or`` nesting freely; ``operators.cer_reference`` says what they
+mean under each selection strategy. The CER parser builds these directly (its syntax maps one to
+one onto them; ``parser.cer_tree`` offers the names), the planner and the mechanisms read them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 
 @dataclass(frozen=True)
@@ -34,7 +41,8 @@ class Anchor(Node):
 
 
 @dataclass(frozen=True)
-class Seq(Node):
+class Concat(Node):
+    """Items one after the other, on consecutive rows."""
     items: tuple[Node, ...] = ()
 
 
@@ -63,3 +71,30 @@ class Repeat(Node):
     min: int = 0
     max: int | None = None
     greedy: bool = True
+
+
+# ---------------------------------------------------------------- event patterns (CER)
+@dataclass(frozen=True)
+class Element:
+    type: str | None
+    var: str
+    kleene: tuple[int, int | None] | None = None
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class Seq:
+    items: tuple
+
+
+@dataclass(frozen=True)
+class And:
+    items: tuple
+
+
+@dataclass(frozen=True)
+class Or:
+    items: tuple
+
+
+CerNode = Union[Element, Seq, And, Or]

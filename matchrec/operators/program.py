@@ -126,7 +126,7 @@ def compile_pattern(pattern: P.Node, labels: list[str]) -> Program:
             pass
         elif isinstance(node, P.Anchor):
             emit(START if node.start else END)
-        elif isinstance(node, P.Seq):
+        elif isinstance(node, P.Concat):
             for item in node.items:
                 gen(item)
         elif isinstance(node, P.Alt):
@@ -138,7 +138,7 @@ def compile_pattern(pattern: P.Node, labels: list[str]) -> Program:
                 raise PatternTooLarge(f"PERMUTE of {len(node.items)} variables has {orderings:,} orderings, too many "
                                       f"to match; write fewer variables in PERMUTE", node.span)
             orders = itertools.permutations(range(len(node.items)))
-            branches = [P.Seq(node.span, tuple(node.items[i] for i in order)) for order in orders]
+            branches = [P.Concat(node.span, tuple(node.items[i] for i in order)) for order in orders]
             alternation(branches)
         elif isinstance(node, P.Exclude):
             has_excl = True

@@ -4,7 +4,8 @@ This module owns the data of a CER statement as ``parser.sase`` builds it and th
 engine and the operators read it:
   * the pattern: ``Element`` (one event of a type bound to a variable; ``kleene=(lo, hi)`` for
     ``T+ v``, ``negated`` for ``~T v``) and ``Seq``, ``And``, ``Or`` nesting freely
-    (``operators.cer_reference`` says what they mean);
+    (``operators.cer_reference`` says what they mean); they are the matchers' pattern form,
+    defined in ``operators.pattern_ir`` and named here for the parser's users;
   * the expressions of WHERE and RETURN (``Expr`` and its kinds, each with its span in the text),
     with ``walk``, ``variables`` and ``has_aggregate``;
   * the query: ``CerQuery`` (source, columns, strategy, window, filters over one variable,
@@ -14,7 +15,8 @@ The selection strategies and aggregate names of the language are here too.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+
+from matchrec.operators import pattern_ir as IR
 
 STRATEGIES = ("strict", "next", "any")
 STRATEGY_NAMES = {"strict": "strict-contiguity", "next": "skip-till-next-match", "any": "skip-till-any-match"}
@@ -22,30 +24,9 @@ AGGREGATES = ("avg", "sum", "min", "max", "count", "first", "last")
 
 
 # ---------------------------------------------------------------- the pattern
-@dataclass(frozen=True)
-class Element:
-    type: str | None
-    var: str
-    kleene: tuple[int, int | None] | None = None
-    negated: bool = False
-
-
-@dataclass(frozen=True)
-class Seq:
-    items: tuple
-
-
-@dataclass(frozen=True)
-class And:
-    items: tuple
-
-
-@dataclass(frozen=True)
-class Or:
-    items: tuple
-
-
-Node = Union[Element, Seq, And, Or]
+# The pattern nodes carry no syntax (no text, no positions): the parser builds the matchers'
+# pattern form (operators.pattern_ir) directly, and the names are offered here too.
+Element, Seq, And, Or, Node = IR.Element, IR.Seq, IR.And, IR.Or, IR.CerNode
 
 
 # ---------------------------------------------------------------- expressions

@@ -39,7 +39,7 @@ precedes the current row) does not map onto CER's partial orders yet: no join fi
 from __future__ import annotations
 
 from matchrec.operators.cer_reference import element_sets
-from matchrec.parser.cer_tree import Element, Seq
+from matchrec.operators.pattern_ir import Element, Seq
 from matchrec.parser.names import quote_ident
 from matchrec.planner.cer.choice import anchors_of
 from matchrec.planner.cer.plan import NO_WINDOW, CerPlan

@@ -15,7 +15,7 @@ def lower(node: S.PatternNode, ids: dict[str, int]) -> P.Node:
     if isinstance(node, S.Anchor):
         return P.Anchor(span, node.kind == "start")
     if isinstance(node, S.Concat):
-        return P.Seq(span, tuple(lower(i, ids) for i in node.items))
+        return P.Concat(span, tuple(lower(i, ids) for i in node.items))
     if isinstance(node, S.Alternation):
         return P.Alt(span, tuple(lower(i, ids) for i in node.items))
     if isinstance(node, S.Permute):

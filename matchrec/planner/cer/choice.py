@@ -6,8 +6,8 @@ import duckdb
 
 from matchrec.errors import NotSupportedError
 from matchrec.operators.cer_reference import Condition, element_sets
+from matchrec.operators.pattern_ir import And, Element
 from matchrec.parser import sase as S
-from matchrec.parser.cer_tree import And, Element
 from matchrec.planner.cer.estimates import anchor_cover, gather_stats, interval_cover, rate_changes
 from matchrec.planner.cer.plan import FILTER_COVER, NO_WINDOW, CerPlan, CerSettings
 from matchrec.planner.cer.resolve import resolve_query
