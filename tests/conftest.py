@@ -24,6 +24,14 @@ def q(con):
     return run
 
 
+@pytest.fixture(scope="module")
+def trino():
+    """A connection with Trino's dialect, one per test module."""
+    connection = matchrec.connect(":memory:", dialect="trino")
+    yield connection
+    connection.close()
+
+
 @pytest.fixture(scope="session")
 def node_cluster(tmp_path_factory):
     """Three storage nodes on 127.0.0.1 (token ``nodes.TOKEN``); yields their addresses."""

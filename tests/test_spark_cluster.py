@@ -18,7 +18,7 @@ import matchrec
 import matchrec.spark as ms
 from spark_conformance import rows_match
 from spark_deploy import standalone
-from test_spark import QUERIES, _duck, _view, events
+from test_spark import QUERIES, _duck, _view, check_interval_filtering, events
 
 pytestmark = pytest.mark.slow
 
@@ -101,19 +101,7 @@ def test_forms_on_a_standalone_cluster_with_the_shipped_environment(cluster, arc
         assert rows_match(want, spark.sql(f"SELECT * FROM match_recognize(TABLE(ev), '{body}')").collect())
 
         # interval filtering rounds on the executors, and EXPLAIN ANALYZE's shuffle bytes from the status store
-        data = events(n=3000, keys=3, seed=7)
-        _view(spark, data, "evf")
-        q = ("SELECT * FROM evf MATCH_RECOGNIZE (ORDER BY ts MEASURES A.ts AS a, B.ts AS b PATTERN (A N*? B) "
-             "WITHIN 6 DEFINE A AS type = 'a' AND v < 3, B AS type = 'b' AND v > 47, N AS true)")
-        want = _duck(data, "evf", q)
-        assert want and rows_match(want, ms.sql(spark, q, interval_filter="on").collect())
-        assert ms.last_runs()[0].filtering.used
-        lines = [r[0] for r in ms.sql(spark, "EXPLAIN ANALYZE " + q, interval_filter="on").collect()]
-        with_f = int(next(x for x in lines if x.strip().startswith("shuffle:")).split()[1])
-        without = next(x for x in lines if "without interval filtering" in x)
-        print(f"\ncluster EXPLAIN ANALYZE: {with_f} shuffle bytes with interval filtering; {without.strip()}")
-        assert f"{len(want)} result rows" in without
-        assert int(without.split(": ")[1].split()[0]) > 2 * with_f > 0
+        check_interval_filtering(spark, _view, "cluster")
     finally:
         spark.stop()
 

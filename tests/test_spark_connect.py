@@ -9,7 +9,7 @@ import matchrec
 import matchrec.spark as ms
 from spark_conformance import rows_match
 from spark_deploy import connect_server
-from test_spark import QUERIES, _duck, events
+from test_spark import QUERIES, _duck, _view, check_interval_filtering, events
 
 
 @pytest.fixture(scope="module")
@@ -22,12 +22,6 @@ def spark():
         session.stop()
     finally:
         procs.stop()
-
-
-def _view(spark, table, name):
-    df = spark.createDataFrame(table)
-    df.createOrReplaceTempView(name)
-    return df
 
 
 def test_the_session_is_a_connect_one(spark):
@@ -64,20 +58,7 @@ def test_runtime_errors_and_interval_filtering_with_explain_analyze(spark):
         df.collect()
     assert isinstance(ms.matchrec_error(info.value), matchrec.DataError)
 
-    data = events(n=3000, keys=3, seed=7)
-    _view(spark, data, "ev")
-    q = ("SELECT * FROM ev MATCH_RECOGNIZE (ORDER BY ts MEASURES A.ts AS a, B.ts AS b PATTERN (A N*? B) WITHIN 6 "
-         "DEFINE A AS type = 'a' AND v < 3, B AS type = 'b' AND v > 47, N AS true)")
-    want = _duck(data, "ev", q)
-    assert want
-    assert rows_match(want, ms.sql(spark, q, interval_filter="on").collect())
-    assert ms.last_runs()[0].filtering.used
-    lines = [r[0] for r in ms.sql(spark, "EXPLAIN ANALYZE " + q, interval_filter="on").collect()]
-    with_f = int(next(x for x in lines if x.strip().startswith("shuffle:")).split()[1])
-    without = next(x for x in lines if "without interval filtering" in x)
-    print(f"\nConnect EXPLAIN ANALYZE: {with_f} shuffle bytes with interval filtering; {without.strip()}")
-    assert f"{len(want)} result rows" in without
-    assert int(without.split(": ")[1].split()[0]) > 2 * with_f > 0
+    check_interval_filtering(spark, _view, "Connect")
 
 
 def test_the_client_started_no_spark_context(spark):

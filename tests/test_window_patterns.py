@@ -28,13 +28,6 @@ V_SHAPE = ("WINDOW w AS (ORDER BY id MEASURES LAST(value) AS val, CLASSIFIER() A
            "PATTERN (A B+ C+) DEFINE B AS B.value < PREV(B.value), C AS C.value > PREV(C.value))")
 
 
-@pytest.fixture(scope="module")
-def trino():
-    con = matchrec.connect(":memory:", dialect="trino")
-    yield con
-    con.close()
-
-
 def rows(con, sql):
     cur = con.cursor()
     try:

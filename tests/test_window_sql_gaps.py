@@ -19,11 +19,9 @@ DAYS = datetime.timedelta
 
 
 @pytest.fixture(scope="module")
-def trino():
-    con = matchrec.connect(":memory:", dialect="trino")
-    con.cursor().execute(f"CREATE TABLE ev AS SELECT * FROM {EVENTS}")
-    yield con
-    con.close()
+def trino(trino):
+    trino.cursor().execute(f"CREATE TABLE ev AS SELECT * FROM {EVENTS}")
+    return trino
 
 
 def run(con, sql):
