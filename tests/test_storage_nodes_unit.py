@@ -264,7 +264,7 @@ def test_acer_index_answers_exactly_as_without_it():
     ts = np.sort(data.column("ts").to_numpy())
     key = 'CAST("ts" AS BIGINT)'
     skipped = 0
-    for k in range(150):
+    for k in range(40):
         cond = _random_condition(rng)
         lo = rng.randint(0, 9000)
         intervals = np.array([[lo, lo + rng.randint(0, 400)], [lo + 2000, lo + 2100]], np.int64)
@@ -287,4 +287,4 @@ def test_acer_index_answers_exactly_as_without_it():
             assert got == want, (k, cond, req)
         with b._scope("ev", cond, reqs[1][0], [exact, cover], False) as (_, scope, _left):
             skipped += scope != "TRUE"
-    assert skipped > 100  # the index narrowed the rows of most requests
+    assert skipped > 20  # the index narrowed the rows of most requests

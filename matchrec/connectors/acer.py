@@ -178,7 +178,7 @@ def _codes(col: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray, pa.Table, 
         vals = rank[idx] if len(words) else np.zeros(n, np.int64)
         sorted_words = [words[i] for i in order]
     else:
-        vals = col.cast(pa.int64()) if kind in ("date", "ts") else col
+        vals = col.view(pa.int32() if kind == "date" else pa.int64()) if kind in ("date", "ts") else col
         vals = vals.fill_null(0).to_numpy(zero_copy_only=False)
         vals = vals.astype(np.float64 if kind == "float" else np.int64)
     distinct = np.unique(vals[valid])  # NaN, if any, last
