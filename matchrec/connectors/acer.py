@@ -58,6 +58,8 @@ MAX_CODES = 1 << 16  # codes per attribute: at most 16 slices; more distinct val
 MAX_RANGES = 8  # row-id ranges per DuckDB scan: DuckDB prunes with up to about 8 OR-ed ranges, more cost per row
 SCAN_SHARE = 0.5  # ranges covering more of the table than this: the index saves too little over a scan
 BITMAP_SHARE = 1 / 16  # phase two runs for a DuckDB scan only when it is expected to keep fewer rows than this
+FEW_ROWS = 64  # or when it is expected to keep so few rows that they may lie in a few short ranges
+EXACT_SHARE = 0.25  # the index answers candidates alone when they are at most this share of the table
 
 
 class IndexError_(ValueError):
@@ -432,7 +434,7 @@ class _Attribute:
         """Rows (bits of ``words``) whose code is <= c, over the range-encoded slices."""
         nonnull = self.nonnull[words]
         if c >= len(self.lo) - 1:
-            return nonnull
+            return nonnull.copy()  # ``words`` may be a slice: never hand out a view of the index
         if c < 0:
             return np.zeros_like(nonnull)
         le = np.zeros_like(nonnull)
@@ -499,6 +501,7 @@ class TableIndex:
         self.keys: dict[str, tuple | None] = {}
         self.hashes: dict[tuple, np.ndarray] = {}
         self.literals: dict[tuple, int | None] = {}
+        self.trees: dict[str, object] = {}
         self._con = con
 
     # the per-row columns an exact answer reads, cached per node
@@ -575,9 +578,17 @@ class TableIndex:
     # -- planning
 
     def _tree(self, condition: str):
-        kinds = {a: at.kind for a, at in self.attrs.items()}
-        return necessary(sqlglot.parse_one(f"SELECT {condition}", read="duckdb").expressions[0], kinds,
-                         self.type_column.lower() if self.type_kind else "", self.type_kind)
+        with self.lock:
+            tree = self.trees.get(condition)
+        if tree is None:  # parsing costs about as much as a small scan: once per condition
+            kinds = {a: at.kind for a, at in self.attrs.items()}
+            tree = necessary(sqlglot.parse_one(f"SELECT {condition}", read="duckdb").expressions[0], kinds,
+                             self.type_column.lower() if self.type_kind else "", self.type_kind)
+            with self.lock:
+                if len(self.trees) > 1024:
+                    self.trees.clear()
+                self.trees[condition] = tree
+        return tree
 
     def _runs(self, tree) -> np.ndarray:
         """Which type runs the tree's type tests let through."""
@@ -657,6 +668,8 @@ class TableIndex:
             return None
         if isinstance(tree, In) and tree.column is None:  # the type's row-id bitmap: its runs
             runs = np.array([v is not None and v in tree.values for v in self.run_types], bool)
+            if isinstance(words, slice):
+                words = np.arange(words.start, words.stop)
             mask = _inside(words, 64, self.run_lo[runs], self.run_hi[runs], len(words) * 64)
             return np.packbits(mask, bitorder="little").view("<u8")
         if isinstance(tree, tuple):
@@ -700,12 +713,41 @@ class TableIndex:
             return np.zeros(0, np.int64)
         words = (blocks[:, None] * wpb + np.arange(wpb)[None, :]).ravel()
         words = words[words < self.words]
+        first = 0
+        if words[-1] - words[0] + 1 == len(words):  # contiguous: views of the slices, no copies
+            words = slice(int(words[0]), int(words[-1]) + 1)
+            first = words.start
         bits = self._bitmap(tree, con, words)
-        inside = _inside(blocks, B, starts, ends, len(words) * 64)
-        if bits is not None:
-            inside &= np.unpackbits(bits.view(np.uint8), bitorder="little").astype(bool)
-        x = np.flatnonzero(inside)
-        return blocks[x // B] * B + x % B
+        if bits is None:
+            return _expand(starts, ends)
+        nz = np.flatnonzero(bits)  # unpack only the words with a row set
+        x = np.flatnonzero(np.unpackbits(bits[nz].view(np.uint8), bitorder="little"))
+        word_ids = (nz + first) if isinstance(words, slice) else words[nz]
+        rows = word_ids[x // 64] * 64 + x % 64
+        k = np.searchsorted(starts, rows, "right") - 1
+        return rows[(k >= 0) & (rows <= ends[np.maximum(k, 0)])]
+
+    def _clip_blocks(self, tree, con, starts, ends):
+        """The ranges without the blocks whose code ranges cannot meet the tree's tests."""
+        B = self.block
+        n_blocks = (self.rows + B - 1) // B
+        dead = ~self._blocks_may(tree, con, np.arange(n_blocks))
+        if not dead.any():
+            return starts, ends
+        lo = np.flatnonzero(dead) * B
+        hi = np.minimum(lo + B - 1, self.rows - 1)
+        # cut the ranges at every dead block: keep the parts between dead blocks
+        cuts_lo, cuts_hi = np.r_[-1, hi] + 1, np.r_[lo, self.rows] - 1  # the live spans
+        live = cuts_hi >= cuts_lo
+        cuts_lo, cuts_hi = cuts_lo[live], cuts_hi[live]
+        i = np.searchsorted(cuts_hi, starts, "left")  # first live span ending at or after the start
+        j = np.searchsorted(cuts_lo, ends, "right") - 1  # last live span starting at or before the end
+        out_s, out_e = [], []
+        for a, b, p, q in zip(starts, ends, i, j):
+            for k in range(p, q + 1):
+                out_s.append(max(a, cuts_lo[k]))
+                out_e.append(min(b, cuts_hi[k]))
+        return np.array(out_s, np.int64), np.array(out_e, np.int64)
 
     def _blocks_may(self, tree, con, blocks) -> np.ndarray:
         if tree == TRUE or (isinstance(tree, In) and tree.column is None):
@@ -731,11 +773,21 @@ class TableIndex:
         starts, ends, _ = self._phase_one(con, tree, key_sql, cover, keep_keyless)
         phase_one = int((ends - starts + 1).sum())
         seen = {"phase_one": phase_one}
-        has_attrs = any(getattr(x, "column", None) is not None for x in _leaves(tree))
-        if has_attrs and phase_one and self._estimate(tree, con) * phase_one <= BITMAP_SHARE * self.rows:
-            ids = self._rows(tree, con, starts, ends)
-            starts, ends = _runs_of(ids)
-            seen["bitmaps"] = len(ids)
+        if any(getattr(x, "column", None) is not None for x in _leaves(tree)) and phase_one:
+            expected = self._estimate(tree, con) * phase_one
+            seen["expected"] = expected
+            narrowed = _covered(starts, ends) <= SCAN_SHARE * self.rows
+            if not narrowed:  # blocks whose codes cannot meet the tests go, at no cost
+                starts, ends = self._clip_blocks(tree, con, starts, ends)
+                narrowed = _covered(starts, ends) <= SCAN_SHARE * self.rows
+            # Phase two pays off for a scan only when its few rows may fall into a few ranges;
+            # many scattered rows need every range, which a scan of the table beats.
+            if expected <= FEW_ROWS or (narrowed and expected <= BITMAP_SHARE * self.rows):
+                ids = self._rows(tree, con, starts, ends)
+                seen["bitmaps"] = len(ids)
+                s2, e2 = _runs_of(ids)
+                if _covered(s2, e2) < _covered(starts, ends):
+                    starts, ends = s2, e2
         lo, hi = _merge(starts, ends, MAX_RANGES)
         covered = int((hi - lo + 1).sum())
         seen["covered"] = covered
@@ -756,6 +808,9 @@ class TableIndex:
             return None
         starts, ends, _ = self._phase_one(con, tree, key_sql, cover, False)
         if any(getattr(x, "column", None) is not None for x in _leaves(tree)):
+            phase_one = int((ends - starts + 1).sum())
+            if self._estimate(tree, con) * phase_one > EXACT_SHARE * self.rows:
+                return None  # most rows pass: DuckDB's scan hands them over faster than gathering them here
             ids = self._rows(tree, con, starts, ends)
         else:
             ids = _expand(starts, ends)
@@ -790,6 +845,12 @@ def _inside(units: np.ndarray, unit: int, starts: np.ndarray, ends: np.ndarray, 
     np.add.at(scope, cs[ok], 1)
     np.add.at(scope, ce[ok] + 1, -1)
     return np.cumsum(scope[:length], dtype=np.int8) > 0
+
+
+def _covered(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Rows the at most MAX_RANGES ranges a scan gets for these ranges cover."""
+    lo, hi = _merge(starts, ends, MAX_RANGES)
+    return int((hi - lo + 1).sum())
 
 
 def _float(x: Fraction) -> float:
