@@ -37,6 +37,7 @@ index whose row count no longer matches is ignored.
 """
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import threading
@@ -424,7 +425,7 @@ class _Attribute:
         return first, last, exact
 
     def _code_of(self, value) -> tuple[int, int, bool]:
-        import bisect
+        """The code (range) of rows equal to ``value``."""
         i = bisect.bisect_right(self.lo, value) - 1
         if self.exact:
             return (i, i, True) if i >= 0 and self.lo[i] == value else (0, -1, True)
@@ -507,7 +508,7 @@ class TableIndex:
     # the per-row columns an exact answer reads, cached per node
 
     def _keys(self, con, key_sql: str):
-        """(key per row, first NULL key per type run) when every type run's keys are sorted with
+        """(key per row, non-NULL mask, first NULL key per type run, key type) when every type run's keys are sorted with
         NULLs last (then a time cover maps to row ranges), else None."""
         with self.lock:
             if key_sql in self.keys:
@@ -533,7 +534,7 @@ class TableIndex:
                     break
                 first_null[i] = a + nv
             if ok:
-                out = (keys, valid, first_null)
+                out = (keys, valid, first_null, k.type)
         with self.lock:
             self.keys[key_sql] = out
         return out
@@ -616,7 +617,7 @@ class TableIndex:
         keyed = self._keys(con, key_sql)
         if keyed is None:
             return lo, hi, None
-        keys, _, first_null = keyed
+        keys, _, first_null, _ = keyed
         c_lo, c_hi = cover
         starts, ends = [], []
         for a, b, fn in zip(lo, hi, first_null[runs]):
@@ -814,13 +815,13 @@ class TableIndex:
             ids = self._rows(tree, con, starts, ends)
         else:
             ids = _expand(starts, ends)
-        keys, valid, _ = keyed
+        keys, valid, _, key_type = keyed
         ids = ids[valid[ids]]
         if partition_sql:
             pk = (self._hashes(con, tuple(partition_sql))[ids] >> np.uint64(64 - pk_bits)).astype(np.int64)
         else:
             pk = np.zeros(len(ids), np.int64)
-        return pa.table({"pk": pk, "t": keys[ids]})
+        return pa.table({"pk": pk, "t": pa.array(keys[ids]).cast(key_type)})  # as DuckDB would type it
 
 
 def _expand(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
