@@ -787,7 +787,7 @@ class TableIndex:
                 ids = self._rows(tree, con, starts, ends)
                 seen["bitmaps"] = len(ids)
                 s2, e2 = _runs_of(ids)
-                if _covered(s2, e2) < _covered(starts, ends):
+                if _covered(s2, e2) < 0.5 * _covered(starts, ends):  # OR-ed ranges cost more per row than one
                     starts, ends = s2, e2
         lo, hi = _merge(starts, ends, MAX_RANGES)
         covered = int((hi - lo + 1).sum())
