@@ -9,7 +9,8 @@ equal-depth bins when there are more distinct values - and ``ceil(log2(#codes))`
 bit slices over that code: slice ``j`` holds the rows whose code has bit ``j`` at 0, so
 ``code <= c`` takes one pass over the slices (O'Neil and Quass). Slices are cut in blocks of
 ``block_size`` rows; on disk an all-zero or all-one block is a flag, other blocks are packed
-bits. Kept in the shard, in schema ``mr_acer`` (not visible as a node table):
+bits; in the node's memory the slices are whole-table 64-bit words (at most 16 slices: 2 bytes
+a row per attribute). Kept in the shard, in schema ``mr_acer`` (not visible as a node table):
 
 * ``meta``: per indexed table its type and time columns, attributes, block size, row count;
 * ``syn_<table>``: one row per type run (type, first and last row id);
@@ -23,14 +24,16 @@ one takes the type runs the condition's type tests allow and, inside each, the r
 time lies in the cover (a binary search on the run's sorted keys); phase two evaluates the
 condition's attribute tests (``col op const``, BETWEEN, ``col = 'str'``, IN; dates and
 timestamps against DATE/TIMESTAMP literals) on the bit slices of the blocks those ranges touch
-only. Both phases over-approximate (a part the index does not know keeps every row), so:
+(less the blocks whose code range cannot meet them) only. Both phases over-approximate (a part
+the index does not know keeps every row), so:
 
-* a ``candidates`` request whose condition the bitmaps decide exactly is answered from the
-  index alone (keys and partition hashes of the table are cached per node, 8 bytes a row each);
+* a ``candidates`` request whose condition the bitmaps decide exactly, and whose candidates the
+  code books expect to be at most ``EXACT_SHARE`` of the table, is answered from the index alone
+  (the key and partition hash of every row are cached by the node, 8 bytes a row each);
 * otherwise DuckDB scans with the condition, restricted to at most ``MAX_RANGES`` row-id ranges
-  that cover every row the index let through - or, when those ranges would cover more than
-  ``SCAN_SHARE`` of the table, or the estimate from the code books says the bitmaps cannot
-  narrow it, over the whole table as without the index.
+  that cover every row the index let through; phase two runs for it only when the code books
+  expect few rows. When those ranges would cover more than ``SCAN_SHARE`` of the table, DuckDB
+  scans the whole table as without the index.
 
 The rows returned are those of the unindexed path. A load into the table drops its index; an
 index whose row count no longer matches is ignored.
@@ -60,6 +63,8 @@ MAX_RANGES = 8  # row-id ranges per DuckDB scan: DuckDB prunes with up to about 
 SCAN_SHARE = 0.5  # ranges covering more of the table than this: the index saves too little over a scan
 BITMAP_SHARE = 1 / 16  # phase two runs for a DuckDB scan only when it is expected to keep fewer rows than this
 FEW_ROWS = 64  # or when it is expected to keep so few rows that they may lie in a few short ranges
+MAX_SEARCHES = 1 << 16  # type runs x intervals phase one searches at most
+MAX_RUNS = 256  # type runs phase one searches at most (one step each)
 EXACT_SHARE = 0.25  # the index answers candidates alone when they are at most this share of the table
 
 
@@ -508,8 +513,8 @@ class TableIndex:
     # the per-row columns an exact answer reads, cached per node
 
     def _keys(self, con, key_sql: str):
-        """(key per row, non-NULL mask, first NULL key per type run, key type) when every type run's keys are sorted with
-        NULLs last (then a time cover maps to row ranges), else None."""
+        """(key per row, non-NULL mask, first NULL key per type run, key type) when every type
+        run's keys are sorted with NULLs last (then a time cover maps to row ranges), else None."""
         with self.lock:
             if key_sql in self.keys:
                 return self.keys[key_sql]
@@ -612,8 +617,9 @@ class TableIndex:
         keys when they map the cover to rows (None: no time phase)."""
         runs = self._runs(tree)
         lo, hi = self.run_lo[runs], self.run_hi[runs]
-        if cover is None or not key_sql:
-            return lo, hi, None
+        n_runs = int(runs.sum())
+        if cover is None or not key_sql or n_runs > MAX_RUNS or n_runs * len(cover[0]) > MAX_SEARCHES:
+            return lo, hi, None  # many types times many intervals: the search would cost more than a scan
         keyed = self._keys(con, key_sql)
         if keyed is None:
             return lo, hi, None
