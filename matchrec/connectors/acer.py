@@ -62,7 +62,7 @@ MAX_CODES = 1 << 16  # codes per attribute: at most 16 slices; more distinct val
 MAX_RANGES = 8  # row-id ranges per DuckDB scan: DuckDB prunes with up to about 8 OR-ed ranges, more cost per row
 SCAN_SHARE = 0.5  # ranges covering more of the table than this: the index saves too little over a scan
 BITMAP_SHARE = 1 / 16  # phase two runs for a DuckDB scan only when it is expected to keep fewer rows than this
-FEW_ROWS = 64  # or when it is expected to keep so few rows that they may lie in a few short ranges
+FEW_ROWS = 2 * MAX_RANGES  # or when it is expected to keep so few rows that a few short ranges hold them
 MAX_SEARCHES = 1 << 16  # type runs x intervals phase one searches at most
 MAX_RUNS = 256  # type runs phase one searches at most (one step each)
 EXACT_SHARE = 0.25  # the index answers candidates alone when they are at most this share of the table
@@ -880,7 +880,7 @@ def _merge(starts: np.ndarray, ends: np.ndarray, most: int) -> tuple[np.ndarray,
     if len(starts) <= most:
         return starts, ends
     gaps = starts[1:] - ends[:-1]
-    keep = np.sort(np.argsort(gaps, kind="stable")[len(gaps) - (most - 1):])
+    keep = np.sort(np.argpartition(gaps, len(gaps) - (most - 1))[len(gaps) - (most - 1):])
     return np.r_[starts[0], starts[keep + 1]], np.r_[ends[keep], ends[-1]]
 
 
