@@ -258,13 +258,13 @@ def test_acer_index_answers_exactly_as_without_it():
         con.execute("CREATE TABLE ev AS SELECT * FROM d")
     a, b = ShardService(plain, 1 << 24), ShardService(indexed, 1 << 24)
     summary = b.answer({"op": "build_index", "table": "ev", "attributes": ["v", "f", "g"], "block_size": 2048}, [])
-    assert summary.column("blocks")[0].as_py() == 5 and summary.column("clusters")[0].as_py() >= 5 * 7
+    assert summary.column("blocks")[0].as_py() == 5 and summary.column("clusters")[0].as_py() == 7  # 6 types, NULL
     assert b.answer({"op": "tables"}, []).to_pylist() and b._tables().column("indexed").to_pylist() == [True]
     rng = random.Random(8)
     ts = np.sort(data.column("ts").to_numpy())
     key = 'CAST("ts" AS BIGINT)'
     skipped = 0
-    for k in range(150):
+    for k in range(40):
         cond = _random_condition(rng)
         lo = rng.randint(0, 9000)
         intervals = np.array([[lo, lo + rng.randint(0, 400)], [lo + 2000, lo + 2100]], np.int64)
@@ -287,4 +287,4 @@ def test_acer_index_answers_exactly_as_without_it():
             assert got == want, (k, cond, req)
         with b._scope("ev", cond, reqs[1][0], [exact, cover], False) as (_, scope, _left):
             skipped += scope != "TRUE"
-    assert skipped > 100  # the index narrowed the rows of most requests
+    assert skipped > 20  # the index narrowed the rows of most requests

@@ -1,31 +1,48 @@
-"""The ACER range-bitmap index of a shard table: building it, and the two-phase filtering it
-gives ``candidates`` and ``pull``.
+"""The ACER index of a shard table (range bitmaps and two-phase filtering), and the planner that
+decides, request by request, whether it beats DuckDB's own scan.
 
-Building (``build_index`` request, ``matchrec index``) rewrites the table so that its events
-lie in blocks of ``block_size`` consecutive events in time order and, inside a block, in
-clusters of one event type each, time-ordered; row ids are then positions and every cluster is
-one range of them. Kept in the shard, in schema ``mr_acer`` (not visible as a node table):
+Building (``build_index`` request, ``matchrec index``) rewrites the table ordered by event type,
+then time: every type's rows are one run of row ids (its row-id bitmap is a single run) and
+inside a run the time is sorted. Each indexed attribute gets a quantized code per row - its rank
+among the column's distinct values (NaN last, as DuckDB orders it), or one of ``MAX_CODES``
+equal-depth bins when there are more distinct values - and ``ceil(log2(#codes))`` range-encoded
+bit slices over that code: slice ``j`` holds the rows whose code has bit ``j`` at 0, so
+``code <= c`` takes one pass over the slices (O'Neil and Quass). Slices are cut in blocks of
+``block_size`` rows; on disk an all-zero or all-one block is a flag, other blocks are packed
+bits; in the node's memory the slices are whole-table 64-bit words (at most 16 slices: 2 bytes
+a row per attribute). Kept in the shard, in schema ``mr_acer`` (not visible as a node table):
 
 * ``meta``: per indexed table its type and time columns, attributes, block size, row count;
-* ``syn_<table>``: the synopsis, one row per cluster: block, type, row id range, time range
-  and min/max of every attribute;
-* ``bm_<table>``: per block and attribute, a range-encoded bitmap over value bins: bins cut
-  at equal depth (one per distinct value when there are few), bitmap ``k`` holding the rows
-  whose value lies in bins ``0..k``, and each bin's smallest and largest value.
+* ``syn_<table>``: one row per type run (type, first and last row id);
+* ``val_<table>``: per attribute its code book (each code's smallest and largest value and
+  row count, as Arrow IPC) and whether codes are exact values;
+* ``bm_<table>``: per attribute, slice and block the bits (slice -1: the non-NULL rows, with
+  the block's smallest and largest code).
 
-Answering: (1) clusters are skipped when their time range misses the request's time cover, or
-their type or min/max cannot satisfy the condition's simple parts (``col op const``, BETWEEN,
-``type = 'X'``, ``type IN (...)``); (2) in the blocks left, those simple parts are evaluated on
-the bitmaps, and DuckDB evaluates the condition on the rows that survive only (not at all when
-the bitmaps decided it exactly). Both phases over-approximate - a NULL or an unknown part keeps
-a row - so the rows returned are exactly those of the unindexed path.
+Answering a condition with a time cover (the replay intervals, merged over partitions): phase
+one takes the type runs the condition's type tests allow and, inside each, the row ranges whose
+time lies in the cover (a binary search on the run's sorted keys); phase two evaluates the
+condition's attribute tests (``col op const``, BETWEEN, ``col = 'str'``, IN; dates and
+timestamps against DATE/TIMESTAMP literals) on the bit slices of the blocks those ranges touch
+(less the blocks whose code range cannot meet them) only. Both phases over-approximate (a part
+the index does not know keeps every row), so:
 
-A load into the table drops its index; an index whose row count no longer matches is ignored.
+* a ``candidates`` request whose condition the bitmaps decide exactly, and whose candidates the
+  code books expect to be at most ``EXACT_SHARE`` of the table, is answered from the index alone
+  (the key and partition hash of every row are cached by the node, 8 bytes a row each);
+* otherwise DuckDB scans with the condition, restricted to at most ``MAX_RANGES`` row-id ranges
+  that cover every row the index let through; phase two runs for it only when the code books
+  expect few rows. When those ranges would cover more than ``SCAN_SHARE`` of the table, DuckDB
+  scans the whole table as without the index.
+
+The rows returned are those of the unindexed path. A load into the table drops its index; an
+index whose row count no longer matches is ignored.
 """
 from __future__ import annotations
 
+import bisect
 import json
-import re
+import math
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
@@ -37,78 +54,103 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
-from matchrec.parser import hidden as H
 from matchrec.parser.names import quote_ident
 
 SCHEMA = "mr_acer"
 DEFAULT_BLOCK = 65536
-BINS = 64
-MAX_RANGES = 8  # rowid ranges per DuckDB scan: many OR-ed ranges scan slower than one long one
+MAX_CODES = 1 << 16  # codes per attribute: at most 16 slices; more distinct values share equal-depth bins
+MAX_RANGES = 8  # row-id ranges per DuckDB scan: DuckDB prunes with up to about 8 OR-ed ranges, more cost per row
+SCAN_SHARE = 0.5  # ranges covering more of the table than this: the index saves too little over a scan
+BITMAP_SHARE = 1 / 16  # phase two runs for a DuckDB scan only when it is expected to keep fewer rows than this
+FEW_ROWS = 2 * MAX_RANGES  # or when it is expected to keep so few rows that a few short ranges hold them
+MAX_SEARCHES = 1 << 16  # type runs x intervals phase one searches at most
+MAX_RUNS = 256  # type runs phase one searches at most (one step each)
+EXACT_SHARE = 0.25  # the index answers candidates alone when they are at most this share of the table
 
 
 class IndexError_(ValueError):
     """An index that cannot be built as asked; the message says why."""
 
 
-def _numeric(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t)
+def _kind(t: pa.DataType) -> str | None:
+    """How an attribute of Arrow type ``t`` is coded: int, float, str, date, ts; None: not indexable."""
+    if pa.types.is_integer(t) and not (pa.types.is_unsigned_integer(t) and t.bit_width == 64):
+        return "int"
+    if pa.types.is_float64(t):
+        return "float"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "str"
+    if pa.types.is_date32(t):
+        return "date"
+    if pa.types.is_timestamp(t) and t.unit == "us" and t.tz is None:
+        return "ts"
+    return None
 
 
 # -- building
 
 def build(con: duckdb.DuckDBPyConnection, table: str, attributes: list[str], type_column: str, time_column: str,
           block_size: int = DEFAULT_BLOCK) -> dict:
-    """Cluster ``table`` and write its synopsis and bitmaps; returns a summary."""
+    """Order ``table`` by type and time and write its type runs, code books and bit slices."""
     cur = con.cursor()
     schema = cur.sql(f"SELECT * FROM {quote_ident(table)} LIMIT 0").to_arrow_table().schema
     names = {n.lower(): n for n in schema.names}
-    if not isinstance(block_size, int) or not 1024 <= block_size <= 1 << 22:
-        raise IndexError_("block size must be between 1024 and 4194304 events")
+    if not isinstance(block_size, int) or not 1024 <= block_size <= 1 << 22 or block_size % 64:
+        raise IndexError_("block size must be a multiple of 64 between 1024 and 4194304 events")
     for c in [type_column, time_column, *attributes]:
         if not isinstance(c, str) or c.lower() not in names:
             raise IndexError_(f"table {table} has no column {c!r}; its columns: {', '.join(schema.names)}")
     type_column, time_column = names[type_column.lower()], names[time_column.lower()]
-    attributes = list(dict.fromkeys(names[a.lower()] for a in attributes))
+    attributes = [a for a in dict.fromkeys(names[a.lower()] for a in attributes) if a != type_column]
+    kinds = {}
     for a in attributes:
-        if not _numeric(schema.field(a).type):
-            raise IndexError_(f"attribute {a} has type {schema.field(a).type}: range bitmaps index numbers only")
+        kinds[a] = _kind(schema.field(a).type)
+        if kinds[a] is None:
+            raise IndexError_(f"attribute {a} has type {schema.field(a).type}: range bitmaps index integers, "
+                              "doubles, strings, dates and timestamps (without time zone) only")
     tt = schema.field(time_column).type
     if not (pa.types.is_integer(tt) or pa.types.is_timestamp(tt) or pa.types.is_date(tt)):
         raise IndexError_(f"time column {time_column} has type {tt}: an integer, date or timestamp is needed")
-    ty, tm = quote_ident(type_column), quote_ident(time_column)
+    t, ty, tm = quote_ident(table), quote_ident(type_column), quote_ident(time_column)
     cur.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-    cur.execute(f"CREATE OR REPLACE TABLE {quote_ident(table)} AS SELECT * EXCLUDE ({H.BLOCK}) FROM ("
-                f"SELECT *, (row_number() OVER (ORDER BY {tm} NULLS LAST) - 1) // {block_size} AS {H.BLOCK} "
-                f"FROM {quote_ident(table)}) ORDER BY {H.BLOCK}, {ty} NULLS LAST, {tm} NULLS LAST")
-    aggs = "".join(f", min({quote_ident(a)}) AS {quote_ident('min_' + a)}, max({quote_ident(a)}) AS {quote_ident('max_' + a)}" for a in attributes)
+    cur.execute(f"CREATE OR REPLACE TABLE {t} AS SELECT * FROM {t} ORDER BY {ty} NULLS LAST, {tm} NULLS LAST")
     syn = f"{SCHEMA}.{quote_ident('syn_' + table)}"
-    cur.execute(f"""CREATE OR REPLACE TABLE {syn} AS
-        WITH x AS (SELECT rowid AS r, rowid // {block_size} AS b, {ty} AS ty, {tm} AS tm
-                   {''.join(', ' + quote_ident(a) for a in attributes)} FROM {quote_ident(table)}),
-        y AS (SELECT *, CASE WHEN b IS DISTINCT FROM lag(b) OVER w OR ty IS DISTINCT FROM lag(ty) OVER w
-                             THEN 1 ELSE 0 END AS c FROM x WINDOW w AS (ORDER BY r)),
-        z AS (SELECT *, sum(c) OVER (ORDER BY r) AS cl FROM y)
-        SELECT cl, any_value(b) AS b, any_value(ty) AS ty, min(r) AS r_lo, max(r) AS r_hi, count(*) AS n,
-               count(*) - count(tm) AS n_null_t, min(tm) AS tmin, max(tm) AS tmax {aggs}
-        FROM z GROUP BY cl ORDER BY cl""")
-    bad = cur.execute(f"SELECT count(*) FROM {syn} WHERE r_hi - r_lo + 1 <> n").fetchall()[0][0]
-    if bad:  # row ids must be positions of the clustered order, or the ranges would mean other rows
+    cur.execute(f"CREATE OR REPLACE TABLE {syn} AS SELECT {ty} AS ty, min(rowid) AS r_lo, max(rowid) AS r_hi, "
+                f"count(*) AS n FROM {t} GROUP BY {ty} ORDER BY r_lo")
+    if cur.execute(f"SELECT count(*) FROM {syn} WHERE r_hi - r_lo + 1 <> n").fetchall()[0][0]:
+        # row ids must be positions of the sorted order, or a type's run would mean other rows
         raise IndexError_("the rewritten table's row ids do not follow its order; the index was not built")
-    n_rows = cur.execute(f"SELECT count(*) FROM {quote_ident(table)}").fetchall()[0][0]
-    bm = f"{SCHEMA}.{quote_ident('bm_' + table)}"
-    cur.execute(f"CREATE OR REPLACE TABLE {bm} (b BIGINT, attr VARCHAR, dtype VARCHAR, lo BLOB, hi BLOB, "
-                "single BOOLEAN, bits BLOB, nonnull BLOB, nan BLOB)")
+    n_rows = cur.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
     n_blocks = (n_rows + block_size - 1) // block_size
+    val = f"{SCHEMA}.{quote_ident('val_' + table)}"
+    bm = f"{SCHEMA}.{quote_ident('bm_' + table)}"
+    cur.execute(f"CREATE OR REPLACE TABLE {val} (attr VARCHAR, kind VARCHAR, exact BOOLEAN, book BLOB)")
+    cur.execute(f"CREATE OR REPLACE TABLE {bm} (attr VARCHAR, slice INTEGER, block INTEGER, fill TINYINT, "
+                "cmin INTEGER, cmax INTEGER, bits BLOB)")
     for a in attributes:
-        col = cur.sql(f"SELECT {quote_ident(a)} FROM {quote_ident(table)} ORDER BY rowid").to_arrow_table().column(0)
+        got = cur.sql(f"SELECT rowid AS r, {quote_ident(a)} AS x FROM {t}").to_arrow_table()
+        r = got.column("r").to_numpy()
+        col = got.column("x")
+        if len(r) and (np.diff(r) != 1).any() or (len(r) and r[0] != 0):
+            col = col.take(pa.array(np.argsort(r, kind="stable")))
         col = col.combine_chunks() if col.num_chunks else pa.array([], col.type)
-        dtype = "f8" if pa.types.is_floating(col.type) else "i8"
+        codes, valid, book, exact = _codes(col, kinds[a])
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, book.schema) as w:
+            w.write_table(book)
+        cur.execute(f"INSERT INTO {val} VALUES (?, ?, ?, ?)", [a, kinds[a], exact, sink.getvalue().to_pybytes()])
         rows = []
+        nbits = _nbits(book.num_rows)
         for b in range(n_blocks):
-            part = col.slice(b * block_size, block_size)
-            rows.append((b, a, dtype, *_bitmaps(part, dtype)))
+            part = slice(b * block_size, min(n_rows, (b + 1) * block_size))
+            v, c = valid[part], codes[part]
+            cmin, cmax = (int(c[v].min()), int(c[v].max())) if v.any() else (None, None)
+            rows.append((a, -1, b, *_packed(v), cmin, cmax))
+            for j in range(nbits):
+                rows.append((a, j, b, *_packed(v & ((c >> j) & 1 == 0)), None, None))
         if rows:
-            cur.executemany(f"INSERT INTO {bm} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            cur.executemany(f"INSERT INTO {bm} VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            [(a_, j, b, fill, cmin, cmax, bits) for a_, j, b, fill, bits, cmin, cmax in rows])
     cur.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.meta (tbl VARCHAR PRIMARY KEY, info VARCHAR)")
     info = {"type": type_column, "time": time_column, "attributes": attributes, "block": block_size, "rows": n_rows}
     cur.execute(f"INSERT OR REPLACE INTO {SCHEMA}.meta VALUES (?, ?)", [table, json.dumps(info)])
@@ -117,33 +159,66 @@ def build(con: duckdb.DuckDBPyConnection, table: str, attributes: list[str], typ
     return {"rows": n_rows, "blocks": n_blocks, "clusters": clusters}
 
 
-def _bitmaps(part: pa.Array, dtype: str) -> tuple:
-    """(bin minima, bin maxima, one value per bin?, range bitmaps, non-null rows, NaN rows) of a block."""
-    n = len(part)
-    valid = np.asarray(part.is_valid()) if part.null_count else np.ones(n, bool)
-    vals = part.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64 if dtype == "f8" else np.int64)
-    nan = np.isnan(vals) & valid if dtype == "f8" else np.zeros(n, bool)
-    good = valid & ~nan
-    u = np.unique(vals[good])
-    single = len(u) <= BINS
-    if single:
-        starts = u
-    else:  # equal depth over the values, so each bitmap splits the rows evenly
-        sv = np.sort(vals[good])
-        starts = np.unique(sv[np.linspace(0, len(sv) - 1, BINS).astype(np.int64)])
-    code = np.searchsorted(starts, vals, "right") - 1
-    k = len(starts)
-    lo, hi = np.zeros(k, vals.dtype), np.zeros(k, vals.dtype)
-    if k:
-        gcode, gvals = code[good], vals[good]
-        order = np.argsort(gcode, kind="stable")
-        sc, sv2 = gcode[order], gvals[order]
-        first = np.r_[0, np.flatnonzero(np.diff(sc)) + 1]
-        lo[sc[first]] = np.minimum.reduceat(sv2, first)
-        hi[sc[first]] = np.maximum.reduceat(sv2, first)
-    bits = np.stack([good & (code <= j) for j in range(k - 1)]) if k > 1 else np.zeros((0, n), bool)
-    return (lo.tobytes(), hi.tobytes(), single, np.packbits(bits, axis=1).tobytes(), np.packbits(good).tobytes(),
-            np.packbits(nan).tobytes())
+def _nbits(n_codes: int) -> int:
+    return max(1, (n_codes - 1).bit_length())
+
+
+def _packed(mask: np.ndarray) -> tuple[int, bytes | None]:
+    """A block's bits on disk: 0 all zero, 1 all one (no bytes), 2 packed."""
+    if not mask.any():
+        return 0, None
+    if mask.all():
+        return 1, None
+    return 2, np.packbits(mask, bitorder="little").tobytes()
+
+
+def _codes(col: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray, pa.Table, bool]:
+    """(code per row, non-NULL mask, code book (lo, hi, n per code), whether codes are exact values)."""
+    n = len(col)
+    valid = np.asarray(col.is_valid()) if col.null_count else np.ones(n, bool)
+    if kind == "str":
+        enc = pc.dictionary_encode(col)
+        idx = enc.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        words = enc.dictionary.to_pylist()
+        order = sorted(range(len(words)), key=lambda i: words[i].encode())  # DuckDB compares bytes
+        rank = np.empty(len(words), np.int64)
+        rank[order] = np.arange(len(words))
+        vals = rank[idx] if len(words) else np.zeros(n, np.int64)
+        sorted_words = [words[i] for i in order]
+    else:
+        vals = col.view(pa.int32() if kind == "date" else pa.int64()) if kind in ("date", "ts") else col
+        vals = vals.fill_null(0).to_numpy(zero_copy_only=False)
+        vals = vals.astype(np.float64 if kind == "float" else np.int64)
+    distinct = np.unique(vals[valid])  # NaN, if any, last
+    if len(distinct) <= MAX_CODES:
+        code = np.searchsorted(distinct, vals) if kind != "float" else _float_rank(distinct, vals)
+        lo = hi = distinct
+        exact = True
+    else:  # equal-depth bins: a code then stands for a value range, tests on it are rechecked by DuckDB
+        sv = np.sort(vals[valid])
+        starts = np.unique(sv[np.linspace(0, len(sv) - 1, MAX_CODES).astype(np.int64)])
+        code = np.searchsorted(starts, vals, "right") - 1
+        if kind == "float" and np.isnan(starts[-1]):
+            code[np.isnan(vals)] = len(starts) - 1
+        lo = starts
+        last = np.r_[np.searchsorted(sv, starts[1:], "left") - 1, len(sv) - 1]
+        hi = sv[last]
+        exact = False
+    code = np.where(valid, code, 0).astype(np.int64)
+    counts = np.bincount(code[valid], minlength=len(lo)).astype(np.int64)
+    if kind == "str":
+        book = pa.table({"lo": pa.array([sorted_words[int(i)] for i in lo], pa.string()),
+                         "hi": pa.array([sorted_words[int(i)] for i in hi], pa.string()), "n": counts})
+    else:
+        book = pa.table({"lo": lo, "hi": hi, "n": counts})
+    return code, valid, book, exact
+
+
+def _float_rank(distinct: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    code = np.searchsorted(distinct, vals)  # NaN sorts after every number, as in np.unique
+    if len(distinct) and np.isnan(distinct[-1]):
+        code[np.isnan(vals)] = len(distinct) - 1
+    return code
 
 
 def drop(con: duckdb.DuckDBPyConnection, table: str) -> None:
@@ -152,8 +227,8 @@ def drop(con: duckdb.DuckDBPyConnection, table: str) -> None:
                        [SCHEMA]).fetchall()[0][0]:
         return
     cur.execute(f"DELETE FROM {SCHEMA}.meta WHERE tbl = ?", [table])
-    cur.execute(f"DROP TABLE IF EXISTS {SCHEMA}.{quote_ident('syn_' + table)}")
-    cur.execute(f"DROP TABLE IF EXISTS {SCHEMA}.{quote_ident('bm_' + table)}")
+    for part in ("syn_", "val_", "bm_"):
+        cur.execute(f"DROP TABLE IF EXISTS {SCHEMA}.{quote_ident(part + table)}")
 
 
 def indexed_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
@@ -164,27 +239,30 @@ def indexed_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
     return {r[0] for r in cur.sql(f"SELECT tbl FROM {SCHEMA}.meta").fetchall()}
 
 
-# -- conditions: the simple parts an index can decide
+# -- conditions: the parts an index can decide
 
 @dataclass(frozen=True)
 class Cmp:
+    """``column`` between ``lo`` and ``hi`` (open or closed; None: unbounded), numbers exact."""
     column: str
-    lo: Fraction | None
+    lo: object
     lo_open: bool
-    hi: Fraction | None
+    hi: object
     hi_open: bool
 
 
 @dataclass(frozen=True)
-class TypeIs:
+class In:
+    """``column`` equals one of ``values`` (the type column: ``column`` is None)."""
+    column: str | None
     values: frozenset
 
 
-TRUE = ("true",)
+TRUE = ("true",)  # a part the index knows nothing of: every row may pass
 
 
 def _literal(node):
-    """A number (exact) or a string literal, else None."""
+    """A number (exact), a string, or ('cast', type, sql) of a DATE/TIMESTAMP literal; else None."""
     neg = False
     while isinstance(node, (exp.Paren, exp.Neg)):
         if isinstance(node, exp.Neg):
@@ -198,6 +276,12 @@ def _literal(node):
         except (ValueError, ZeroDivisionError):
             return None
         return -value if neg else value
+    if isinstance(node, exp.Cast) and not neg and isinstance(node.this, exp.Literal) and node.this.is_string:
+        to = node.to.this
+        if to == exp.DataType.Type.DATE:
+            return ("cast", "DATE", node.this.this)
+        if to in (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ, exp.DataType.Type.DATETIME):
+            return ("cast", "TIMESTAMP", node.this.this)
     return None
 
 
@@ -212,74 +296,172 @@ def _column(node) -> str | None:
 _FLIP = {exp.LT: exp.GT, exp.GT: exp.LT, exp.LTE: exp.GTE, exp.GTE: exp.LTE, exp.EQ: exp.EQ}
 
 
-def necessary(node, attributes: set[str], type_column: str, type_is_string: bool):
-    """A tree of And/Or over Cmp/TypeIs that holds wherever ``node`` is true (TRUE: no idea)."""
+def _cmp(op, col: str, lit) -> Cmp:
+    return {exp.EQ: Cmp(col, lit, False, lit, False), exp.LT: Cmp(col, None, False, lit, True),
+            exp.LTE: Cmp(col, None, False, lit, False), exp.GT: Cmp(col, lit, True, None, False),
+            exp.GTE: Cmp(col, lit, False, None, False)}[op]
+
+
+def necessary(node, kinds: dict[str, str], type_column: str, type_kind: str | None):
+    """A tree of and/or over Cmp/In that is TRUE wherever ``node`` is TRUE (TRUE: no idea).
+    Without NOT, SQL's three-valued AND and OR are TRUE exactly when the tree of their TRUE
+    parts is, so a tree without TRUE leaves is the condition itself."""
     while isinstance(node, exp.Paren):
         node = node.this
-    if isinstance(node, exp.And):
-        return ("and", [necessary(c, attributes, type_column, type_is_string) for c in (node.left, node.right)])
-    if isinstance(node, exp.Or):
-        return ("or", [necessary(c, attributes, type_column, type_is_string) for c in (node.left, node.right)])
+    if isinstance(node, (exp.And, exp.Or)):
+        op = "and" if isinstance(node, exp.And) else "or"
+        return (op, [necessary(c, kinds, type_column, type_kind) for c in (node.left, node.right)])
     if type(node) in _FLIP:
         op, col, lit = type(node), _column(node.left), _literal(node.right)
         if col is None:
             op, col, lit = _FLIP[op], _column(node.right), _literal(node.left)
         if col is None or lit is None:
             return TRUE
-        if col == type_column and op is exp.EQ and isinstance(lit, str) == type_is_string:
-            return TypeIs(frozenset([lit]))
-        if col in attributes and isinstance(lit, Fraction):
-            return {exp.EQ: Cmp(col, lit, False, lit, False), exp.LT: Cmp(col, None, False, lit, True),
-                    exp.LTE: Cmp(col, None, False, lit, False), exp.GT: Cmp(col, lit, True, None, False),
-                    exp.GTE: Cmp(col, lit, False, None, False)}[op]
+        if col == type_column:
+            if op is exp.EQ and _fits(type_kind, lit, equality=True):
+                return In(None, frozenset([lit]))
+            return TRUE
+        if col in kinds and _fits(kinds[col], lit, equality=op is exp.EQ):
+            return In(col, frozenset([lit])) if kinds[col] == "str" else _cmp(op, col, lit)
         return TRUE
     if isinstance(node, exp.Between) and not node.args.get("symmetric"):
         col, lo, hi = _column(node.this), _literal(node.args.get("low")), _literal(node.args.get("high"))
-        if col in attributes and isinstance(lo, Fraction) and isinstance(hi, Fraction):
+        if col in kinds and kinds[col] != "str" and _fits(kinds[col], lo) and _fits(kinds[col], hi):
             return Cmp(col, lo, False, hi, False)
         return TRUE
     if isinstance(node, exp.In) and not node.args.get("query") and not node.args.get("unnest"):
         col = _column(node.this)
         lits = [_literal(e) for e in node.expressions]
-        if col == type_column and lits and all(v is not None and isinstance(v, str) == type_is_string for v in lits):
-            return TypeIs(frozenset(lits))
+        kind = type_kind if col == type_column else kinds.get(col)
+        if lits and all(_fits(kind, v, equality=True) for v in lits):
+            if col == type_column or kind == "str":
+                return In(None if col == type_column else col, frozenset(lits))
+            return ("or", [Cmp(col, v, False, v, False) for v in lits])
         return TRUE
     return TRUE
 
 
-def _exact_tree(tree) -> bool:
-    """Whether the bitmaps can decide ``tree`` without DuckDB (given single-valued bins)."""
+def _fits(kind: str | None, lit, equality: bool = False) -> bool:
+    """Whether DuckDB compares a column of ``kind`` with ``lit`` as the index does."""
+    if kind in ("int", "float"):
+        return isinstance(lit, Fraction)
+    if kind == "str":
+        return equality and isinstance(lit, str)
+    if kind == "date":
+        return isinstance(lit, tuple) and lit[1] == "DATE"
+    if kind == "ts":
+        return isinstance(lit, tuple)
+    return False
+
+
+def _leaves(tree):
     if tree == TRUE:
-        return False
+        return
     if isinstance(tree, tuple):
-        return all(_exact_tree(t) for t in tree[1])
-    return True
-
-
-def _inside(v, c: Cmp) -> bool:
-    """Whether value ``v`` satisfies ``c``."""
-    if c.lo is not None and (v < c.lo or (c.lo_open and v == c.lo)):
-        return False
-    if c.hi is not None and (v > c.hi or (c.hi_open and v == c.hi)):
-        return False
-    return True
-
-
-def _may(lo, hi, c: Cmp) -> bool:
-    """Whether some value in [lo, hi] may satisfy ``c`` (a float range is widened by NaN elsewhere)."""
-    if c.lo is not None and (hi < c.lo or (c.lo_open and hi == c.lo)):
-        return False
-    if c.hi is not None and (lo > c.hi or (c.hi_open and lo == c.hi)):
-        return False
-    return True
-
-
-def _num(x):
-    """A value of a synopsis or bin as an exact number (floats are exact binary fractions)."""
-    return Fraction(x) if isinstance(x, float) else x
+        for t in tree[1]:
+            yield from _leaves(t)
+    else:
+        yield tree
 
 
 # -- the index of one table, in memory
+
+class _Attribute:
+    """One attribute's code book and bit slices (whole-table 64-bit words)."""
+
+    def __init__(self, kind: str, exact: bool, book: pa.Table):
+        self.kind, self.exact = kind, exact
+        lo, hi = book.column("lo"), book.column("hi")
+        self.lo = lo.to_pylist() if kind == "str" else lo.to_numpy()
+        self.hi = hi.to_pylist() if kind == "str" else hi.to_numpy()
+        self.cum = np.r_[0, np.cumsum(book.column("n").to_numpy())]
+        self.nbits = _nbits(book.num_rows)
+        self.nonnull: np.ndarray | None = None
+        self.slices: list[np.ndarray] = []
+        self.cmin = self.cmax = None
+        self.has_nan = kind == "float" and len(self.lo) > 0 and bool(np.isnan(self.lo[-1]))
+
+    def code_range(self, leaf, literal) -> tuple[int, int, bool]:
+        """(first code, last code, exact) of the rows ``leaf`` may hold on; first > last: none."""
+        n = len(self.lo)
+        if isinstance(leaf, In):
+            return self._code_of(next(iter(leaf.values)))
+        if self.kind == "str":
+            return 0, n - 1, False
+        lo, hi = literal(leaf.lo), literal(leaf.hi)
+        if (leaf.lo is not None and lo is None) or (leaf.hi is not None and hi is None):
+            return 0, n - 1, False
+        nums = self.lo[:-1] if self.has_nan else self.lo
+        exact = self.exact
+        if self.kind == "float":
+            for bound in (lo, hi):
+                if bound is None:
+                    continue
+                try:
+                    f = float(bound)
+                except OverflowError:
+                    exact = False
+                    continue
+                if Fraction(f) != bound and len(nums):
+                    # DuckDB rounds the literal to a double as Python does; a value within one unit in
+                    # the last place of it is left to DuckDB in case it rounded otherwise
+                    a, b = np.nextafter(f, -np.inf), np.nextafter(f, np.inf)
+                    exact &= int(np.searchsorted(nums, b, "right")) == int(np.searchsorted(nums, a, "left"))
+            lo = None if lo is None else _float(lo)
+            hi = None if hi is None else _float(hi)
+        elif lo is not None or hi is not None:
+            lo = None if lo is None else (math.floor(lo) + 1 if leaf.lo_open else math.ceil(lo))
+            hi = None if hi is None else (math.ceil(hi) - 1 if leaf.hi_open else math.floor(hi))
+            lim = (-(1 << 63), (1 << 63) - 1)
+            if (lo is not None and lo > lim[1]) or (hi is not None and hi < lim[0]):
+                return 0, -1, exact
+            lo = None if lo is None or lo < lim[0] else lo
+            hi = None if hi is None or hi > lim[1] else hi
+        if self.exact:
+            first = 0 if lo is None else int(np.searchsorted(nums, lo, "right" if leaf.lo_open and self.kind == "float"
+                                                             else "left"))
+            last = (n - 1 if hi is None else
+                    int(np.searchsorted(nums, hi, "left" if leaf.hi_open and self.kind == "float" else "right")) - 1)
+        else:  # bins: every bin whose values may meet the range
+            first = 0 if lo is None else int(np.searchsorted(self.hi[:len(nums)], lo, "left"))
+            last = n - 1 if hi is None else int(np.searchsorted(nums, hi, "right")) - 1
+        if hi is not None and self.has_nan:
+            last = min(last, len(nums) - 1)  # NaN is above every number
+        return first, last, exact
+
+    def _code_of(self, value) -> tuple[int, int, bool]:
+        """The code (range) of rows equal to ``value``."""
+        i = bisect.bisect_right(self.lo, value) - 1
+        if self.exact:
+            return (i, i, True) if i >= 0 and self.lo[i] == value else (0, -1, True)
+        return (i, i, False) if i >= 0 else (0, -1, True)
+
+    def le(self, c: int, words: slice | np.ndarray) -> np.ndarray:
+        """Rows (bits of ``words``) whose code is <= c, over the range-encoded slices."""
+        nonnull = self.nonnull[words]
+        if c >= len(self.lo) - 1:
+            return nonnull.copy()  # ``words`` may be a slice: never hand out a view of the index
+        if c < 0:
+            return np.zeros_like(nonnull)
+        le = np.zeros_like(nonnull)
+        eq = nonnull.copy()
+        for j in range(self.nbits - 1, -1, -1):
+            zero = self.slices[j][words]
+            if (c >> j) & 1:
+                le |= eq & zero
+                eq &= ~zero
+            else:
+                eq &= zero
+        return le | eq
+
+    def between(self, first: int, last: int, words) -> np.ndarray:
+        if first > last:
+            return np.zeros_like(self.nonnull[words])
+        out = self.le(last, words)
+        if first > 0:
+            out &= ~self.le(first - 1, words)
+        return out
+
 
 class TableIndex:
     def __init__(self, con, table: str, info: dict):
@@ -287,144 +469,419 @@ class TableIndex:
         self.table = table
         self.type_column = info["type"]
         self.time_column = info["time"]
-        self.attributes = info["attributes"]
         self.block = info["block"]
         self.rows = info["rows"]
-        syn = cur.sql(f"SELECT * FROM {SCHEMA}.{quote_ident('syn_' + table)} ORDER BY cl").to_arrow_table()
-        self.syn = syn
-        ty = syn.schema.field("ty").type
-        self.type_is_string = pa.types.is_string(ty) or pa.types.is_large_string(ty)
-        # a type column of another kind (dates, ...) compares with casts the index does not model
-        self.type_known = self.type_is_string or _numeric(ty)
-        self.b = syn.column("b").to_numpy()
-        self.r_lo = syn.column("r_lo").to_numpy()
-        self.r_hi = syn.column("r_hi").to_numpy()
-        self.null_t = syn.column("n_null_t").to_numpy() > 0
-        self.types = syn.column("ty").to_pylist()
-        self.minmax = {a.lower(): (syn.column("min_" + a).to_pylist(), syn.column("max_" + a).to_pylist())
-                       for a in self.attributes}
-        self.by_lower = {a.lower(): a for a in self.attributes}
-        self.bitmaps: dict[tuple[int, str], tuple] = {}
-        for row in cur.sql(f"SELECT * FROM {SCHEMA}.{quote_ident('bm_' + table)}").fetchall():
-            b, a, dtype, lo, hi, single, bits, nonnull, nan = row
-            self.bitmaps[(b, a.lower())] = (np.frombuffer(lo, dtype), np.frombuffer(hi, dtype), single,
-                                            bits, nonnull, nan)
-        self.keys: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.words = (self.rows + 63) // 64
+        syn = cur.sql(f"SELECT * FROM {SCHEMA}.{quote_ident('syn_' + table)} ORDER BY r_lo").to_arrow_table()
+        self.run_lo = syn.column("r_lo").to_numpy().astype(np.int64)
+        self.run_hi = syn.column("r_hi").to_numpy().astype(np.int64)
+        self.run_types = syn.column("ty").to_pylist()
+        tt = syn.schema.field("ty").type
+        self.type_kind = "str" if _kind(tt) == "str" else ("int" if pa.types.is_integer(tt) else None)
+        self.attrs: dict[str, _Attribute] = {}
+        self.names: dict[str, str] = {}
+        for a, kind, exact, book in cur.sql(f"SELECT * FROM {SCHEMA}.{quote_ident('val_' + table)}").fetchall():
+            self.attrs[a.lower()] = _Attribute(kind, exact, pa.ipc.open_stream(book).read_all())
+            self.names[a.lower()] = a
+        wpb = self.block // 64
+        n_blocks = (self.rows + self.block - 1) // self.block
+        for at in self.attrs.values():
+            at.slices = [np.zeros(self.words, np.uint64) for _ in range(at.nbits)]
+            at.nonnull = np.zeros(self.words, np.uint64)
+            at.cmin = np.full(n_blocks, 1 << 30, np.int64)
+            at.cmax = np.full(n_blocks, -1, np.int64)
+        for a, j, b, fill, cmin, cmax, bits in cur.sql(
+                f"SELECT * FROM {SCHEMA}.{quote_ident('bm_' + table)}").fetchall():
+            at = self.attrs[a.lower()]
+            target = at.nonnull if j < 0 else at.slices[j]
+            w0, w1 = b * wpb, min(self.words, (b + 1) * wpb)
+            if fill == 1:
+                n = min(self.rows, (b + 1) * self.block) - b * self.block
+                mask = np.packbits(np.ones(n, bool), bitorder="little")
+                target[w0:w1] = np.frombuffer(mask.tobytes() + b"\0" * ((w1 - w0) * 8 - len(mask)), "<u8")
+            elif fill == 2:
+                target[w0:w1] = np.frombuffer(bits + b"\0" * ((w1 - w0) * 8 - len(bits)), "<u8")
+            if j < 0 and cmin is not None:
+                at.cmin[b], at.cmax[b] = cmin, cmax
         self.lock = threading.Lock()
+        self.keys: dict[str, tuple | None] = {}
+        self.hashes: dict[tuple, np.ndarray] = {}
+        self.literals: dict[tuple, int | None] = {}
+        self.trees: dict[str, object] = {}
+        self._con = con
 
-    def _key_range(self, con, key_sql: str):
-        """Each cluster's range of ``key_sql``, or None when the key is not a monotone form of the
-        time column (then no cluster is skipped by time)."""
-        col = re.escape(quote_ident(self.time_column))
-        forms = [rf"CAST\({col} AS BIGINT\)", rf"epoch_us\({col}\)", rf"epoch_us\(CAST\({col} AS TIMESTAMP\)\)"]
-        if not any(re.fullmatch(f, key_sql.strip()) for f in forms):
-            return None
+    # the per-row columns an exact answer reads, cached per node
+
+    def _keys(self, con, key_sql: str):
+        """(key per row, non-NULL mask, first NULL key per type run, key type) when every type
+        run's keys are sorted with NULLs last (then a time cover maps to row ranges), else None."""
         with self.lock:
-            if key_sql not in self.keys:
-                cur = con.cursor()
-                cur.register(H.SYNOPSIS, self.syn.select(["tmin", "tmax"]))
-                try:
-                    tm = quote_ident(self.time_column)
-                    lo = cur.sql(f"SELECT {key_sql} FROM (SELECT tmin AS {tm} FROM {H.SYNOPSIS})"
-                                 ).to_arrow_table().column(0)
-                    hi = cur.sql(f"SELECT {key_sql} FROM (SELECT tmax AS {tm} FROM {H.SYNOPSIS})"
-                                 ).to_arrow_table().column(0)
-                finally:
-                    cur.unregister(H.SYNOPSIS)
-                self.keys[key_sql] = (pc.fill_null(lo, 0).to_numpy(), pc.fill_null(hi, -1).to_numpy())
-            return self.keys[key_sql]
+            if key_sql in self.keys:
+                return self.keys[key_sql]
+        got = con.cursor().sql(f"SELECT rowid AS r, {key_sql} AS k FROM {quote_ident(self.table)}").to_arrow_table()
+        out = None
+        k = got.column("k")
+        if got.num_rows == self.rows and pa.types.is_integer(k.type):
+            r = got.column("r").to_numpy()
+            order = None if (np.diff(r) == 1).all() and (not len(r) or r[0] == 0) else np.argsort(r, kind="stable")
+            valid = np.asarray(k.is_valid()) if k.null_count else np.ones(self.rows, bool)
+            keys = pc.fill_null(k, 0).to_numpy().astype(np.int64)
+            if order is not None:
+                keys, valid = keys[order], valid[order]
+            first_null = np.empty(len(self.run_lo), np.int64)
+            ok = True
+            for i, (a, b) in enumerate(zip(self.run_lo, self.run_hi)):
+                v = valid[a:b + 1]
+                nv = int(v.sum())
+                seg = keys[a:a + nv]
+                if not v[:nv].all() or (nv > 1 and (np.diff(seg) < 0).any()):
+                    ok = False
+                    break
+                first_null[i] = a + nv
+            if ok:
+                out = (keys, valid, first_null, k.type)
+        with self.lock:
+            self.keys[key_sql] = out
+        return out
 
-    def _cluster_may(self, tree, i: int) -> bool:
-        if tree == TRUE:
+    def _hashes(self, con, parts: tuple) -> np.ndarray:
+        """hash(partition columns) per row, as DuckDB computes it (UBIGINT)."""
+        with self.lock:
+            if parts in self.hashes:
+                return self.hashes[parts]
+        got = con.cursor().sql(f"SELECT rowid AS r, hash({', '.join(parts)}) AS h "
+                               f"FROM {quote_ident(self.table)}").to_arrow_table()
+        r = got.column("r").to_numpy()
+        h = got.column("h").to_numpy().astype(np.uint64)
+        if len(r) and ((np.diff(r) != 1).any() or r[0] != 0):
+            h = h[np.argsort(r, kind="stable")]
+        with self.lock:
+            self.hashes[parts] = h
+        return h
+
+    def _literal(self, con, kind: str):
+        """Turns a leaf's bound into the attribute's coded domain (dates: days, timestamps: µs)."""
+        def convert(lit):
+            if lit is None or not isinstance(lit, tuple):
+                return lit
+            key = (kind, lit)
+            with self.lock:
+                if key in self.literals:
+                    return self.literals[key]
+            sql = (f"SELECT epoch_us(CAST(CAST(? AS {lit[1]}) AS TIMESTAMP))" if kind == "ts"
+                   else "SELECT CAST(CAST(? AS DATE) AS DATE) - DATE '1970-01-01'")
+            try:
+                value = con.cursor().execute(sql, [lit[2]]).fetchall()[0][0]
+            except duckdb.Error:
+                value = None  # DuckDB will refuse the condition itself; the index leaves it alone
+            if value is not None:
+                value = Fraction(int(value))
+            with self.lock:
+                self.literals[key] = value
+            return value
+        return convert
+
+    # -- planning
+
+    def _tree(self, condition: str):
+        with self.lock:
+            tree = self.trees.get(condition)
+        if tree is None:  # parsing costs about as much as a small scan: once per condition
+            kinds = {a: at.kind for a, at in self.attrs.items()}
+            tree = necessary(sqlglot.parse_one(f"SELECT {condition}", read="duckdb").expressions[0], kinds,
+                             self.type_column.lower() if self.type_kind else "", self.type_kind)
+            with self.lock:
+                if len(self.trees) > 1024:
+                    self.trees.clear()
+                self.trees[condition] = tree
+        return tree
+
+    def _runs(self, tree) -> np.ndarray:
+        """Which type runs the tree's type tests let through."""
+        if not any(isinstance(x, In) and x.column is None for x in _leaves(tree)):
+            return np.ones(len(self.run_lo), bool)
+
+        def may(t, value) -> bool:
+            if t == TRUE:
+                return True
+            if isinstance(t, tuple):
+                parts = (may(x, value) for x in t[1])
+                return all(parts) if t[0] == "and" else any(parts)
+            if isinstance(t, In) and t.column is None:
+                return value is not None and value in t.values
             return True
-        if isinstance(tree, tuple):
-            parts = (self._cluster_may(t, i) for t in tree[1])
-            return all(parts) if tree[0] == "and" else any(parts)
-        if isinstance(tree, TypeIs):
-            return self.types[i] is not None and self.types[i] in tree.values
-        lo, hi = self.minmax[tree.column][0][i], self.minmax[tree.column][1][i]
-        if lo is None:
-            return False  # every value NULL: the comparison is never true
-        if isinstance(lo, float) and (lo != lo or hi != hi):
-            return True
-        return _may(_num(lo), _num(hi), tree)
+        return np.array([may(tree, v) for v in self.run_types], bool)
 
-    def _rows_may(self, tree, b: int, clusters: np.ndarray, n: int) -> tuple[np.ndarray, bool]:
-        """(rows of block ``b`` where ``tree`` may hold, whether that is exact)."""
+    def _phase_one(self, con, tree, key_sql: str, cover, keep_keyless: bool):
+        """(first, last) row ranges of the allowed runs whose time lies in ``cover``; with the
+        keys when they map the cover to rows (None: no time phase)."""
+        runs = self._runs(tree)
+        lo, hi = self.run_lo[runs], self.run_hi[runs]
+        n_runs = int(runs.sum())
+        if cover is None or not key_sql or n_runs > MAX_RUNS or n_runs * len(cover[0]) > MAX_SEARCHES:
+            return lo, hi, None  # many types times many intervals: the search would cost more than a scan
+        keyed = self._keys(con, key_sql)
+        if keyed is None:
+            return lo, hi, None
+        keys, _, first_null, _ = keyed
+        c_lo, c_hi = cover
+        starts, ends = [], []
+        for a, b, fn in zip(lo, hi, first_null[runs]):
+            seg = keys[a:fn]
+            i0 = np.searchsorted(seg, c_lo, "left")
+            i1 = np.searchsorted(seg, c_hi, "right")
+            m = i1 > i0
+            starts.append(a + i0[m])
+            ends.append(a + i1[m] - 1)
+            if keep_keyless and fn <= b:
+                starts.append(np.array([fn]))
+                ends.append(np.array([b]))
+        if not starts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), keyed
+        s, e = np.concatenate(starts).astype(np.int64), np.concatenate(ends).astype(np.int64)
+        order = np.argsort(s, kind="stable")
+        return s[order], e[order], keyed
+
+    def _estimate(self, tree, con) -> float:
+        """The share of rows the attribute tests keep, from the code books (independence assumed)."""
+        if tree == TRUE or (isinstance(tree, In) and tree.column is None):
+            return 1.0
+        if isinstance(tree, tuple):
+            parts = [self._estimate(t, con) for t in tree[1]]
+            return math.prod(parts) if tree[0] == "and" else min(1.0, sum(parts))
+        at = self.attrs[tree.column]
+        total = 0.0
+        for leaf in ([In(tree.column, frozenset([v])) for v in tree.values] if isinstance(tree, In) else [tree]):
+            first, last, _ = at.code_range(leaf, self._literal(con, at.kind))
+            if first <= last:
+                total += (at.cum[last + 1] - at.cum[first]) / max(self.rows, 1)
+        return min(1.0, total)
+
+    def _exact(self, tree, con) -> bool:
         if tree == TRUE:
-            return np.ones(n, bool), False
+            return False
         if isinstance(tree, tuple):
-            masks = [self._rows_may(t, b, clusters, n) for t in tree[1]]
-            out = masks[0][0].copy()
-            for m, _ in masks[1:]:
-                out = (out & m) if tree[0] == "and" else (out | m)
-            return out, all(e for _, e in masks)
-        if isinstance(tree, TypeIs):
-            out = np.zeros(n, bool)
-            base = b * self.block
-            for i in clusters:
-                if self.types[i] is not None and self.types[i] in tree.values:
-                    out[self.r_lo[i] - base:self.r_hi[i] - base + 1] = True
-            return out, True
-        lo, hi, single, bits, nonnull, nan = self.bitmaps[(b, tree.column)]
-        k = len(lo)
-        ok = [j for j in range(k) if (_may(_num(lo[j].item()), _num(hi[j].item()), tree))]
-        nan_rows = np.unpackbits(np.frombuffer(nan, np.uint8), count=n).astype(bool)
-        if not ok:
-            return nan_rows, False
-        k1, k2 = ok[0], ok[-1]  # bins are value-ordered: the ones that may hold are contiguous
-        upper = (np.unpackbits(np.frombuffer(bits, np.uint8).reshape(k - 1, -1)[k2], count=n).astype(bool)
-                 if k2 < k - 1 else np.unpackbits(np.frombuffer(nonnull, np.uint8), count=n).astype(bool))
-        if k1 > 0:
-            upper &= ~np.unpackbits(np.frombuffer(bits, np.uint8).reshape(k - 1, -1)[k1 - 1], count=n).astype(bool)
-        exact = bool(single) and lo.dtype.kind == "i" and all(_inside(_num(lo[j].item()), tree) for j in ok)
-        return upper | nan_rows, exact
+            return all(self._exact(t, con) for t in tree[1])
+        if tree.column is None:
+            return True
+        at = self.attrs[tree.column]
+        if isinstance(tree, In):
+            return all(at.code_range(In(tree.column, frozenset([v])), None)[2] for v in tree.values)
+        return at.code_range(tree, self._literal(con, at.kind))[2]
 
-    def select(self, con, condition: str, key_sql: str, cover, keep_keyless: bool):
-        """(row ids to read, whether the condition is decided by them exactly) or None when the
-        index cannot narrow the rows."""
-        tree = necessary(sqlglot.parse_one(f"SELECT {condition}", read="duckdb").expressions[0],
-                         set(self.by_lower), self.type_column.lower() if self.type_known else "",
-                         self.type_is_string)
-        n_cl = len(self.types)
-        alive = np.array([self._cluster_may(tree, i) for i in range(n_cl)], bool) if n_cl else np.zeros(0, bool)
-        if cover is not None and n_cl:  # phase one, time: the cluster's key range meets the cover
-            keys = self._key_range(con, key_sql)
-            if keys is not None:
-                klo, khi = keys
-                c_lo, c_hi = cover
-                j = np.searchsorted(c_lo, khi, "right") - 1
-                meets = (j >= 0) & (c_hi[np.maximum(j, 0)] >= klo) & (klo <= khi)
-                alive &= meets | (self.null_t if keep_keyless else False)
-        if tree == TRUE and alive.all():
+    def _bitmap(self, tree, con, words) -> np.ndarray | None:
+        """Rows (bits of ``words``) the tree's tests may hold on; None: all."""
+        if tree == TRUE:
             return None
-        ids, exact = [], tree != TRUE
-        for b in np.unique(self.b[alive]):
-            cl = np.flatnonzero(alive & (self.b == b))
-            base = b * self.block
-            n = min(self.block, self.rows - base)
-            mask, ex = self._rows_may(tree, int(b), cl, n)
-            exact &= ex
-            inside = np.zeros(n, bool)
-            for i in cl:
-                inside[self.r_lo[i] - base:self.r_hi[i] - base + 1] = True
-            ids.append(np.flatnonzero(mask & inside) + base)
-        ids = np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, np.int64)
-        return ids, exact
+        if isinstance(tree, In) and tree.column is None:  # the type's row-id bitmap: its runs
+            runs = np.array([v is not None and v in tree.values for v in self.run_types], bool)
+            if isinstance(words, slice):
+                words = np.arange(words.start, words.stop)
+            mask = _inside(words, 64, self.run_lo[runs], self.run_hi[runs], len(words) * 64)
+            return np.packbits(mask, bitorder="little").view("<u8")
+        if isinstance(tree, tuple):
+            parts = [self._bitmap(t, con, words) for t in tree[1]]
+            if tree[0] == "and":
+                known = [p for p in parts if p is not None]
+                if not known:
+                    return None
+                out = known[0].copy()
+                for p in known[1:]:
+                    out &= p
+                return out
+            if any(p is None for p in parts):
+                return None
+            out = parts[0].copy()
+            for p in parts[1:]:
+                out |= p
+            return out
+        at = self.attrs[tree.column]
+        leaves = [In(tree.column, frozenset([v])) for v in tree.values] if isinstance(tree, In) else [tree]
+        out = None
+        for leaf in leaves:
+            first, last, _ = at.code_range(leaf, self._literal(con, at.kind))
+            m = at.between(first, last, words)
+            out = m if out is None else (out | m)
+        return out
+
+    def _rows(self, tree, con, starts, ends) -> np.ndarray:
+        """Row ids inside the sorted disjoint ranges where the tree's attribute tests may hold
+        (phase two, over the words of the blocks the ranges touch only)."""
+        if not len(starts):
+            return np.zeros(0, np.int64)
+        B, wpb = self.block, self.block // 64
+        n_blocks = (self.rows + B - 1) // B
+        mark = np.zeros(n_blocks + 1, np.int64)
+        np.add.at(mark, starts // B, 1)
+        np.add.at(mark, ends // B + 1, -1)
+        blocks = np.flatnonzero(np.cumsum(mark[:-1]) > 0)
+        blocks = blocks[self._blocks_may(tree, con, blocks)]
+        if not len(blocks):
+            return np.zeros(0, np.int64)
+        words = (blocks[:, None] * wpb + np.arange(wpb)[None, :]).ravel()
+        words = words[words < self.words]
+        first = 0
+        if words[-1] - words[0] + 1 == len(words):  # contiguous: views of the slices, no copies
+            words = slice(int(words[0]), int(words[-1]) + 1)
+            first = words.start
+        bits = self._bitmap(tree, con, words)
+        if bits is None:
+            return _expand(starts, ends)
+        nz = np.flatnonzero(bits)  # unpack only the words with a row set
+        x = np.flatnonzero(np.unpackbits(bits[nz].view(np.uint8), bitorder="little"))
+        word_ids = (nz + first) if isinstance(words, slice) else words[nz]
+        rows = word_ids[x // 64] * 64 + x % 64
+        k = np.searchsorted(starts, rows, "right") - 1
+        return rows[(k >= 0) & (rows <= ends[np.maximum(k, 0)])]
+
+    def _clip_blocks(self, tree, con, starts, ends):
+        """The ranges without the blocks whose code ranges cannot meet the tree's tests."""
+        B = self.block
+        n_blocks = (self.rows + B - 1) // B
+        dead = ~self._blocks_may(tree, con, np.arange(n_blocks))
+        if not dead.any():
+            return starts, ends
+        lo = np.flatnonzero(dead) * B
+        hi = np.minimum(lo + B - 1, self.rows - 1)
+        # cut the ranges at every dead block: keep the parts between dead blocks
+        cuts_lo, cuts_hi = np.r_[-1, hi] + 1, np.r_[lo, self.rows] - 1  # the live spans
+        live = cuts_hi >= cuts_lo
+        cuts_lo, cuts_hi = cuts_lo[live], cuts_hi[live]
+        i = np.searchsorted(cuts_hi, starts, "left")  # first live span ending at or after the start
+        j = np.searchsorted(cuts_lo, ends, "right") - 1  # last live span starting at or before the end
+        out_s, out_e = [], []
+        for a, b, p, q in zip(starts, ends, i, j):
+            for k in range(p, q + 1):
+                out_s.append(max(a, cuts_lo[k]))
+                out_e.append(min(b, cuts_hi[k]))
+        return np.array(out_s, np.int64), np.array(out_e, np.int64)
+
+    def _blocks_may(self, tree, con, blocks) -> np.ndarray:
+        if tree == TRUE or (isinstance(tree, In) and tree.column is None):
+            return np.ones(len(blocks), bool)
+        if isinstance(tree, tuple):
+            parts = [self._blocks_may(t, con, blocks) for t in tree[1]]
+            out = parts[0].copy()
+            for p in parts[1:]:
+                out = (out & p) if tree[0] == "and" else (out | p)
+            return out
+        at = self.attrs[tree.column]
+        leaves = [In(tree.column, frozenset([v])) for v in tree.values] if isinstance(tree, In) else [tree]
+        out = np.zeros(len(blocks), bool)
+        for leaf in leaves:
+            first, last, _ = at.code_range(leaf, self._literal(con, at.kind))
+            out |= (at.cmin[blocks] <= last) & (at.cmax[blocks] >= first)
+        return out
+
+    def scope(self, con, condition: str, key_sql: str, cover, keep_keyless: bool) -> tuple[str, dict]:
+        """A rowid condition for DuckDB's scan of the rows ``condition`` may hold on inside
+        ``cover`` ("TRUE": scan the table), and what the planner saw."""
+        tree = self._tree(condition)
+        starts, ends, _ = self._phase_one(con, tree, key_sql, cover, keep_keyless)
+        phase_one = int((ends - starts + 1).sum())
+        seen = {"phase_one": phase_one}
+        if any(getattr(x, "column", None) is not None for x in _leaves(tree)) and phase_one:
+            expected = self._estimate(tree, con) * phase_one
+            seen["expected"] = expected
+            narrowed = _covered(starts, ends) <= SCAN_SHARE * self.rows
+            if not narrowed:  # blocks whose codes cannot meet the tests go, at no cost
+                starts, ends = self._clip_blocks(tree, con, starts, ends)
+                narrowed = _covered(starts, ends) <= SCAN_SHARE * self.rows
+            # Phase two pays off for a scan only when its few rows may fall into a few ranges;
+            # many scattered rows need every range, which a scan of the table beats.
+            if expected <= FEW_ROWS or (narrowed and expected <= BITMAP_SHARE * self.rows):
+                ids = self._rows(tree, con, starts, ends)
+                seen["bitmaps"] = len(ids)
+                s2, e2 = _runs_of(ids)
+                if _covered(s2, e2) < 0.5 * _covered(starts, ends):  # OR-ed ranges cost more per row than one
+                    starts, ends = s2, e2
+        lo, hi = _merge(starts, ends, MAX_RANGES)
+        covered = int((hi - lo + 1).sum())
+        seen["covered"] = covered
+        if covered > SCAN_SHARE * self.rows:
+            return "TRUE", seen
+        if not len(lo):
+            return "FALSE", seen
+        return "(" + " OR ".join(f"rowid BETWEEN {int(a)} AND {int(b)}" for a, b in zip(lo, hi)) + ")", seen
+
+    def candidates(self, con, condition: str, key_sql: str, partition_sql: list[str], pk_bits: int, cover):
+        """(pk, t) of the rows with a key where ``condition`` is TRUE inside ``cover``, from the
+        index alone; None when the bitmaps do not decide the condition exactly."""
+        tree = self._tree(condition)
+        if not self._exact(tree, con):
+            return None
+        keyed = self._keys(con, key_sql)
+        if keyed is None:
+            return None
+        starts, ends, _ = self._phase_one(con, tree, key_sql, cover, False)
+        if any(getattr(x, "column", None) is not None for x in _leaves(tree)):
+            phase_one = int((ends - starts + 1).sum())
+            if self._estimate(tree, con) * phase_one > EXACT_SHARE * self.rows:
+                return None  # most rows pass: DuckDB's scan hands them over faster than gathering them here
+            ids = self._rows(tree, con, starts, ends)
+        else:
+            ids = _expand(starts, ends)
+        keys, valid, _, key_type = keyed
+        ids = ids[valid[ids]]
+        if partition_sql:
+            pk = (self._hashes(con, tuple(partition_sql))[ids] >> np.uint64(64 - pk_bits)).astype(np.int64)
+        else:
+            pk = np.zeros(len(ids), np.int64)
+        return pa.table({"pk": pk, "t": pa.array(keys[ids]).cast(key_type)})  # as DuckDB would type it
 
 
-def ranges_sql(ids: np.ndarray) -> str:
-    """A rowid condition covering sorted ``ids`` with at most MAX_RANGES ranges (the smallest
-    gaps merged), which DuckDB's scan prunes with."""
+def _expand(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    if not len(starts):
+        return np.zeros(0, np.int64)
+    lengths = ends - starts + 1
+    offsets = np.repeat(starts - np.r_[0, np.cumsum(lengths)[:-1]], lengths)
+    return np.arange(int(lengths.sum()), dtype=np.int64) + offsets
+
+
+def _inside(units: np.ndarray, unit: int, starts: np.ndarray, ends: np.ndarray, length: int) -> np.ndarray:
+    """Over the rows of the sorted ``units`` (``unit`` rows each, the first ``length`` of them):
+    which lie in one of the sorted disjoint ranges [starts, ends] (parts in other units dropped)."""
+    su, eu = starts // unit, ends // unit
+    i = np.searchsorted(units, su, "left")
+    j = np.searchsorted(units, eu, "right") - 1
+    i_in = i < len(units)
+    cs = np.where(i_in & (units[np.minimum(i, len(units) - 1)] == su), i * unit + starts % unit, i * unit)
+    ce = np.where((j >= 0) & (units[np.maximum(j, 0)] == eu), j * unit + ends % unit, j * unit + unit - 1)
+    ok = i_in & (j >= 0) & (ce >= cs)
+    scope = np.zeros(len(units) * unit + 1, np.int8)
+    np.add.at(scope, cs[ok], 1)
+    np.add.at(scope, ce[ok] + 1, -1)
+    return np.cumsum(scope[:length], dtype=np.int8) > 0
+
+
+def _covered(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Rows the at most MAX_RANGES ranges a scan gets for these ranges cover."""
+    lo, hi = _merge(starts, ends, MAX_RANGES)
+    return int((hi - lo + 1).sum())
+
+
+def _float(x: Fraction) -> float:
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
+
+
+def _runs_of(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not len(ids):
-        return "FALSE"
-    gaps = np.flatnonzero(np.diff(ids) > 1)
-    if len(gaps) >= MAX_RANGES:
-        sizes = np.diff(ids)[gaps]
-        gaps = np.sort(gaps[np.argsort(sizes)[-(MAX_RANGES - 1):]])
-    starts = np.r_[ids[0], ids[gaps + 1]]
-    ends = np.r_[ids[gaps], ids[-1]]
-    return "(" + " OR ".join(f"rowid BETWEEN {int(a)} AND {int(b)}" for a, b in zip(starts, ends)) + ")"
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    cut = np.flatnonzero(np.diff(ids) > 1)
+    return np.r_[ids[0], ids[cut + 1]], np.r_[ids[cut], ids[-1]]
+
+
+def _merge(starts: np.ndarray, ends: np.ndarray, most: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``most`` ranges covering the sorted ranges given, the widest gaps kept open (the
+    fewest rows covered for that many ranges)."""
+    if len(starts) <= most:
+        return starts, ends
+    gaps = starts[1:] - ends[:-1]
+    keep = np.sort(np.argpartition(gaps, len(gaps) - (most - 1))[len(gaps) - (most - 1):])
+    return np.r_[starts[0], starts[keep + 1]], np.r_[ends[keep], ends[-1]]
 
 
 class IndexCache:
@@ -446,7 +903,10 @@ class IndexCache:
                                                    [table]).fetchall()[0][0])
             n = con.cursor().execute(f"SELECT count(*) FROM {quote_ident(table)}").fetchall()[0][0]
             if n == info["rows"]:  # else the table changed since the index was built
-                idx = TableIndex(con, table, info)
+                try:
+                    idx = TableIndex(con, table, info)
+                except duckdb.CatalogException:  # an index of an older layout: ignored until built again
+                    idx = None
         with self._lock:
             self._cache[table] = (version, idx)
         return idx

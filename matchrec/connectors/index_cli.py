@@ -1,8 +1,8 @@
 """``matchrec index``: build the ACER range-bitmap index of a table on storage nodes.
 
-Every node rewrites its part of the table clustered by block, event type and time, and keeps
-a synopsis of the clusters and range bitmaps of the attributes (``connectors.acer``). Loading
-the table again drops the index; run this again after a load.
+Every node rewrites its part of the table ordered by event type and time (one run of rows per
+type) and keeps bit-sliced range bitmaps of the attributes (``connectors.acer``). Loading the
+table again drops the index; run this again after a load.
 """
 from __future__ import annotations
 
@@ -43,10 +43,12 @@ def build_index(nodes: list[str], table: str, attributes: list[str], type_column
 def add_arguments(parser) -> None:
     parser.add_argument("--nodes", required=True, help="grpc://host:port,... of the storage nodes")
     parser.add_argument("--table", required=True, help="table on the nodes")
-    parser.add_argument("--attributes", required=True, help="numeric columns to keep range bitmaps of: a,b,...")
-    parser.add_argument("--type-column", default="type", help="the event type column clusters are made of")
+    parser.add_argument("--attributes", required=True,
+                        help="columns to keep range bitmaps of (integers, doubles, strings, dates, timestamps)")
+    parser.add_argument("--type-column", default="type", help="the event type column the rows are grouped by")
     parser.add_argument("--time-column", default="ts", help="the time column (integer, date or timestamp)")
-    parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK, help="events per block")
+    parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK,
+                        help="rows per bitmap block (a multiple of 64)")
     add_client_arguments(parser)
 
 
@@ -64,5 +66,5 @@ def run(args) -> int:
               "token.", file=sys.stderr)
         return 1
     for uri, s in zip(nodes, summaries):
-        print(f"{uri}: {s['rows']:,} rows in {s['blocks']} blocks, {s['clusters']} clusters")
+        print(f"{uri}: {s['rows']:,} rows in {s['blocks']} blocks, {s['clusters']} clusters (type runs)")
     return 0

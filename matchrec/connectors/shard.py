@@ -291,6 +291,11 @@ class ShardService:
         tf = self._time_filter(req.get("filter"), blobs)
         if req.get("session") is not None:
             return self._session_candidates(req, blobs, name, table, cond, pk, key, values, joins, tf)
+        idx = self.indexes.get(self.con, name, self._version(name)) if not values and not joins else None
+        rows = idx.candidates(self.con, cond, key, [check_fragment(p) for p in req.get("partition_sql", [])],
+                              req.get("pk_bits", 32), self._cover(req, blobs)) if idx is not None else None
+        if rows is not None:  # the index decided the condition: no scan
+            return self._candidate_reply(req, rows.filter(pa.array(self._candidate_mask(rows, [], blobs, tf))), 0)
         select = [f"{pk} AS pk", f"{key} AS t"] + [f"{v} AS v{i}" for i, v in enumerate(values)]
         select += [f"{j['_col']} AS j{i}" for i, j in enumerate(joins)]
         with self._scope(name, cond, req, blobs, False) as (cur, scope, cond):
@@ -359,26 +364,13 @@ class ShardService:
     @contextmanager
     def _scope(self, name: str, cond: str, req: dict, blobs, keep_keyless: bool):
         """A cursor, a rowid condition restricting a scan to the rows the table's index lets
-        through (TRUE without an index) and what is left of ``cond`` to evaluate on them."""
+        through (TRUE without an index) and the condition to evaluate on them."""
         cur = self._cursor()
         idx = self.indexes.get(self.con, name, self._version(name))
-        sel = None
-        if idx is not None:
-            sel = idx.select(self.con, cond, req.get("key_sql", ""), self._cover(req, blobs), keep_keyless)
-        if sel is None:
-            yield cur, "TRUE", cond
-            return
-        ids, exact = sel
-        scope = acer.ranges_sql(ids)
-        if len(ids) and (exact or 2 * len(ids) < ids[-1] - ids[0] + 1):
-            view = H.rows_view(id(ids))
-            cur.register(view, pa.table({"r": ids}))
-            try:
-                yield cur, f"{scope} AND rowid IN (SELECT r FROM {view})", ("TRUE" if exact else cond)
-            finally:
-                cur.unregister(view)
-        else:
-            yield cur, scope, cond
+        scope = "TRUE"
+        if idx is not None:  # the index's planner keeps "TRUE" when a scan of the whole table is cheaper
+            scope, _ = idx.scope(self.con, cond, req.get("key_sql", ""), self._cover(req, blobs), keep_keyless)
+        yield cur, scope, cond
 
     # -- push_pull: rounds over the rows a session kept
 

@@ -1,0 +1,208 @@
+"""The ACER index of a storage node's shard: its bit-sliced comparisons against brute force, its
+answers against the same requests on an unindexed copy (random data with NULLs, negative values,
+NaN, strings, dates and timestamps; random range conditions and time covers), and its planner's
+choice between the index and DuckDB's scan."""
+from __future__ import annotations
+
+import datetime
+import random
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from matchrec.connectors import acer
+from matchrec.connectors.shard import RequestError, ShardService
+from matchrec.operators.intervals import IntervalSet
+
+KEY = 'epoch_us("ts")'
+T0 = datetime.datetime(2024, 1, 1)
+
+
+def _table(rng: np.random.Generator, n: int) -> pa.Table:
+    f = np.round(rng.normal(0, 10, n), 2)
+    f[rng.random(n) < 0.02] = np.nan
+    f[rng.random(n) < 0.01] = -0.0
+    ts = np.cumsum(rng.integers(0, 120, n)) * 1_000_000
+    return pa.table({
+        "id": np.arange(n),
+        "ts": pa.array(ts, pa.timestamp("us"), mask=rng.random(n) < 0.01),
+        "type": pa.array([None if x == 6 else ["ab", "b", "c", "d", "e", "é"][x] for x in rng.integers(0, 7, n)]),
+        "part": rng.integers(0, 5, n),
+        "i": pa.array(rng.integers(-50, 50, n), mask=rng.random(n) < 0.05),
+        "f": pa.array(f, mask=rng.random(n) < 0.03),
+        "s": pa.array([["x", "y", "zz", "", "Y"][k] for k in rng.integers(0, 5, n)], mask=rng.random(n) < 0.05),
+        "d": pa.array((rng.integers(0, 60, n)).astype("datetime64[D]").astype("datetime64[s]").astype(object)
+                      .tolist(), pa.timestamp("s")).cast(pa.date32()),
+        "tsa": pa.array(ts + rng.integers(-10**9, 10**9, n), pa.timestamp("us"), mask=rng.random(n) < 0.02),
+    })
+
+
+def _condition(rng: random.Random) -> str:
+    def day():
+        return (datetime.date(1970, 1, 1) + datetime.timedelta(days=rng.randint(-2, 62))).isoformat()
+
+    def stamp():
+        return (T0 + datetime.timedelta(seconds=rng.randint(-100, 200_000))).isoformat(sep=" ")
+    atoms = [lambda: f"type = '{rng.choice(['ab', 'b', 'é', 'zz'])}'", lambda: "type IN ('b', 'c')",
+             lambda: f"i {rng.choice(['<', '<=', '>', '>=', '='])} {rng.randint(-60, 60)}",
+             lambda: f"{rng.randint(-60, 60)} {rng.choice(['<', '>='])} i",
+             lambda: f"i BETWEEN {rng.randint(-60, 10)} AND {rng.randint(-10, 60)}",
+             lambda: f"i < {rng.randint(-30, 30)}.5", lambda: f"i IN ({rng.randint(-5, 5)}, {rng.randint(-5, 5)})",
+             lambda: f"f {rng.choice(['<', '>', '<=', '>=', '='])} {rng.choice(['-', ''])}{rng.uniform(0, 20):.2f}",
+             lambda: f"f BETWEEN -{rng.uniform(0, 9):.1f} AND {rng.uniform(0, 9):.1f}", lambda: "f >= 0",
+             lambda: "f = 0", lambda: f"f > {rng.choice(['1e30', '-1e400', '0.1'])}",
+             lambda: f"s = '{rng.choice(['x', 'y', 'zz', '', 'Y', 'q'])}'", lambda: "s IN ('x', 'zz')",
+             lambda: f"d {rng.choice(['<', '>=', '='])} DATE '{day()}'",
+             lambda: f"d BETWEEN DATE '{day()}' AND DATE '{day()}'",
+             lambda: f"tsa {rng.choice(['<', '>'])} TIMESTAMP '{stamp()}'", lambda: f"tsa >= DATE '{day()}'",
+             lambda: "NOT (i < 0)", lambda: "lower(s) = 'y'", lambda: "i % 7 = 1", lambda: "f <> f",
+             lambda: f"part = {rng.randint(0, 4)}"]
+
+    def tree(depth):
+        if depth == 0 or rng.random() < 0.35:
+            return rng.choice(atoms)()
+        return f"({tree(depth - 1)}) {rng.choice(['AND', 'AND', 'OR'])} ({tree(depth - 1)})"
+    return tree(3)
+
+
+def _services(data: pa.Table, attributes: list[str], block: int = 1024):
+    plain, indexed = duckdb.connect(), duckdb.connect()
+    for con in (plain, indexed):
+        con.register("d_", data)
+        con.execute("CREATE TABLE ev AS SELECT * FROM d_")
+        con.unregister("d_")
+    a, b = ShardService(plain, 1 << 24), ShardService(indexed, 1 << 24)
+    b.answer({"op": "build_index", "table": "ev", "attributes": attributes, "type_column": "type",
+              "time_column": "ts", "block_size": block}, [])
+    return a, b
+
+
+def _same(a, b, req, blobs):
+    ra, rb = a.answer(dict(req), blobs), b.answer(dict(req), blobs)
+    assert rb.schema == ra.schema, req
+    assert sorted(map(repr, rb.to_pylist())) == sorted(map(repr, ra.to_pylist())), req
+
+
+def _requests(cond: str, tis: IntervalSet):
+    exact = np.concatenate([tis.pk, tis.lo, tis.hi]).astype(np.int64).tobytes()
+    cover = np.concatenate([tis.lo, tis.hi]).astype(np.int64).tobytes()
+    timed = {"filter": {"kind": "exact", "blob": 0}, "cover": 1}
+    return [({"op": "candidates", "table": "ev", "condition": cond, "key_sql": KEY}, []),
+            ({"op": "candidates", "table": "ev", "condition": cond, "key_sql": KEY, "quantum": 7, **timed},
+             [exact, cover]),
+            ({"op": "candidates", "table": "ev", "condition": cond, "key_sql": KEY, "partition_sql": ['"part"'],
+              "pk_bits": 3, **timed}, [np.concatenate([tis.pk, tis.lo, tis.hi]).astype(np.int64).tobytes(), cover]),
+            ({"op": "pull", "table": "ev", "where": cond}, []),
+            ({"op": "pull", "table": "ev", "where": cond, "key_sql": KEY, "columns": ["id", "i", "s"], **timed,
+              "range": [int(tis.lo.min()), int(tis.hi.max())]}, [exact, cover])]
+
+
+@pytest.mark.parametrize("seed, n_conditions, least", [
+    (5, 12, 2), pytest.param(6, 200, 40, marks=pytest.mark.slow)])
+def test_answers_equal_the_unindexed_node_on_random_conditions(seed, n_conditions, least):
+    data = _table(np.random.default_rng(seed + 6), 4000)
+    a, b = _services(data, ["i", "f", "s", "d", "tsa"])
+    ts = data.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False)
+    ts = np.sort(ts[~np.isnan(ts.astype(float))] if ts.dtype != np.int64 else ts)
+    lo_t, hi_t = int(np.nanmin(ts)), int(np.nanmax(ts))
+    rng = random.Random(seed)
+    narrowed = 0
+    for k in range(n_conditions):
+        cond = _condition(rng)
+        starts = np.sort(np.array([rng.randint(lo_t, hi_t) for _ in range(rng.choice([1, 3, 20]))], np.int64))
+        widths = np.array([rng.randint(0, 3 * 10**8) for _ in starts], np.int64)
+        tis = IntervalSet._merged(np.zeros(len(starts), np.int64), starts, starts + widths)
+        for req, blobs in _requests(cond, tis):
+            _same(a, b, req, blobs)
+        with b._scope("ev", cond, _requests(cond, tis)[1][0], _requests(cond, tis)[1][1], False) as (_, scope, _c):
+            narrowed += scope != "TRUE"
+    assert narrowed >= least  # the planner used the index on the selective requests
+
+
+def test_partition_hashes_and_the_exact_path():
+    data = _table(np.random.default_rng(3), 3000)
+    a, b = _services(data, ["i", "s"])
+    idx = b.indexes.get(b.con, "ev", b._version("ev"))
+    # decided by the bitmaps: answered without a scan; a part they do not know: DuckDB
+    assert idx.candidates(b.con, "type = 'b' AND i BETWEEN -3 AND 4", KEY, ['"part"'], 32, None) is not None
+    assert idx.candidates(b.con, "type = 'b' AND i % 2 = 0", KEY, [], 32, None) is None
+    assert idx.candidates(b.con, "f < 1", KEY, [], 32, None) is None  # f is not indexed
+    assert idx.candidates(b.con, "i > -40", KEY, [], 32, None) is None  # most rows: DuckDB hands them over
+    for key in ['CAST(epoch("ts") AS INTEGER)', '"id"']:  # a key of another type; a key not sorted in the runs
+        _same(a, b, {"op": "candidates", "table": "ev", "condition": "type = 'c' AND i < -40", "key_sql": key}, [])
+    got = idx.candidates(b.con, "s = 'zz' AND i >= 40 OR type = 'c' AND i < -45", KEY, ['"part"', '"type"'], 32, None)
+    want = b.con.sql(f"SELECT CAST(hash(\"part\", \"type\") >> 32 AS BIGINT) AS pk, {KEY} AS t FROM ev "
+                     f"WHERE (s = 'zz' AND i >= 40 OR type = 'c' AND i < -45) AND {KEY} IS NOT NULL").to_arrow_table()
+    assert sorted(zip(*got.to_pydict().values())) == sorted(zip(*want.to_pydict().values()))
+
+
+def test_planner_scans_unless_the_index_narrows():
+    data = _table(np.random.default_rng(7), 6000)
+    _, b = _services(data, ["i", "f"])
+    idx = b.indexes.get(b.con, "ev", b._version("ev"))
+    ts = sorted(t for t in data.column("ts").cast(pa.int64()).to_pylist() if t is not None)
+    narrow = (np.array([ts[100]], np.int64), np.array([ts[130]], np.int64))
+    assert idx.scope(b.con, "i > -100", KEY, None, False)[0] == "TRUE"  # every row
+    assert idx.scope(b.con, "i % 3 = 0", KEY, None, False)[0] == "TRUE"  # nothing the index knows
+    assert idx.scope(b.con, "type = 'b'", KEY, None, False)[0].count("rowid BETWEEN") == 1
+    sql, seen = idx.scope(b.con, "i > 0", KEY, narrow, False)  # a short interval in every type's run
+    assert sql.count("rowid BETWEEN") <= acer.MAX_RANGES and seen["covered"] < 0.1 * len(ts)
+    sql, seen = idx.scope(b.con, "type = 'c' AND i = 49", KEY, None, False)  # few rows: bitmaps ran
+    assert "bitmaps" in seen and seen["covered"] < 0.25 * len(ts)
+    assert idx.scope(b.con, "type = 'zz'", KEY, None, False)[0] == "FALSE"
+
+
+def test_blocks_whose_codes_miss_the_condition_are_cut_from_the_ranges():
+    rng = np.random.default_rng(9)
+    n = 8192
+    v = np.arange(n) // 10 + rng.integers(0, 3, n)  # in row order: each block holds its own values
+    data = pa.table({"ts": np.arange(n), "type": ["a"] * n, "v": v, "w": rng.integers(0, 1000, n)})
+    a, b = _services(data, ["v", "w"])
+    idx = b.indexes.get(b.con, "ev", b._version("ev"))
+    for cond in ["v BETWEEN 150 AND 260 AND w < 900", "v < 5 OR v > 700", "v >= 300 AND v < 305", "w < 3"]:
+        starts, ends, _ = idx._phase_one(b.con, idx._tree(cond), '"ts"', None, True)
+        s2, e2 = idx._clip_blocks(idx._tree(cond), b.con, starts, ends)
+        ids = np.flatnonzero(b.con.sql(f"SELECT ({cond}) AS c FROM ev ORDER BY rowid").to_arrow_table()
+                             .column(0).to_numpy(zero_copy_only=False))
+        k = np.searchsorted(s2, ids, "right") - 1
+        assert ((k >= 0) & (ids <= e2[np.maximum(k, 0)])).all(), cond  # no row that passes is cut
+        _same(a, b, {"op": "pull", "table": "ev", "where": cond}, [])
+    assert idx.scope(b.con, "v BETWEEN 150 AND 260 AND w < 900", '"ts"', None, False)[0].count("rowid") == 1
+
+
+def test_bit_sliced_comparisons_and_equal_depth_bins(monkeypatch):
+    rng = np.random.default_rng(2)
+    n = 3000
+    v = rng.integers(-1000, 1000, n).astype(np.float64)
+    v[rng.random(n) < 0.05] = np.nan
+    data = pa.table({"ts": np.arange(n), "type": ["a"] * n, "v": pa.array(v, mask=rng.random(n) < 0.05),
+                     "w": rng.integers(-10**12, 10**12, n)})
+    monkeypatch.setattr(acer, "MAX_CODES", 32)  # more distinct values than codes: equal-depth bins
+    a, b = _services(data, ["v", "w"])
+    idx = b.indexes.get(b.con, "ev", b._version("ev"))
+    assert not idx.attrs["v"].exact and idx.attrs["v"].nbits == 5
+    for k in range(12):
+        lo, hi = sorted(rng.integers(-1100, 1100, 2))
+        cond = rng.choice([f"v BETWEEN {lo} AND {hi}", f"v > {lo}", f"w < {lo * 10**9}", f"v = {lo}"])
+        _same(a, b, {"op": "pull", "table": "ev", "where": cond}, [])
+        _same(a, b, {"op": "candidates", "table": "ev", "condition": cond, "key_sql": '"ts"'}, [])
+    at = idx.attrs["w"]  # codes <= c over the slices, against the codes themselves
+    words = np.arange(idx.words)
+    codes = np.searchsorted(at.lo, data.column("w").to_numpy(), "right") - 1
+    for c in [-1, 0, 5, 17, 30, 31, 40]:
+        got = np.unpackbits(at.le(c, words).view(np.uint8), bitorder="little")[:n].astype(bool)
+        assert (got == (codes <= c)).all(), c
+
+
+def test_refusals():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE ev AS SELECT range AS ts, 'a' AS type, range > 3 AS flag, CAST(range AS REAL) AS r "
+                "FROM range(2000)")
+    s = ShardService(con, 1 << 20)
+    for attr, what in (("flag", "BOOLEAN|bool"), ("r", "float")):
+        with pytest.raises(RequestError, match=f"{attr} has type ({what})"):
+            s.answer({"op": "build_index", "table": "ev", "attributes": [attr]}, [])
+    with pytest.raises(RequestError, match="multiple of 64"):
+        s.answer({"op": "build_index", "table": "ev", "attributes": ["ts"], "block_size": 1000}, [])
