@@ -276,3 +276,36 @@ def test_interval_plan_of_each_shape():
     assert row_filter(strict)[0] is None and interval_plan(strict)[0].row_filter is None
     nxt = _plan("PATTERN SEQ(a x, b+ y) FROM ev USE skip-till-next-match WITHIN 5 RETURN x.id")
     assert row_filter(nxt)[0] == "CAST(\"type\" AS VARCHAR) IN ('a', 'b')"
+
+
+def test_join_filters_of_equality_conditions():
+    from matchrec.planner.cer_intervals import interval_plan
+
+    def joins(sql):
+        notes: list[str] = []
+        ip, _ = interval_plan(_plan(sql), notes)
+        return {v.name: [(j.current_sql, j.other_sql, sorted(j.sources)) for j in v.joins] for v in ip.variables}, \
+            ip, notes
+
+    # the later element's round probes the earlier one's values: x's label is 0
+    got, ip, notes = joins("PATTERN SEQ(a x, b y, c z) FROM ev WHERE z.v = x.v WITHIN 9 RETURN x.id")
+    assert got == {"x": [], "y": [], "z": [('"v"', '"v"', [0])]} and notes == []
+    assert ip.variables[2].joins[0].common_type == "BIGINT" and ip.filter_labels == [0, 1, 2]
+    assert "join filter \"v\" = \"v\"" in "\n".join(ip.describe())
+    # nested: the nearest common node decides the order
+    got, _, _ = joins("PATTERN AND(SEQ(a x, b y), c z) FROM ev WHERE y.g = x.v WITHIN 9 RETURN x.id")
+    assert got["y"] == [('"g"', '"v"', [0])]
+    # skip-till-next-match: the rounds use the filter, the final pull does not read the kept rows
+    got, ip, notes = joins("PATTERN SEQ(a x, c z) FROM ev USE skip-till-next-match WHERE x.v = z.v WITHIN 9 "
+                           "RETURN x.id")
+    assert got["z"] and ip.filter_labels is None and any("skip-till-next-match" in n for n in notes)
+    for sql, why in [
+        ("PATTERN AND(a x, c z) FROM ev WHERE x.v = z.v WITHIN 9 RETURN x.id", "order of x and z open"),
+        ("PATTERN SEQ(a x, ~b n, c z) FROM ev WHERE x.v = n.v WITHIN 9 RETURN x.id", "negated"),
+        ("PATTERN SEQ(a x, OR(b y, c z)) FROM ev WHERE x.v = y.v WITHIN 9 RETURN x.id", "binds both"),
+        ("PATTERN SEQ(a x, c z) FROM ev WHERE x.v = z.type WITHIN 9 RETURN x.id", "different hashes"),
+    ]:
+        got, _, notes = joins(sql)
+        assert not any(got.values()) and any(why in n for n in notes), (sql, notes)
+    got, _, notes = joins("PATTERN SEQ(a x, b+ y, c z) FROM ev WHERE x.v = last(y.v) WITHIN 9 RETURN x.id")
+    assert not any(got.values()) and notes == []  # not a column of each side: no candidate for a filter

@@ -81,8 +81,9 @@ def pull(remote, duck: duckdb.DuckDBPyConnection, query: S.CerQuery, cer_setting
     where, where_why = row_filter(plan)
     notes = [f"row filter: {where}" if where else f"no row filter: {where_why}"]
     ip, why = None, ""
+    join_notes: list[str] = []
     if strategy in ("auto",) + DFS_STRATEGIES:
-        ip, why = interval_plan(plan)
+        ip, why = interval_plan(plan, join_notes)
     if strategy == "auto":
         strategy = "dfs" if ip is not None else "push_down"
         notes.append(f"pull strategy auto -> {strategy}" + (f" ({why})" if ip is None else ""))
@@ -90,7 +91,7 @@ def pull(remote, duck: duckdb.DuckDBPyConnection, query: S.CerQuery, cer_setting
         notes.append(f"pull strategy {strategy} cannot filter by time here ({why}): push_down used")
         strategy = "push_down"
     if ip is not None:
-        notes += ip.describe()
+        notes += ip.describe() + join_notes
     needed = set(cer.needed_columns(plan)) | filter_columns(plan) | {plan.key_column}
     if plan.type_column:
         needed.add(plan.type_column)
