@@ -246,6 +246,9 @@ def test_run_many_pulls_each_table_once_and_equals_the_local_run(pair):
         assert len(pulls) == 2, got.report  # one per flush: the SET splits the workload
         text = "\n".join(got.report)
         assert f"pull strategy {strategy if strategy != 'auto' else 'dfs'}" in text, text
+        if strategy != "push_down":  # one set of rounds for the flush: one per distinct element condition
+            shared = [line for line in got.report if "shared rounds:" in line]
+            assert len(shared) == 2 and "3 round(s) for 4 statements and 8 element rounds" in shared[0], got.report
 
 
 def _plan(sql: str):
