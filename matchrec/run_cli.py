@@ -60,7 +60,6 @@ def load_or_report(folder: str):
 
 
 def run(args) -> int:
-    import matchrec
     project = load_or_report(args.project)
     if project is None:
         return 1
