@@ -24,6 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=_positive, default=1, metavar="N",
                         help="models built at the same time (default 1)")
     parser.add_argument("--fail-fast", "-x", action="store_true", help="start no new model after the first error")
+    parser.add_argument("--nodes", default=None, metavar="HOST:PORT,...",
+                        help="storage nodes (grpc://host:port or host:port, comma-separated): their tables can be "
+                             "named in the models, which run on a compute-node connection")
+    from matchrec.connectors.credentials import add_client_arguments
+    add_client_arguments(parser)
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,16 +60,16 @@ def load_or_report(folder: str):
 
 
 def run(args) -> int:
-    import matchrec
     project = load_or_report(args.project)
     if project is None:
         return 1
     keys = select(project, args.select, args.exclude)
-    con = matchrec.connect(args.db)
+    opener = connector(args)
+    con = opener(args.db)
     try:
         progress = ProgressBar(sys.stderr, len(keys)) if sys.stderr.isatty() else Progress()
         result = run_project(project, con, keys, threads=args.threads, fail_fast=args.fail_fast, progress=progress,
-                             connect=matchrec.connect)
+                             connect=opener)
     finally:
         con.close()
     print(summary(result, args.db))
@@ -73,6 +78,19 @@ def run(args) -> int:
         sys.stdout.flush()
         print("\n".join(error_text(e) for e in errors), file=sys.stderr)
     return 0 if result.ok else 1
+
+
+def connector(args):
+    """``matchrec.connect``, on the storage nodes of ``--nodes`` when given (every worker the same)."""
+    import functools
+
+    import matchrec
+    if not getattr(args, "nodes", None):
+        return matchrec.connect
+    from matchrec.connectors.credentials import resolve_token
+    nodes = [u if "://" in u else f"grpc://{u}" for u in (x.strip() for x in args.nodes.split(",")) if u]
+    return functools.partial(matchrec.connect, storage_nodes=nodes, token=resolve_token(args.token, args.token_file),
+                             tls_root_certs=args.tls_root_certs)
 
 
 def summary(result: RunResult, database: str) -> str:

@@ -529,3 +529,62 @@ def test_cli_prints_every_load_error_with_its_place(tmp_path, capsys):
     assert err.count("Error: two_faults.sql:") == 3 and "9 errors in the project; nothing was built" in err
     assert main(["compile", str(root)]) == 1
     assert "9 errors in the project" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- storage nodes
+NODE_MODELS = {
+    "models/recent.sql": "SELECT id, ts, type, v, g FROM {{ source('proj_ev') }} WHERE v >= 20",
+    "models/p/alarm_reset.sql": "PATTERN SEQ(alarm a, reset r) FROM {{ source('proj_ev') }} WITHIN 40 "
+                                "RETURN a.id AS a_id, r.id AS r_id",
+    "models/p/quiet.sql": "PATTERN SEQ(alarm a, ~tick t, reset r) FROM {{ source('proj_ev') }} PARTITION BY g "
+                          "WHERE a.g = r.g WITHIN 60 RETURN a.id AS a_id, r.id AS r_id",
+    "models/p/mr.sql": "SELECT * FROM {{ source('proj_ev') }} MATCH_RECOGNIZE (ORDER BY ts MEASURES A.id AS a, "
+                       "C.id AS c PATTERN (A C) WITHIN 30 STRATEGY skip-till-any-match "
+                       "DEFINE A AS type = 'alarm', C AS type = 'reset')",
+    "models/p/on_recent.sql": "PATTERN SEQ(alarm a, reset r) FROM {{ ref('recent') }} WITHIN 80 RETURN a.id, r.id",
+    "models/pairs.sql": "SELECT count(*) AS n FROM {{ ref('alarm_reset') }}",
+}
+
+
+def _events(n: int = 3000):
+    import random
+    rng = random.Random(5)
+    t, rows = 0, []
+    for i in range(n):
+        t += rng.randint(1, 5)
+        r = rng.random()
+        rows.append((i, t, "alarm" if r < 0.01 else "reset" if r < 0.05 else rng.choice(["tick", "tock"]),
+                     rng.randint(0, 100), rng.randint(0, 2)))
+    return pa.table({name: pa.array(col) for name, col in zip(["id", "ts", "type", "v", "g"], zip(*rows))})
+
+
+def test_a_run_on_storage_nodes_equals_the_local_run(tmp_path, node_cluster, capsys):
+    import duckdb
+
+    from matchrec.connectors.loader import load
+    from nodes import TOKEN
+    events = _events()
+    src = duckdb.connect()
+    src.register("src", events)
+    load(node_cluster, "proj_ev", "SELECT * FROM src", src, "random", token=TOKEN)
+    src.close()
+    root = make(tmp_path, NODE_MODELS)
+    db = str(tmp_path / "built.duckdb")
+    nodes = ",".join(u.removeprefix("grpc://") for u in node_cluster)  # host:port is enough
+    assert main(["run", str(root), "--db", db, "--threads", "2", "--nodes", nodes, "--token", TOKEN]) == 0
+    out = capsys.readouterr().out
+    assert "6 OK, 0 ERROR" in out and "storage nodes: table proj_ev pulled once" in out, out
+    assert "shared rounds:" in out, out
+    local = matchrec.connect()
+    local.session.duck.register("src", events)
+    local.cursor().execute("CREATE TABLE proj_ev AS SELECT * FROM src")
+    assert run(root, local).ok
+    built = matchrec.connect(db)
+    for key in P.load_project(root).order:
+        assert table_of(built, key).equals(table_of(local, key)), key
+    assert table_of(built, "alarm_reset").num_rows > 0 and table_of(built, "quiet").num_rows > 0
+    # worker connections must read the same nodes
+    con = matchrec.connect(storage_nodes=node_cluster, token=TOKEN)
+    with pytest.raises(matchrec.ProgrammingError, match="same nodes"):
+        P.run_project(P.load_project(root), con, threads=2, connect=matchrec.connect)
+    con.close()

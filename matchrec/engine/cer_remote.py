@@ -26,8 +26,10 @@ the pull's lines: strategy, interval plan, round trips, bytes per node and per p
 from __future__ import annotations
 
 import contextlib
+import math
 import secrets
 import time
+from dataclasses import dataclass
 
 import duckdb
 import numpy as np
@@ -40,6 +42,7 @@ from matchrec.parser.names import quote_ident
 from matchrec.planner.cer import CerSettings
 from matchrec.planner.cer.resolve import _Resolver, resolve_query
 from matchrec.planner.cer_intervals import interval_plan, row_filter
+from matchrec.planner.intervals import VariableIntervals
 
 DFS_STRATEGIES = ("dfs", "naive_dfs", "push_pull")
 
@@ -81,8 +84,9 @@ def pull(remote, duck: duckdb.DuckDBPyConnection, query: S.CerQuery, cer_setting
     where, where_why = row_filter(plan)
     notes = [f"row filter: {where}" if where else f"no row filter: {where_why}"]
     ip, why = None, ""
+    join_notes: list[str] = []
     if strategy in ("auto",) + DFS_STRATEGIES:
-        ip, why = interval_plan(plan)
+        ip, why = interval_plan(plan, join_notes)
     if strategy == "auto":
         strategy = "dfs" if ip is not None else "push_down"
         notes.append(f"pull strategy auto -> {strategy}" + (f" ({why})" if ip is None else ""))
@@ -90,7 +94,7 @@ def pull(remote, duck: duckdb.DuckDBPyConnection, query: S.CerQuery, cer_setting
         notes.append(f"pull strategy {strategy} cannot filter by time here ({why}): push_down used")
         strategy = "push_down"
     if ip is not None:
-        notes += ip.describe()
+        notes += ip.describe() + join_notes
     needed = set(cer.needed_columns(plan)) | filter_columns(plan) | {plan.key_column}
     if plan.type_column:
         needed.add(plan.type_column)
@@ -146,8 +150,8 @@ def explain_lines(table: str, stats: PullStats, notes: list[str], seconds: float
 def group_pull(session, statements: list[str], parse):
     """While the block runs, each storage-node table the CER ``statements`` of a ``run_many`` flush
     (parsed by ``parse``) read is a temporary table holding the rows all of them can use, pulled once: the union of
-    their columns, the OR of their row filters, and one round of candidates bounding the time
-    intervals (``group_interval_plan``). The local multi-pattern evaluation then reads it as a
+    their columns, the OR of their row filters, and the union of their time interval sets found
+    by one set of candidate rounds for all of them (``shared_rounds``). The local multi-pattern evaluation then reads it as a
     local table. Yields the pulls' (table, statistics, notes)."""
     remote, duck = session.remote, session.duck
     if session.materialized:  # tables a plain statement pulled whole: placeholders again, as a statement does
@@ -181,12 +185,14 @@ def group_pull(session, statements: list[str], parse):
             duck.register(table, remote.schemas[table].empty_table())
 
 
-def _pull_plans(remote, plans: list, strategy: str, round_trips: str, table: str):
+def _pull_plans(remote, plans: list, strategy: str, round_trips: str, table: str, shared: bool = True):
     """One pull of ``table`` for several statements (``plans``): the union of their columns, the
     OR of their row filters and, for the dual-filtering strategies, the union of the statements'
-    own time interval sets - each found by its own candidate rounds, merged here, and sent once
-    with the final pull. Each set holds every row its statement's matches look at
-    (``planner.cer_intervals``), so the union holds every row any of them looks at."""
+    own time interval sets, sent once with the final pull. Each set holds every row its
+    statement's matches look at (``planner.cer_intervals``), so the union holds every row any of
+    them looks at. The sets come from one set of rounds for the whole group (``shared_rounds``);
+    with ``shared`` False each statement makes its own rounds (what the group saves is measured
+    against that)."""
     rows = [row_filter(p)[0] for p in plans]
     where = None if any(r is None for r in rows) else " OR ".join(f"({r})" for r in dict.fromkeys(rows))
     notes = [f"row filter: {where}" if where else "no row filter: some statement looks at every row"]
@@ -225,11 +231,15 @@ def _pull_plans(remote, plans: list, strategy: str, round_trips: str, table: str
     started = time.perf_counter()
     filtering = remote.filtering()
     exact = strategy == "naive_dfs"
-    found = [filtering.rounds(table, columns, ip, exact, round_trips, stats) for ip in ips]
     # statements partitioned differently: their sets merged over all partitions (a superset of each)
     same = len({tuple(ip.partition_sql) for ip in ips}) == 1
     request = {"op": "pull", "table": table, "columns": columns, "where": where, "key_sql": ips[0].key_sql,
                "partition_sql": ips[0].partition_sql if same else []}
+    if shared:
+        sets, bits = shared_rounds(remote, table, columns, ips, where, exact, round_trips, stats, same)
+        found = [_Found(t, bits) for t in sets]
+    else:
+        found = [filtering.rounds(table, columns, ip, exact, round_trips, stats) for ip in ips]
     blobs: list[bytes] = []
     if all(f.tis is not None for f in found):
         tis, bits = _union([f.tis for f in found], [f.pk_bits for f in found], same)
@@ -251,6 +261,132 @@ def _pull_plans(remote, plans: list, strategy: str, round_trips: str, table: str
     stats.phases["all"] = time.perf_counter() - started
     stats.events_pulled = data.num_rows
     return data, stats, notes, order
+
+
+@dataclass
+class _Found:
+    tis: IntervalSet | None
+    pk_bits: int | None
+
+
+@dataclass
+class _User:
+    """One element of one statement that a shared round serves."""
+    statement: int
+    variable: VariableIntervals
+
+
+def shared_rounds(remote, table: str, columns: list[str], ips: list, where: str | None, exact: bool,
+                  round_trips: str, stats: PullStats, same_partitions: bool) -> tuple[list, int | None]:
+    """The time interval sets of several statements over one table (``ips``, one key), found by
+    one set of candidate rounds: one round per distinct element condition, however many
+    statements have it, rarest first. A round asks only for the candidates inside the union of
+    the current sets of the statements it serves (each of those needs only its own), then each
+    of them intersects its set with the intervals around the candidates its element admits
+    (its own ``before``/``after``), as ``connectors.dual_filtering`` does for one statement, and
+    drops intervals around candidates of its earlier rounds that left the set. A statement
+    none of whose rounds ran has no set (None). Join filters are left out: a join source's values
+    would be shipped for one statement's sake in a round several share (each statement still
+    gets them when run alone). Returns the sets and the partition-hash bits they are keyed by
+    (None: one line, no partitions)."""
+    from matchrec.connectors.dual_filtering import skip_round, tis_payload
+    from matchrec.connectors.shard import unpack_candidates
+
+    partition_sql = ips[0].partition_sql if same_partitions else []
+    key_sql = ips[0].key_sql
+    window = max(ip.window for ip in ips)
+    quantum = max(1, min(ip.window for ip in ips) // 20)
+    users: dict[str, list[_User]] = {}
+    for k, ip in enumerate(ips):
+        for v in ip.variables:
+            users.setdefault(v.condition, []).append(_User(k, v))
+    if any(v.joins for ip in ips for v in ip.variables):
+        stats.notes.append("shared rounds: join filters are left out (they serve one statement each)")
+    conds = list(users)
+    t0 = time.perf_counter()
+    if round_trips == "auto":
+        remote.probe()
+    st = remote.stats(table, conds + [where or "TRUE"], key_sql, partition_sql, columns, stats=stats)
+    stats.phases["statistics"] = time.perf_counter() - t0
+    counts, final_rows = st.counts[:-1], st.counts[-1]
+    bits = None
+    base = {"table": table, "key_sql": key_sql, "partition_sql": partition_sql}
+    if partition_sql:
+        # enough bits to tell the partitions apart: a shared hash only merges intervals (never loses rows)
+        bits = int(min(32, math.ceil(math.log2(st.partitions + 1)) + 1))
+        base["pk_bits"] = bits
+    sets: list[IntervalSet | None] = [None] * len(ips)
+    points: list[dict] = [{} for _ in ips]
+    per_candidate = 4.0
+    one_by_one = 0  # the rounds' bytes paid again for every statement a round serves
+    for c in sorted(range(len(conds)), key=lambda i: counts[i]):
+        cond, served = conds[c], users[conds[c]]
+        name = ", ".join(dict.fromkeys(u.variable.name for u in served))
+        name = f"{name} ({len({u.statement for u in served})} statements)" if len(served) > 1 else name
+        if round_trips == "never":
+            stats.rounds_skipped.append(f"{name} (round trips off)")
+            continue
+        interest = None
+        if all(sets[u.statement] is not None for u in served):
+            interest = IntervalSet._merged(*(np.concatenate(x) for x in zip(
+                *[(sets[k].pk, sets[k].lo, sets[k].hi) for k in {u.statement for u in served}])))
+        if round_trips == "auto":
+            span = max(st.extent, 1)
+            coverage = 1.0 if interest is None else min(1.0, interest.total_length() / span)
+            reach = max(u.variable.before + u.variable.after for u in served) + quantum
+            own = 1 - math.exp(-counts[c] / span * reach)
+            why = skip_round(remote, name, counts[c] * coverage * per_candidate, own,
+                             final_rows * coverage, st.row_bytes)
+            if why:
+                stats.rounds_skipped.append(why)
+                continue
+        t1 = time.perf_counter()
+        sent0, received0 = stats.bytes_sent, stats.bytes_received
+        request = {"op": "candidates", "condition": cond, "packed": True, "quantum": quantum, "joins": [],
+                   "values": [], **base}
+        blobs: list[bytes] = []
+        sent = stats.filters.setdefault(name, [])
+        if interest is not None:
+            kind, blob = tis_payload(interest, window, exact)
+            request["filter"] = {"kind": kind, "blob": 0}
+            blobs.append(blob)
+            sent.append(f"time {kind} {len(blob)} B")
+        parts = remote.call_all(request, blobs, stats)
+        got = unpack_candidates(parts, (["pk"] if partition_sql else []) + ["s"], remote.max_reply)
+        slots = got["s"]
+        pk = got["pk"] if partition_sql else np.zeros(len(slots), np.int64)
+        stats.candidates[name] = len(slots)
+        if len(slots):
+            per_candidate = max(0.5, sum(p.nbytes for p in parts) / len(slots))
+        for u in served:
+            v, k = u.variable, u.statement
+            new = IntervalSet.around_slots(pk, slots, quantum, v.before, v.after)
+            points[k][id(v)] = (pk, slots * quantum, slots * quantum + (quantum - 1), v)
+            sets[k] = new if sets[k] is None else sets[k].intersect(new)
+            sets[k] = _refine(sets[k], points[k])
+        moved = (stats.bytes_sent - sent0, stats.bytes_received - received0)
+        one_by_one += sum(moved) * len({u.statement for u in served})
+        stats.phase_bytes[f"round {name}"] = moved
+        stats.phases[f"round {name}"] = time.perf_counter() - t1
+    rounds_bytes = sum(s + r for k, (s, r) in stats.phase_bytes.items() if k.startswith("round "))
+    ran = sum(1 for k in stats.phase_bytes if k.startswith("round "))
+    stats.notes.append(f"shared rounds: {ran} round(s) for {len(ips)} statements and {sum(map(len, users.values()))} "
+                       f"element rounds, {rounds_bytes} bytes; one statement at a time the same rounds would move "
+                       f"about {one_by_one} bytes")
+    return sets, bits
+
+
+def _refine(tis: IntervalSet, points: dict, rounds: int = 3) -> IntervalSet:
+    """Drop the intervals around a statement's earlier candidates that no longer lie in its set
+    (they can be part of no match), until nothing changes."""
+    for _ in range(rounds):
+        before = (len(tis), tis.total_length())
+        for pk, lo, hi, v in points.values():
+            keep = tis.overlaps(pk, lo, hi)
+            tis = tis.intersect(IntervalSet._merged(pk[keep], lo[keep] - v.before, hi[keep] + v.after))
+        if (len(tis), tis.total_length()) == before:
+            break
+    return tis
 
 
 def _union(sets: list, bits: list, same_partitions: bool) -> tuple:

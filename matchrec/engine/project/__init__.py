@@ -54,6 +54,10 @@ Decisions, for where a dbt or DuckDB user could expect either way:
   SKIPPED, the others go on; ``fail_fast`` stops starting new models after
   the first error. A selected model that refers to an unselected one reads whatever relation
   of that name is in the database, and fails with a clear message when there is none.
+- **Storage nodes**: on a compute-node connection (``matchrec.connect(db, storage_nodes=...)``,
+  ``matchrec run --nodes``) models read the nodes' tables by name; pattern models over one node
+  table share a ``run_many`` pass, which pulls the table once (``engine.cer_remote``). Worker
+  connections must be attached to the same nodes: checked before the run builds anything.
 - **Selection**: ``name`` (shell-style wildcards allowed), ``tag:x``, ``path:dir`` (models under
   a folder of the project), each with ``+`` before (and its ancestors) and/or after (and its
   descendants); space-separated selectors are a union, ``a,b`` an intersection. A selector that

@@ -116,8 +116,17 @@ def run_project(project: Project, con, keys: list[str] | None = None, threads: i
                     stack.append(child)
 
     _prepare(project, con)
-    workers = [con] + [connect(con.duckdb_connection.cursor())
-                       for _ in range(max(1, min(threads, len(keys))) - 1)]
+    workers = [con]
+    try:
+        for _ in range(max(1, min(threads, len(keys))) - 1):
+            workers.append(connect(con.duckdb_connection.cursor()))
+            _check_worker(con, workers[-1])
+    except BaseException:
+        for worker in workers[1:]:
+            duck = worker.duckdb_connection
+            worker.close()
+            duck.close()
+        raise
     free = list(workers)
     try:
         with cf.ThreadPoolExecutor(max_workers=len(workers)) as pool:
@@ -167,6 +176,19 @@ def run_project(project: Project, con, keys: list[str] | None = None, threads: i
         if key not in results:
             skip(key, "not started")
     return RunResult([results[k] for k in keys], passes, time.perf_counter() - started_at, len(workers))
+
+
+def _check_worker(con, worker) -> None:
+    """A worker of a compute-node connection reads the same storage nodes: the tables of the nodes
+    are relations only on connections attached to them."""
+    mine, theirs = getattr(con, "session", None), getattr(worker, "session", None)
+    nodes = getattr(getattr(mine, "remote", None), "nodes", None)
+    if not nodes:
+        return
+    other = getattr(getattr(theirs, "remote", None), "nodes", None) or []
+    if sorted(n.uri for n in other) != sorted(n.uri for n in nodes):
+        raise E.ProgrammingError("the connection reads storage nodes: connect must open each worker's connection on "
+                                 "the same nodes, e.g. lambda duck: matchrec.connect(duck, storage_nodes=[...])")
 
 
 def _prepare(project: Project, con) -> None:
