@@ -523,6 +523,27 @@ def test_kleene_closures_between_two_events_are_counted_in_the_shared_pass(ticks
     assert O.subsets(5, 2, 3) == 20 and O.subsets(4, 0, None) == 15 and O.subsets(3, 4, None) == 0
 
 
+def test_kleene_closures_over_equal_keys_are_counted_one_event_per_key(con):
+    """Kleene candidates sharing keys (and NULLs in the conditions' columns, which run on numpy): a set
+    takes at most one event per key, counted in the shared pass as the cursor's mechanism counts it."""
+    con.cursor().execute("""CREATE TABLE tied AS SELECT i // 3 AS ts,
+        CASE WHEN i % 7 IN (0, 3) THEN 'A' WHEN i % 7 IN (1, 2, 5) THEN 'B' ELSE 'C' END AS type,
+        CASE WHEN i % 11 = 4 THEN NULL ELSE (i * 37 % 23) * 1.0 END AS price,
+        CASE WHEN i % 13 = 5 THEN NULL ELSE i % 9 END AS x FROM range(600) t(i)""")
+    stmts = ["PATTERN SEQ(A a, B+ k, C c) FROM tied WHERE c.price - a.price > 2 WITHIN 12 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, B+{2,3} k, C c) FROM tied WHERE abs(c.x - a.x) < 4 WITHIN 10 RETURN COUNT(*)",
+             "PATTERN SEQ(C a, B+{2,} k, A c, C d) FROM tied WHERE d.price > a.price OR a.x IS NULL WITHIN 9 "
+             "RETURN COUNT(*)",
+             "PATTERN SEQ(A a, B+{1,1} k, C c) FROM tied WITHIN 6 RETURN COUNT(*)"]
+    *_, (_, r) = in_every_mode(con, stmts, 0.1)
+    text = "\n".join(r.report)
+    assert text.count("Kleene closure counted between") == 4, text
+    assert all(t.column(0)[0].as_py() > 0 for t in r.tables)
+    keys = np.array([1, 1, 2, 4, 4, 4])
+    assert O.tied_subsets(keys, 1, None) == 3 * 2 * 4 - 1 and O.tied_subsets(keys, 2, 2) == 2 * 1 + 2 * 3 + 1 * 3
+    assert O.tied_subsets(keys, 4, None) == 0 and O.tied_subsets(np.array([5]), 1, 1) == 1
+
+
 def test_the_search_keeps_the_plan_cost_up_to_date():
     work = synthetic_workload(30, 5, 4, seed=2)
     model = SH.CostModel(work, SH.Rates([50.0, 200.0, 800.0, 3000.0], 36000.0))
