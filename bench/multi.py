@@ -506,24 +506,33 @@ def matching(stats: dict) -> float:
     return max(0.0, stats["match_seconds"] - stats["optimiser_seconds"])
 
 
+def load(con, name: str, n: int) -> tuple[pa.Table, dict]:
+    """Stream ``name`` (its first ``n`` events) as table ``name`` on ``con``, and its first 3,000 events as
+    ``<name>_warm``; for real data, its type classes and window taken from its own counts. Returns
+    the stream and the events per type."""
+    src = DATASETS[name]
+    table = src.build(n)
+    con.register("__in", table)
+    con.cursor().execute(f"CREATE TABLE {name} AS SELECT * FROM __in")
+    con.cursor().execute(f"CREATE TABLE {name}_warm AS SELECT * FROM __in LIMIT {min(table.num_rows, 3000)}")
+    con.unregister("__in")
+    counts = dict(con.cursor().execute(f"SELECT {src.type_col}, count(*) FROM {name} GROUP BY 1").fetchall())
+    if src.real:
+        CLASSES[name] = real_classes(counts)
+        src.window = real_window(table, src.key)
+    return table, counts
+
+
 def bench_dataset(name: str, n: int, sizes: list[int], budget: float, replan: int | None, alone_max: int,
                   lines: list, oracle_at: int | None = None, overlaps=("prefix",), draws: int = 1) -> dict:
     """Every workload size, overlap and draw over one generated stream; the summary is keyed by
     (overlap, draw, size)."""
     src = DATASETS[name]
-    type_col = src.type_col
-    table = src.build(n)
-    n = table.num_rows
     con = matchrec.connect()
-    con.register("__in", table)
-    con.cursor().execute(f"CREATE TABLE {name} AS SELECT * FROM __in")
-    con.cursor().execute(f"CREATE TABLE {name}_warm AS SELECT * FROM __in LIMIT {min(n, 3000)}")
-    con.unregister("__in")
-    counts = dict(con.cursor().execute(f"SELECT {type_col}, count(*) FROM {name} GROUP BY 1").fetchall())
+    table, counts = load(con, name, n)
+    n = table.num_rows
     span_h = (table.column(src.key)[-1].value - table.column(src.key)[0].value) / 3.6e9
     if src.real:
-        CLASSES[name] = real_classes(counts)
-        src.window = real_window(table, src.key)
         rare = CLASSES[name][2]
         lines += [f"### {name}: {src.real}; {n:,} events over {span_h / 24:.0f} days, {len(counts)} types "
                   f"(most frequent {max(counts.values()):,} events; the 8 rare ones of the workloads "
