@@ -523,6 +523,56 @@ def test_kleene_closures_between_two_events_are_counted_in_the_shared_pass(ticks
     assert O.subsets(5, 2, 3) == 20 and O.subsets(4, 0, None) == 15 and O.subsets(3, 4, None) == 0
 
 
+def test_kleene_closures_over_equal_keys_are_counted_one_event_per_key(con):
+    """Kleene candidates sharing keys (and NULLs in the conditions' columns, which run on numpy): a set
+    takes at most one event per key, counted in the shared pass as the cursor's mechanism counts it."""
+    con.cursor().execute("""CREATE TABLE tied AS SELECT i // 3 AS ts,
+        CASE WHEN i % 7 IN (0, 3) THEN 'A' WHEN i % 7 IN (1, 2, 5) THEN 'B' ELSE 'C' END AS type,
+        CASE WHEN i % 11 = 4 THEN NULL ELSE (i * 37 % 23) * 1.0 END AS price,
+        CASE WHEN i % 13 = 5 THEN NULL ELSE i % 9 END AS x FROM range(600) t(i)""")
+    stmts = ["PATTERN SEQ(A a, B+ k, C c) FROM tied WHERE c.price - a.price > 2 WITHIN 12 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, B+{2,3} k, C c) FROM tied WHERE abs(c.x - a.x) < 4 WITHIN 10 RETURN COUNT(*)",
+             "PATTERN SEQ(C a, B+{2,} k, A c, C d) FROM tied WHERE d.price > a.price OR a.x IS NULL WITHIN 9 "
+             "RETURN COUNT(*)",
+             "PATTERN SEQ(A a, B+{1,1} k, C c) FROM tied WITHIN 6 RETURN COUNT(*)"]
+    *_, (_, r) = in_every_mode(con, stmts, 0.1)
+    text = "\n".join(r.report)
+    assert text.count("Kleene closure counted between") == 4, text
+    assert all(t.column(0)[0].as_py() > 0 for t in r.tables)
+    keys = np.array([1, 1, 2, 4, 4, 4])
+    assert O.tied_subsets(keys, 1, None) == 3 * 2 * 4 - 1 and O.tied_subsets(keys, 2, 2) == 2 * 1 + 2 * 3 + 1 * 3
+    assert O.tied_subsets(keys, 4, None) == 0 and O.tied_subsets(np.array([5]), 1, 1) == 1
+
+
+def test_conditions_over_nullable_columns_compile_to_numpy_with_the_python_truth():
+    """Nullable integer, float and decimal columns: the numpy evaluator exists and agrees with the
+    single-statement path's Python function on every binding (NULL is false, three-valued logic)."""
+    from matchrec.parser import sase as S
+    from matchrec.planner import cer as P
+    from matchrec.planner.cer_vector import VectorColumns, compile_condition
+
+    rng = np.random.default_rng(3)
+    n = 300
+    ints = [None if rng.random() < 0.2 else int(rng.integers(-9, 9)) for _ in range(n)]
+    floats = [None if rng.random() < 0.2 else float(rng.normal(0, 5)) for _ in range(n)]
+    table = pa.table({"i": pa.array(ints, pa.int32()), "f": pa.array(floats, pa.float64()),
+                      "d": pa.array([None if v is None else round(v, 2) for v in floats]).cast(pa.decimal128(9, 2))})
+    vcols = VectorColumns(table)
+    texts = ["b.i - a.i > 2", "abs(b.f - a.f) < 3 OR a.i IS NULL", "NOT (a.i < b.i AND b.f > a.d)",
+             "b.d - a.d BETWEEN -1 AND 1", "a.i IN (1, b.i, 3)", "a.f / b.i > 0.5 OR b.i IS NOT NULL AND a.i > 5"]
+    a, b = rng.integers(0, n, 2000), rng.integers(0, n, 2000)
+    for text in texts:
+        q = S.parse(f"PATTERN SEQ(A a, B b) FROM t WHERE {text} WITHIN 10")
+        columns = {name: (name, str(table.schema.field(name).type)) for name in table.column_names}
+        res = P._Resolver(q, columns)
+        vec = compile_condition(q.conditions[0], res.col, vcols, set())
+        assert vec is not None, text
+        fn = P.PyCompiler(table, res, set()).function(q.conditions[0])
+        want = np.array([bool(r) if (r := fn({"a": int(x), "b": int(y)})) is not None else False
+                         for x, y in zip(a, b)])
+        assert (vec({"a": a, "b": b}) == want).all(), text
+
+
 def test_the_search_keeps_the_plan_cost_up_to_date():
     work = synthetic_workload(30, 5, 4, seed=2)
     model = SH.CostModel(work, SH.Rates([50.0, 200.0, 800.0, 3000.0], 36000.0))

@@ -21,7 +21,7 @@ How a workload runs
     whose positive elements are bound in an order; units starting with the same sub-pattern share
     those nodes; negations are checked per unit on its complete matches. A Kleene closure is
     counted there when the query returns COUNT(*), the closure lies between two single events, no
-    condition reads it and none of its candidates share a key (``countable``); the other queries
+    condition reads it (``countable``; a set takes at most one candidate per key); the other queries
     (other Kleene closures, skip-till-next-match, strict contiguity) are evaluated one by one over
     the shared read by their usual mechanism.
   * For long streams the stream is cut into slices; each slice's rates are compared with those

@@ -112,11 +112,4 @@ def countable(item, classes: ElementClasses) -> str:
             return "Kleene closure not between two single events"
     if any(c.vars & kvars for c in item.conds):
         return "Kleene closure read by a condition"
-    for v in kvars:
-        rows = np.flatnonzero(classes.masks[item.class_of[v]])
-        same = classes.key[rows][1:] == classes.key[rows][:-1]
-        if classes.pid is not None:
-            same &= classes.pid[rows][1:] == classes.pid[rows][:-1]
-        if same.any():
-            return "Kleene closure over events with equal keys"
     return ""

@@ -95,8 +95,8 @@ class Neg:
 class Kleene:
     """A Kleene element counted, not bound: between the unit's variables ``prev`` and ``next``
     (adjacent in the sequence), any set of ``lo`` to ``hi`` (None: unbounded) candidates of class
-    ``cls`` with keys strictly between theirs. Valid when no two candidates of the class share a
-    key in a partition, no condition reads the element and no negation borders it."""
+    ``cls`` with keys strictly between theirs, at most one per key (``tied_subsets``). Valid when no
+    condition reads the element and no negation borders it."""
     cls: int
     prev: int
     next: int
@@ -268,6 +268,7 @@ class Evaluator:
         self.sinks = sinks
         self.block = max(1, int(block))
         self.work = {"partial_matches": 0, "searches": 0, "candidates": 0, "matches": 0}
+        self._tied: dict = {}  # class -> whether two of its candidates share a key
         self._counted: dict = {}  # id(node) -> (node, whether its extensions are only counted)
         # the statement's step budget: a candidate tried in a block is one step (numpy, as compiled)
         self.spend = budget.current().spend
@@ -458,37 +459,56 @@ class Evaluator:
 
     def kleene_count(self, unit: Unit, rows: list) -> int:
         """The matches the skeleton matches stand for: per match the product over the Kleene
-        elements of the number of candidate sets between their neighbours."""
+        elements of the number of candidate sets between their neighbours (a set takes at most one
+        candidate per key, as the single-statement mechanisms count it)."""
         s = self.s
-        sizes = []
+        ids, weights = [], []  # per Kleene element: an id per match, and the count of each id
         for k in unit.kleene:
             ck = s.cks[k.cls]
-            sizes.append(np.searchsorted(ck, s.ck[rows[k.next]], "left")
-                         - np.searchsorted(ck, s.ck[rows[k.prev]], "right"))
-        # Matches share few distinct size combinations: weigh each once. The combination is packed
-        # into one integer (sizes are below the row count), since a 1-D unique sorts far faster
+            a = np.searchsorted(ck, s.ck[rows[k.prev]], "right")
+            b = np.searchsorted(ck, s.ck[rows[k.next]], "left")
+            sizes = np.maximum(b - a, 0).astype(np.int64)
+            if not self.tied(k.cls):
+                ids.append(sizes)  # the id is the number of candidates
+                weights.append(_SubsetCounts(k.lo, k.hi))
+                continue
+            # equal keys among the candidates: the count depends on the range, each distinct one counted once
+            b = np.maximum(a, b).astype(np.int64)
+            span = int(len(ck)) + 1
+            ranges, inverse = np.unique(a.astype(np.int64) * span + b, return_inverse=True)
+            ids.append(inverse.astype(np.int64).reshape(-1))
+            weights.append([tied_subsets(ck[r // span:r % span], k.lo, k.hi) for r in ranges.tolist()])
+        # Matches share few distinct id combinations: weigh each once. The combination is packed
+        # into one integer (ids are below the row count), since a 1-D unique sorts far faster
         # than np.unique(axis=0) over rows.
-        sizes = [np.maximum(x, 0).astype(np.int64) for x in sizes]
-        base = max(int(x.max()) for x in sizes) + 1
-        if base ** len(sizes) < 1 << 62:
-            packed = sizes[0].copy()
-            for x in sizes[1:]:
+        base = max(int(x.max()) for x in ids) + 1
+        if base ** len(ids) < 1 << 62:
+            packed = ids[0].copy()
+            for x in ids[1:]:
                 packed *= base
                 packed += x
             _, first, freq = np.unique(packed, return_index=True, return_counts=True)
-            combos = np.stack([x[first] for x in sizes], axis=1).tolist()
+            combos = np.stack([x[first] for x in ids], axis=1).tolist()
         else:
-            rows_, freq = np.unique(np.stack(sizes, axis=1), axis=0, return_counts=True)
+            rows_, freq = np.unique(np.stack(ids, axis=1), axis=0, return_counts=True)
             combos = rows_.tolist()
         total = 0
         for ms, f in zip(combos, freq.tolist()):
             w = f
-            for m, k in zip(ms, unit.kleene):
-                w *= subsets(m, k.lo, k.hi)
+            for m, weight in zip(ms, weights):
+                w *= weight[m]
                 if not w:
                     break
             total += w
         return total
+
+    def tied(self, cls: int) -> bool:
+        """Whether two candidates of class ``cls`` share a key (on the composite axis: in a partition)."""
+        got = self._tied.get(cls)
+        if got is None:
+            ck = self.s.cks[cls]
+            got = self._tied[cls] = bool(len(ck) > 1 and (ck[1:] == ck[:-1]).any())
+        return got
 
     def negation(self, unit: Unit, g: Neg, rows: list, lo: np.ndarray, hi: np.ndarray, w: int) -> np.ndarray:
         """Per match, whether no event of the negated element lies in its range."""
@@ -529,6 +549,39 @@ class Evaluator:
             ok[idx[hit]] = False
             start = end
         return ok
+
+
+class _SubsetCounts:
+    """``subsets(m, lo, hi)`` indexed by ``m``."""
+
+    def __init__(self, lo: int, hi: int | None):
+        self.lo, self.hi = lo, hi
+
+    def __getitem__(self, m: int) -> int:
+        return subsets(m, self.lo, self.hi)
+
+
+def tied_subsets(keys: np.ndarray, lo: int, hi: int | None) -> int:
+    """Sets of ``lo`` to ``hi`` (None: any number) of the events with these sorted keys taking at most
+    one event per key: the elementary symmetric polynomials of the keys' multiplicities."""
+    lo = max(1, lo)
+    if not len(keys):
+        return 0
+    _, mult = np.unique(keys, return_counts=True)
+    mult = mult.tolist()
+    if hi is None and lo == 1:
+        out = 1
+        for m in mult:
+            out *= m + 1
+        return out - 1
+    top = len(mult) if hi is None else min(hi, len(mult))
+    if top < lo:
+        return 0
+    sizes = [1] + [0] * top  # sizes[j]: sets of j events among the keys seen so far (j <= top)
+    for m in mult:
+        for j in range(top, 0, -1):
+            sizes[j] += sizes[j - 1] * m
+    return sum(sizes[lo:top + 1])
 
 
 def subsets(m: int, lo: int, hi: int | None) -> int:

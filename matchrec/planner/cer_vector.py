@@ -6,7 +6,8 @@ binding there maps each variable to an array of rows. This module compiles the s
 expression language whose numpy evaluation gives exactly the Python function's truth value:
 
   * columns of integer or floating type, read as ``PyCompiler`` reads them (integers as int64,
-    DECIMAL as DOUBLE; a DECIMAL of scale 0 such as HUGEINT is exact Python ints: refused);
+    DECIMAL as DOUBLE; a DECIMAL of scale 0 such as HUGEINT is exact Python ints: refused), with
+    their NULLs as a mask that SQL's three-valued logic carries through the expression;
   * int (within int64), float and boolean literals;
   * ``+ - *`` where the operands' ranges (the columns' minimum and maximum) prove the integer
     result stays within int64 - numpy would wrap around where ``PyCompiler`` computes exactly -,
@@ -45,12 +46,29 @@ class VectorColumns:
         self.cache: dict[str, np.ndarray | None] = {}
 
     def get(self, name: str) -> np.ndarray | None:
-        """The column as ``PyCompiler`` reads a NULL-free numeric column, or None when it is not one."""
+        """The column as ``PyCompiler`` reads a NULL-free numeric column (NULLs read as 0, see
+        ``nulls``), or None when it is not a numeric one."""
         if name not in self.cache:
-            values, nullable = python_column(self.table.column(name))
-            ok = not nullable and values.dtype.kind in "if"
+            arr = self.table.column(name)
+            values, nullable = python_column(arr)
+            mask = None
+            t = arr.type
+            if nullable and (pa.types.is_integer(t) or pa.types.is_floating(t)
+                             or (pa.types.is_decimal(t) and t.scale > 0)) and not pa.types.is_uint64(t):
+                # the same numbers as the Python function reads, NULL marked apart (three-valued logic)
+                arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+                mask = arr.is_null().to_numpy(zero_copy_only=False)
+                kind = pa.int64() if pa.types.is_integer(arr.type) else pa.float64()
+                values = arr.cast(kind).fill_null(0).to_numpy()
+            ok = values.dtype.kind in "if"
             self.cache[name] = values if ok else None
+            self.cache[("nulls", name)] = mask if ok else None
         return self.cache[name]
+
+    def nulls(self, name: str) -> np.ndarray | None:
+        """Where the column is NULL, or None when it never is."""
+        self.get(name)
+        return self.cache[("nulls", name)]
 
     def bounds(self, name: str):
         """(min, max) of an integer column, "float" for a floating-point one."""
@@ -134,9 +152,12 @@ class _Compiler:
         if isinstance(e, S.Col):
             if e.var in self.kleene:
                 raise _Unsupported
-            col = self.columns.get(self.resolve(e))
+            name = self.resolve(e)
+            col, null = self.columns.get(name), self.columns.nulls(name)
             if col is None:
                 raise _Unsupported
+            if null is not None:
+                return lambda b, col=col, null=null, var=e.var: (col[b[var]], null[b[var]])
             return lambda b, col=col, var=e.var: (col[b[var]], None)
         if isinstance(e, S.Call):
             if e.name == "abs" and len(e.args) == 1:
