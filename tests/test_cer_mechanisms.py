@@ -295,9 +295,9 @@ def test_kleene_count_is_combinatorial():
     n = 60
     ev = Events(np.arange(n + 2, dtype=np.int64), ["a"] + ["b"] * n + ["c"])
     p = Pattern(Seq((Element("a", "x"), Element("b", "y", (1, None)), Element("c", "z"))), 10 ** 6, "any")
-    started = time.perf_counter()
+    started = time.process_time()
     assert M.count("rcep", p, ev) == 2 ** n - 1
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0  # CPU time: a loaded machine stretches wall time
 
 
 def test_attribute_equality_is_a_condition():

@@ -378,10 +378,13 @@ def test_optimiser_never_worse_than_its_start_and_within_budget(share, reorder):
     model = SH.CostModel(work, SH.Rates([float(10 * (c + 1) ** 2) for c in range(12)], 36000.0))
     start = SH.start_plan(work, model, share=share, reorder=reorder)
     budget = 0.25
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     plan, info = SH.optimise(work, model, start, share=share, reorder=reorder, budget=budget)
-    elapsed = time.perf_counter() - t0
-    assert info.seconds <= elapsed and elapsed < budget + 0.5  # one cost evaluation past the deadline at most
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    # The search stops at its deadline (one cost evaluation past it at most). Its CPU time is checked,
+    # not the wall time, which a loaded machine stretches: a search that ignored the budget would
+    # still spend far more than the budget of CPU.
+    assert info.seconds <= elapsed and cpu < budget + 0.5
     assert info.cost <= info.start_cost and model.cost(plan) == pytest.approx(info.cost)
     want = ["exact order per unit"] if reorder and not share else ["simulated annealing", "tabu search"]
     got = [m for m, _, _ in info.details]
