@@ -30,12 +30,14 @@ from __future__ import annotations
 import itertools
 import math
 from bisect import bisect_left, bisect_right
+from functools import partial
 
 import numpy as np
 
 from matchrec.budget import PYTHON_STEP_COST
 from matchrec.operators.cer_common import (AttributeEquality, Cands, ChainPlan, Partition, Prepared, Sink,
                                           conditions_hold, negation_holds, too_many)
+from matchrec.operators.cer_reference import IterationCondition
 
 
 def evaluate(prep: Prepared, sink: Sink, order=None) -> None:
@@ -125,6 +127,26 @@ class _Recompute:
             self.hollow[p] = (i, q)
         # backwards through an order consistent with the sequence: what follows an element is bound first
         self.steps = [i for i in reversed(P) if i not in self.collapsed]
+        # conditions over a Kleene iteration whose other variables are bound before the closure: its
+        # event sequences are built (or counted) event by event, each checked against the one before
+        self.iteration: dict = {}
+        for s, i in enumerate(self.steps):
+            if i in chain.bounds:
+                before = {chain.vars[j] for j in self.steps[:s]}
+                local = [c for c in conds if isinstance(c, IterationCondition) and c.var == chain.vars[i]
+                         and c.others <= before]
+                if local:
+                    self.iteration[i] = local
+        stepwise = {id(c) for cs in self.iteration.values() for c in cs}
+        conds = [c for c in conds if id(c) not in stepwise]
+        # a closure nothing reads after it is bound (no condition, no negation's range ends at its
+        # last event) is bound by its first event (its last too, when it holds the trigger) with
+        # the number of its valid sequences as weight: counted by dynamic programming, listed only
+        # when the match is emitted
+        read = {v for c in conds for v in c.vars} | {v for g in chain.negations for v in g.needs}
+        self.counted = {i for i in self.iteration if chain.vars[i] not in read and chain.bounds[i] == (1, None)
+                        and chain.total and not any(i in g.prevs for g in chain.negations)}
+        self._succ: dict = {}  # element -> candidate -> the candidates that may follow it (no other variable read)
         self.conds, self.negs, self.rest = chain.schedule(self.steps, conds)
         self.vars = [chain.vars[i] for i in self.steps]
         # per step the earliest elements that follow it (bound already), and the AND spans to keep apart
@@ -190,6 +212,11 @@ class _Recompute:
         if kb is None:
             for j in range(a, b):
                 self.bind(s, i, c.rowl[j], keyl[j], keyl[j], lo_all, hi_all, weight)
+        elif i in self.counted:
+            self.scan_counted(s, i, c, a, b, lo_all, hi_all, weight)
+        elif i in self.iteration:
+            for rows in self.iteration_sets(i, c, a, b, kb):
+                self.bind(s, i, rows, self.prep.keyl[rows[0]], self.prep.keyl[rows[-1]], lo_all, hi_all, weight)
         elif i in self.explicit:
             # a trigger, or a range wider than the window: every set within the window of its last event
             trigger = hi_all is None or keyl[b - 1] - keyl[a] > self.w
@@ -212,9 +239,107 @@ class _Recompute:
                     smin, smax = max(0, lo - 2), (None if hi is None else hi - 2)
                     n = subset_count(c, ia, ib, smin, smax)
                     if n:
-                        self.expand.append((var, c, ia, ib, c.rowl[j0], c.rowl[j1], smin, smax))
+                        self.expand.append((var, n, partial(_framed, c, ia, ib, smin, smax, (c.rowl[j0],),
+                                                            (c.rowl[j1],))))
                         self.bind(s, i, (c.rowl[j0], c.rowl[j1]), keyl[j0], keyl[j1], lo_all, hi_all, weight * n)
                         self.expand.pop()
+
+    # ------------------------------------------------------------ closures with iteration conditions
+    def _first_ok(self, i: int, row) -> bool:
+        return all(cd.first_ok(self.binding, row) for cd in self.iteration[i])
+
+    def successors(self, i: int, c: Cands, j: int, b: int) -> list:
+        """The candidates at [j+1, b) that may follow candidate j in element i's sequence: a key
+        above j's, within the window of it, and the iteration conditions holding for the pair.
+        Without another variable in the conditions, the list is kept for the whole partition."""
+        conds = self.iteration[i]
+        keyl, rowl = c.keyl, c.rowl
+        if any(cd.others for cd in conds):
+            top = min(b, bisect_right(keyl, keyl[j] + self.w))
+            r = rowl[j]
+            binding = self.binding
+            return [k for k in range(bisect_right(keyl, keyl[j], j, top), top)
+                    if all(cd.next_ok(binding, r, rowl[k]) for cd in conds)]
+        cache = self._succ.setdefault(i, {})
+        out = cache.get(j)
+        if out is None:
+            top = bisect_right(keyl, keyl[j] + self.w)
+            r = rowl[j]
+            self.spend(PYTHON_STEP_COST * (top - j))
+            out = [k for k in range(bisect_right(keyl, keyl[j], j, top), top)
+                   if all(cd.next_ok(None, r, rowl[k]) for cd in conds)]
+            cache[j] = out
+        return out if not out or out[-1] < b else out[:bisect_left(out, b)]
+
+    def iteration_sets(self, i: int, c: Cands, a: int, b: int, kb):
+        """Every event sequence of element i in [a, b) whose events satisfy its iteration
+        conditions, within the window of its first event, of a size within the bounds."""
+        lo, hi = kb
+        rowl = c.rowl
+        for j0 in range(a, b):
+            if not self._first_ok(i, rowl[j0]):
+                continue
+            stack = [(j0,)]
+            while stack:
+                path = stack.pop()
+                self.spend(PYTHON_STEP_COST)
+                if len(path) >= lo:
+                    yield tuple(rowl[j] for j in path)
+                if hi is not None and len(path) >= hi:
+                    continue
+                for k in reversed(self.successors(i, c, path[-1], b)):
+                    stack.append(path + (k,))
+
+    def scan_counted(self, s: int, i: int, c: Cands, a: int, b: int, lo_all, hi_all, weight: int) -> None:
+        """Bind element i (unbounded, nothing reads it afterwards) by the first event of its valid
+        sequences in [a, b) - and by the last too when it holds the trigger - with the number of
+        sequences as weight (dynamic programming over the candidates, from the last backwards)."""
+        keyl, rowl = c.keyl, c.rowl
+        var = self.vars[s]
+        if hi_all is not None:
+            # the element is followed by elements bound already: its sequences end before them, so
+            # only their first event matters; paths[j]: the valid sequences that begin with j
+            paths = {}
+            for j in range(b - 1, a - 1, -1):
+                paths[j] = 1 + sum(paths[k] for k in self.successors(i, c, j, b))
+            for j in range(a, b):
+                if self._first_ok(i, rowl[j]):
+                    self.expand.append((var, paths[j], partial(self._listing, i, c, j, b, None)))
+                    try:
+                        self.bind(s, i, (rowl[j],), keyl[j], keyl[j], lo_all, hi_all, weight * paths[j])
+                    finally:
+                        self.expand.pop()
+            return
+        for j1 in range(a, b):  # the trigger: each sequence ends at one candidate, its window before it
+            j0 = bisect_left(keyl, keyl[j1] - self.w, a, j1)
+            to_end = {j1: 1}  # the valid sequences from j to j1
+            for j in range(j1 - 1, j0 - 1, -1):
+                n = sum(to_end.get(k, 0) for k in self.successors(i, c, j, j1 + 1))
+                if n:
+                    to_end[j] = n
+            for j in sorted(to_end):
+                if not self._first_ok(i, rowl[j]):
+                    continue
+                value = (rowl[j],) if j == j1 else (rowl[j], rowl[j1])
+                self.expand.append((var, to_end[j], partial(self._listing, i, c, j, j1 + 1, j1)))
+                try:
+                    self.bind(s, i, value, keyl[j], keyl[j1], lo_all, hi_all, weight * to_end[j])
+                finally:
+                    self.expand.pop()
+
+    def _listing(self, i: int, c: Cands, j: int, b: int, end: int | None):
+        """The valid sequences of element i that begin with candidate j, stay below b and (``end``
+        not None) end at candidate ``end``, as row tuples."""
+        rowl = c.rowl
+        stack = [(j,)]
+        while stack:
+            path = stack.pop()
+            if end is None or path[-1] == end:
+                yield tuple(rowl[k] for k in path)
+            if end is not None and path[-1] == end:
+                continue
+            for k in reversed(self.successors(i, c, path[-1], b)):
+                stack.append(path + (k,))
 
     def kleene_sets(self, c: Cands, a: int, b: int, kb, trigger: bool):
         """Every event set of a Kleene element in [a, b) (a trigger: every set ending at each
@@ -252,7 +377,7 @@ class _Recompute:
                 if not n:
                     return
                 weight *= n
-                self.expand.append((chain.vars[e], c, ia, ib, None, None, lo, hi))
+                self.expand.append((chain.vars[e], n, partial(_framed, c, ia, ib, lo, hi, (), ())))
                 pushed = True
             conds = self.conds[s]
             if conds and not conditions_hold(conds, self.binding):
@@ -285,16 +410,14 @@ class _Recompute:
         if not self.expand:
             self.sink.add(self.chain, binding)
             return
-        # the subsets are listed below and every combination is a match: size them first
-        counts = [subset_count(c, a, b, smin, smax) for _, c, a, b, _, _, smin, smax in self.expand]
+        # the event sets are listed below and every combination is a match: size them first
+        counts = [n for _, n, _ in self.expand]
         if self.sink.max is not None and math.prod(counts) > self.sink.max:
             raise too_many(self.sink.max)
         self.spend(PYTHON_STEP_COST * sum(counts))
         choices = []
-        for var, c, a, b, r0, r1, smin, smax in self.expand:
-            head = () if r0 is None else (r0,)
-            tail = () if r1 is None else (r1,)
-            choices.append((var, [head + mid + tail for mid in self._polled(subsets(c, a, b, smin, smax))]))
+        for var, _, listing in self.expand:
+            choices.append((var, list(self._polled(listing()))))
         saved = {var: binding[var] for var, _ in choices if var in binding}
         try:
             for combo in self._polled(itertools.product(*(rows for _, rows in choices))):
@@ -350,6 +473,12 @@ def _has_ties(c: Cands, a: int, b: int) -> bool:
         return False
     k = c.keys[a:b]
     return bool((k[1:] == k[:-1]).any())
+
+
+def _framed(c: Cands, a: int, b: int, smin: int, smax: int | None, head: tuple, tail: tuple):
+    """The subsets of [a, b) between ``head`` and ``tail`` rows."""
+    for mid in subsets(c, a, b, smin, smax):
+        yield head + mid + tail
 
 
 def subsets(c: Cands, a: int, b: int, smin: int, smax: int | None):
