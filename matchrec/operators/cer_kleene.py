@@ -147,6 +147,7 @@ class _Recompute:
         self.counted = {i for i in self.iteration if chain.vars[i] not in read and chain.bounds[i] == (1, None)
                         and chain.total and not any(i in g.prevs for g in chain.negations)}
         self._succ: dict = {}  # element -> candidate -> the candidates that may follow it (no other variable read)
+        self._succ_kept = 0  # entries kept at the last eviction (the lists hold only the window's candidates)
         self.conds, self.negs, self.rest = chain.schedule(self.steps, conds)
         self.vars = [chain.vars[i] for i in self.steps]
         # per step the earliest elements that follow it (bound already), and the AND spans to keep apart
@@ -271,6 +272,19 @@ class _Recompute:
             cache[j] = out
         return out if not out or out[-1] < b else out[:bisect_left(out, b)]
 
+    def _evict(self, trigger: int) -> None:
+        """Drop the successor lists of candidates more than a window before ``trigger``: triggers
+        come in key order, so no later match can hold them. Amortized: a pass when the lists have
+        doubled since the last one."""
+        size = sum(len(m) for m in self._succ.values())
+        if size <= 2 * self._succ_kept + 64:
+            return
+        cut = trigger - self.w
+        for i, cache in self._succ.items():
+            keyl = self.cands[i].keyl
+            self._succ[i] = {j: v for j, v in cache.items() if keyl[j] >= cut}
+        self._succ_kept = sum(len(m) for m in self._succ.values())
+
     def iteration_sets(self, i: int, c: Cands, a: int, b: int, kb):
         """Every event sequence of element i in [a, b) whose events satisfy its iteration
         conditions, within the window of its first event, of a size within the bounds."""
@@ -357,6 +371,8 @@ class _Recompute:
 
     def bind(self, s: int, i: int, value, k0: int, k1: int, lo_all, hi_all, weight: int) -> None:
         self.spend(PYTHON_STEP_COST)
+        if s == 0 and self._succ:
+            self._evict(k1)
         chain = self.chain
         lo2 = k0 if lo_all is None else min(lo_all, k0)
         hi2 = k1 if hi_all is None else max(hi_all, k1)
