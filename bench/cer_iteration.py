@@ -86,6 +86,7 @@ def table(title: str, note: str, cases, budget: float, lines: list) -> None:
               "eager peak MB | rcep peak MB | rcep count s |", "|---|---|---|---|---|---|---|---|---|"]
     eager_on, prev = True, None
     for label, p, ev in cases:
+        print(f"{title[:3]} {label} ...", file=sys.stderr, flush=True)
         tr, mr, memr, _ = measure("rcep", M.run, p, ev)
         tc, nc, _, _ = measure("rcep", M.count, p, ev)
         if nc != len(mr):

@@ -127,6 +127,17 @@ class _Recompute:
             self.hollow[p] = (i, q)
         # backwards through an order consistent with the sequence: what follows an element is bound first
         self.steps = [i for i in reversed(P) if i not in self.collapsed]
+        if chain.total:
+            # a closure whose iteration conditions read an element bound after it (b[i].price >
+            # a.price in SEQ(a, b+, c)) is bound last instead, between its bound neighbours, so that
+            # its sequences are built with every condition checked event by event
+            late = []
+            for s, i in enumerate(self.steps):
+                before = {chain.vars[j] for j in self.steps[:s]}
+                if i in chain.bounds and any(isinstance(c, IterationCondition) and c.var == chain.vars[i]
+                                             and not c.others <= before for c in conds):
+                    late.append(i)
+            self.steps = [i for i in self.steps if i not in late] + late
         # conditions over a Kleene iteration whose other variables are bound before the closure: its
         # event sequences are built (or counted) event by event, each checked against the one before
         self.iteration: dict = {}
@@ -148,13 +159,18 @@ class _Recompute:
                         and chain.total and not any(i in g.prevs for g in chain.negations)}
         self._succ: dict = {}  # element -> candidate -> the candidates that may follow it (no other variable read)
         self._succ_kept = 0  # entries kept at the last eviction (the lists hold only the window's candidates)
+        self._each: dict = {}  # element -> candidate -> whether it passes the conditions on one event (binding)
         self.conds, self.negs, self.rest = chain.schedule(self.steps, conds)
         self.vars = [chain.vars[i] for i in self.steps]
         # per step the earliest elements that follow it (bound already), and the AND spans to keep apart
-        self.upper = []
-        for i in self.steps:
-            after = chain.succs[i] - self.collapsed
+        # per step the earliest bound elements that follow it, and the latest bound ones before it
+        self.upper, self.lower = [], []
+        for s, i in enumerate(self.steps):
+            bound = set(self.steps[:s])
+            after = chain.succs[i] & bound
             self.upper.append([j for j in after if not chain.preds[j] & after])
+            before = chain.preds[i] & bound
+            self.lower.append([j for j in before if not chain.succs[j] & before])
         self.apart = chain.apart_steps(self.steps)
         self.first: dict = {}
         self.last: dict = {}
@@ -182,6 +198,8 @@ class _Recompute:
         a = 0
         if hi_all is not None:
             a = bisect_left(keyl, hi_all - w)
+        for j in self.lower[s]:
+            a = max(a, bisect_right(keyl, self.last[j]))
             b = min(b, bisect_right(keyl, lo_all + w))
         holes = None
         for own, other in self.apart[s]:
@@ -214,8 +232,10 @@ class _Recompute:
             for j in range(a, b):
                 self.bind(s, i, c.rowl[j], keyl[j], keyl[j], lo_all, hi_all, weight)
         elif i in self.counted:
+            self._each[i] = {}
             self.scan_counted(s, i, c, a, b, lo_all, hi_all, weight)
         elif i in self.iteration:
+            self._each[i] = {}
             for rows in self.iteration_sets(i, c, a, b, kb):
                 self.bind(s, i, rows, self.prep.keyl[rows[0]], self.prep.keyl[rows[-1]], lo_all, hi_all, weight)
         elif i in self.explicit:
@@ -252,25 +272,41 @@ class _Recompute:
     def successors(self, i: int, c: Cands, j: int, b: int) -> list:
         """The candidates at [j+1, b) that may follow candidate j in element i's sequence: a key
         above j's, within the window of it, and the iteration conditions holding for the pair.
-        Without another variable in the conditions, the list is kept for the whole partition."""
+        What the conditions without another variable allow is kept for the whole partition
+        (within the window); those reading other variables are checked for the current binding."""
         conds = self.iteration[i]
         keyl, rowl = c.keyl, c.rowl
-        if any(cd.others for cd in conds):
-            top = min(b, bisect_right(keyl, keyl[j] + self.w))
-            r = rowl[j]
-            binding = self.binding
-            return [k for k in range(bisect_right(keyl, keyl[j], j, top), top)
-                    if all(cd.next_ok(binding, r, rowl[k]) for cd in conds)]
         cache = self._succ.setdefault(i, {})
         out = cache.get(j)
         if out is None:
             top = bisect_right(keyl, keyl[j] + self.w)
             r = rowl[j]
+            pure = [cd for cd in conds if not cd.others]
             self.spend(PYTHON_STEP_COST * (top - j))
             out = [k for k in range(bisect_right(keyl, keyl[j], j, top), top)
-                   if all(cd.next_ok(None, r, rowl[k]) for cd in conds)]
+                   if all(cd.next_ok(None, r, rowl[k]) for cd in pure)]
             cache[j] = out
-        return out if not out or out[-1] < b else out[:bisect_left(out, b)]
+        if out and out[-1] >= b:
+            out = out[:bisect_left(out, b)]
+        mixed = [cd for cd in conds if cd.others]
+        if not mixed:
+            return out
+        binding, r = self.binding, rowl[j]
+        each = self._each[i]  # conditions on the current event alone: decided once per event and binding
+        pairs = [cd for cd in mixed if cd.uses_prev]
+        single = [cd for cd in mixed if not cd.uses_prev]
+        kept = []
+        for k in out:
+            if single:
+                ok = each.get(k)
+                if ok is None:
+                    ok = each[k] = all(cd.next_ok(binding, None, rowl[k]) for cd in single)
+                if not ok:
+                    continue
+            if pairs and not all(cd.next_ok(binding, r, rowl[k]) for cd in pairs):
+                continue
+            kept.append(k)
+        return kept
 
     def _evict(self, trigger: int) -> None:
         """Drop the successor lists of candidates more than a window before ``trigger``: triggers
@@ -310,7 +346,7 @@ class _Recompute:
         sequences as weight (dynamic programming over the candidates, from the last backwards)."""
         keyl, rowl = c.keyl, c.rowl
         var = self.vars[s]
-        if hi_all is not None:
+        if self.upper[s]:
             # the element is followed by elements bound already: its sequences end before them, so
             # only their first event matters; paths[j]: the valid sequences that begin with j
             paths = {}
