@@ -21,6 +21,18 @@ need not hold the match's largest key), and by the AND's other items as in ``cer
 Kleene element collapses only between two single events that every AND item holding it holds
 too, so its subsets never change an item's span.
 
+A Kleene element with iteration conditions (``IterationCondition``: ``b[i]`` against ``b[i-1]``,
+skip-till-any-match: every subsequence of its candidates with strictly increasing keys that
+satisfies them) is never enumerated as subsets. In a sequence, when its conditions read an element
+before it, it is bound last, between its bound neighbours. Its sequences are then built event by
+event over the buffered candidates, each extension checked against the event taken before (the
+successor lists of the conditions that read no other variable are kept per partition, for the
+candidates within a window of the current trigger); a sequence that fails at one event is never
+extended. When nothing reads the closure after it is bound, it is bound by its first event (and its
+last, when no bound element follows it) with the number of valid sequences as weight, counted by
+dynamic programming from the last candidate backwards (paths[j] = 1 + the sum over j's
+successors); the sequences are listed only when a match is emitted, so ``count`` never lists them.
+
 When one ``AttributeEquality`` covers every positive variable of an alternative, candidates
 are grouped by that attribute and each group is searched on its own (the condition then holds
 by construction); negations still look at the whole partition.
