@@ -303,8 +303,11 @@ class _Recompute:
         mixed = [cd for cd in conds if cd.others]
         if not mixed:
             return out
-        binding, r = self.binding, rowl[j]
         each = self._each[i]  # conditions on the current event alone: decided once per event and binding
+        kept = each.get((j, b))
+        if kept is not None:
+            return kept
+        binding, r = self.binding, rowl[j]
         pairs = [cd for cd in mixed if cd.uses_prev]
         single = [cd for cd in mixed if not cd.uses_prev]
         kept = []
@@ -318,6 +321,7 @@ class _Recompute:
             if pairs and not all(cd.next_ok(binding, r, rowl[k]) for cd in pairs):
                 continue
             kept.append(k)
+        each[(j, b)] = kept
         return kept
 
     def _evict(self, trigger: int) -> None:
@@ -393,15 +397,16 @@ class _Recompute:
         """The valid sequences of element i that begin with candidate j, stay below b and (``end``
         not None) end at candidate ``end``, as row tuples."""
         rowl = c.rowl
-        stack = [(j,)]
+        stack = [((rowl[j],), j)]
         while stack:
-            path = stack.pop()
-            if end is None or path[-1] == end:
-                yield tuple(rowl[k] for k in path)
-            if end is not None and path[-1] == end:
+            rows, last = stack.pop()
+            if last == end:
+                yield rows
                 continue
-            for k in reversed(self.successors(i, c, path[-1], b)):
-                stack.append(path + (k,))
+            if end is None:
+                yield rows
+            for k in self.successors(i, c, last, b):
+                stack.append((rows + (rowl[k],), k))
 
     def kleene_sets(self, c: Cands, a: int, b: int, kb, trigger: bool):
         """Every event set of a Kleene element in [a, b) (a trigger: every set ending at each
