@@ -5,8 +5,8 @@ alone decides: the pattern, the selection strategy, the window as written, the R
 the split of WHERE into predicates over one variable (filters, evaluated by DuckDB) and
 predicates over several variables, over aggregates of a Kleene variable or over consecutive
 events of its iteration, ``b[i].price > b[i-1].price`` (conditions, evaluated on bindings).
-What it builds is the tree of ``parser.cer_tree``, whose names are importable from here too. Columns are resolved later against the source's schema by
-``planner.cer``.
+What it builds is the tree of ``parser.cer_tree``, whose names are importable from here too.
+Columns are resolved later against the source's schema by ``planner.cer``.
 
 It also parses the simple form of MATCH_RECOGNIZE that carries ``STRATEGY ...`` after PATTERN
 into the same query object, so both run through one engine.
@@ -70,7 +70,7 @@ _NAMES = {"NAME": "a name", "QNAME": "a quoted name", "STRING": "a string", "INT
           "STRATEGY_NAME": "a strategy", "OP_NAME": "SEQ/AND/OR", "UNIT": "a time unit", "LPAR": "'('",
           "RPAR": "')'", "COMMA": "','", "$END": "end of statement", "NEG": "'~'", "PLUS": "'+'",
           "LBRACE": "'{'", "RBRACE": "'}'", "DOT": "'.'", "STAR": "'*'", "SEMICOLON": "';'",
-          "COUNT_STAR": "COUNT(*)", "MINUS": "'-'"}
+          "COUNT_STAR": "COUNT(*)", "MINUS": "'-'", "LSQB": "'['", "RSQB": "']'"}
 
 
 def _expected(expected) -> str:
