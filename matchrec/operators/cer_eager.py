@@ -8,7 +8,9 @@ closed one (the element is complete) per number of events taken. Selection strat
 instances: skip-till-any-match keeps an instance after it is extended, skip-till-next-match drops
 it after the first group holding an event relevant to it, strict contiguity after the row that
 follows its last event. Negations between two elements are checked when the later one completes,
-leading and trailing ones when the match completes. An AND is evaluated as the permutations of
+leading and trailing ones when the match completes. A condition over a Kleene iteration
+(``b[i]`` against ``b[i-1]``) whose other variables are bound before the closure is checked on
+each event the closure takes, so instances that fail it are never created. An AND is evaluated as the permutations of
 its items (an NFA over a partial order would need a state per subset of them).
 """
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from matchrec.budget import PYTHON_STEP_COST
 from matchrec.operators.cer_common import (ChainPlan, Partition, Prepared, Sink, conditions_hold,
                                           negation_holds, too_many_partial)
+from matchrec.operators.cer_reference import IterationCondition
 
 A, K = 0, 1  # instance kinds: waiting to begin element k / inside Kleene element k (open)
 
@@ -36,7 +39,16 @@ class _Run:
         self.vars = [chain.vars[i] for i in P]
         self.masks = [prep.mask(chain.elements[i])[part.rows].tolist() for i in P]
         self.kle = [chain.bounds.get(i) for i in P]
-        self.conds, self.negs, self.rest = chain.schedule(P)
+        # conditions over a Kleene iteration whose other variables are bound before it: checked on
+        # each event the closure takes (a sequence that fails one event fails whatever follows)
+        self.iteration = [[] for _ in P]
+        for k, i in enumerate(P):
+            before = set(self.vars[:k])
+            self.iteration[k] = [c for c in chain.conditions if isinstance(c, IterationCondition)
+                                 and c.var == self.vars[k] and c.others <= before]
+        stepwise = {id(c) for cs in self.iteration for c in cs}
+        self.conds, self.negs, self.rest = chain.schedule(
+            P, [c for c in chain.conditions if id(c) not in stepwise])
         self.start_conds = [chain.start_conditions[i] for i in P]
         self.window = prep.window
         self.strategy = prep.strategy
@@ -179,6 +191,10 @@ class _Run:
             self.complete(k, vals + (r,), fk, key, q, created)
             return
         lo, hi = b
+        if self.iteration[k]:
+            binding = dict(zip(self.vars, vals))
+            if not all(c.first_ok(binding, r) for c in self.iteration[k]):
+                return
         if hi is None or hi > 1:
             created.append((K, k, (vals, (r,), fk, key, q)))
         if lo <= 1:
@@ -186,6 +202,10 @@ class _Run:
 
     def grow(self, k: int, inst, r: int, q: int, created) -> None:
         vals, cur, fk, _, _ = inst
+        if self.iteration[k]:
+            binding = dict(zip(self.vars, vals))
+            if not all(c.next_ok(binding, cur[-1], r) for c in self.iteration[k]):
+                return
         key = self.part.keyl[q]
         cur = cur + (r,)
         lo, hi = self.kle[k]

@@ -21,6 +21,18 @@ need not hold the match's largest key), and by the AND's other items as in ``cer
 Kleene element collapses only between two single events that every AND item holding it holds
 too, so its subsets never change an item's span.
 
+A Kleene element with iteration conditions (``IterationCondition``: ``b[i]`` against ``b[i-1]``,
+skip-till-any-match: every subsequence of its candidates with strictly increasing keys that
+satisfies them) is never enumerated as subsets. In a sequence, when its conditions read an element
+before it, it is bound last, between its bound neighbours. Its sequences are then built event by
+event over the buffered candidates, each extension checked against the event taken before (the
+successor lists of the conditions that read no other variable are kept per partition, for the
+candidates within a window of the current trigger); a sequence that fails at one event is never
+extended. When nothing reads the closure after it is bound, it is bound by its first event (and its
+last, when no bound element follows it) with the number of valid sequences as weight, counted by
+dynamic programming from the last candidate backwards (paths[j] = 1 + the sum over j's
+successors); the sequences are listed only when a match is emitted, so ``count`` never lists them.
+
 When one ``AttributeEquality`` covers every positive variable of an alternative, candidates
 are grouped by that attribute and each group is searched on its own (the condition then holds
 by construction); negations still look at the whole partition.
@@ -30,12 +42,14 @@ from __future__ import annotations
 import itertools
 import math
 from bisect import bisect_left, bisect_right
+from functools import partial
 
 import numpy as np
 
 from matchrec.budget import PYTHON_STEP_COST
 from matchrec.operators.cer_common import (AttributeEquality, Cands, ChainPlan, Partition, Prepared, Sink,
                                           conditions_hold, negation_holds, too_many)
+from matchrec.operators.cer_reference import IterationCondition
 
 
 def evaluate(prep: Prepared, sink: Sink, order=None) -> None:
@@ -125,13 +139,50 @@ class _Recompute:
             self.hollow[p] = (i, q)
         # backwards through an order consistent with the sequence: what follows an element is bound first
         self.steps = [i for i in reversed(P) if i not in self.collapsed]
+        if chain.total:
+            # a closure whose iteration conditions read an element bound after it (b[i].price >
+            # a.price in SEQ(a, b+, c)) is bound last instead, between its bound neighbours, so that
+            # its sequences are built with every condition checked event by event
+            late = []
+            for s, i in enumerate(self.steps):
+                before = {chain.vars[j] for j in self.steps[:s]}
+                if i in chain.bounds and any(isinstance(c, IterationCondition) and c.var == chain.vars[i]
+                                             and not c.others <= before for c in conds):
+                    late.append(i)
+            self.steps = [i for i in self.steps if i not in late] + late
+        # conditions over a Kleene iteration whose other variables are bound before the closure: its
+        # event sequences are built (or counted) event by event, each checked against the one before
+        self.iteration: dict = {}
+        for s, i in enumerate(self.steps):
+            if i in chain.bounds:
+                before = {chain.vars[j] for j in self.steps[:s]}
+                local = [c for c in conds if isinstance(c, IterationCondition) and c.var == chain.vars[i]
+                         and c.others <= before]
+                if local:
+                    self.iteration[i] = local
+        stepwise = {id(c) for cs in self.iteration.values() for c in cs}
+        conds = [c for c in conds if id(c) not in stepwise]
+        # a closure nothing reads after it is bound (no condition, no negation's range ends at its
+        # last event) is bound by its first event (its last too, when it holds the trigger) with
+        # the number of its valid sequences as weight: counted by dynamic programming, listed only
+        # when the match is emitted
+        read = {v for c in conds for v in c.vars} | {v for g in chain.negations for v in g.needs}
+        self.counted = {i for i in self.iteration if chain.vars[i] not in read and chain.bounds[i] == (1, None)
+                        and chain.total and not any(i in g.prevs for g in chain.negations)}
+        self._succ: dict = {}  # element -> candidate -> the candidates that may follow it (no other variable read)
+        self._succ_kept = 0  # entries kept at the last eviction (the lists hold only the window's candidates)
+        self._each: dict = {}  # element -> candidate -> whether it passes the conditions on one event (binding)
         self.conds, self.negs, self.rest = chain.schedule(self.steps, conds)
         self.vars = [chain.vars[i] for i in self.steps]
         # per step the earliest elements that follow it (bound already), and the AND spans to keep apart
-        self.upper = []
-        for i in self.steps:
-            after = chain.succs[i] - self.collapsed
+        # per step the earliest bound elements that follow it, and the latest bound ones before it
+        self.upper, self.lower = [], []
+        for s, i in enumerate(self.steps):
+            bound = set(self.steps[:s])
+            after = chain.succs[i] & bound
             self.upper.append([j for j in after if not chain.preds[j] & after])
+            before = chain.preds[i] & bound
+            self.lower.append([j for j in before if not chain.succs[j] & before])
         self.apart = chain.apart_steps(self.steps)
         self.first: dict = {}
         self.last: dict = {}
@@ -159,6 +210,8 @@ class _Recompute:
         a = 0
         if hi_all is not None:
             a = bisect_left(keyl, hi_all - w)
+        for j in self.lower[s]:
+            a = max(a, bisect_right(keyl, self.last[j]))
             b = min(b, bisect_right(keyl, lo_all + w))
         holes = None
         for own, other in self.apart[s]:
@@ -190,6 +243,13 @@ class _Recompute:
         if kb is None:
             for j in range(a, b):
                 self.bind(s, i, c.rowl[j], keyl[j], keyl[j], lo_all, hi_all, weight)
+        elif i in self.counted:
+            self._each[i] = {}
+            self.scan_counted(s, i, c, a, b, lo_all, hi_all, weight)
+        elif i in self.iteration:
+            self._each[i] = {}
+            for rows in self.iteration_sets(i, c, a, b, kb):
+                self.bind(s, i, rows, self.prep.keyl[rows[0]], self.prep.keyl[rows[-1]], lo_all, hi_all, weight)
         elif i in self.explicit:
             # a trigger, or a range wider than the window: every set within the window of its last event
             trigger = hi_all is None or keyl[b - 1] - keyl[a] > self.w
@@ -212,9 +272,141 @@ class _Recompute:
                     smin, smax = max(0, lo - 2), (None if hi is None else hi - 2)
                     n = subset_count(c, ia, ib, smin, smax)
                     if n:
-                        self.expand.append((var, c, ia, ib, c.rowl[j0], c.rowl[j1], smin, smax))
+                        self.expand.append((var, n, partial(_framed, c, ia, ib, smin, smax, (c.rowl[j0],),
+                                                            (c.rowl[j1],))))
                         self.bind(s, i, (c.rowl[j0], c.rowl[j1]), keyl[j0], keyl[j1], lo_all, hi_all, weight * n)
                         self.expand.pop()
+
+    # ------------------------------------------------------------ closures with iteration conditions
+    def _first_ok(self, i: int, row) -> bool:
+        return all(cd.first_ok(self.binding, row) for cd in self.iteration[i])
+
+    def successors(self, i: int, c: Cands, j: int, b: int) -> list:
+        """The candidates at [j+1, b) that may follow candidate j in element i's sequence: a key
+        above j's, within the window of it, and the iteration conditions holding for the pair.
+        What the conditions without another variable allow is kept for the whole partition
+        (within the window); those reading other variables are checked for the current binding."""
+        conds = self.iteration[i]
+        keyl, rowl = c.keyl, c.rowl
+        cache = self._succ.setdefault(i, {})
+        out = cache.get(j)
+        if out is None:
+            top = bisect_right(keyl, keyl[j] + self.w)
+            r = rowl[j]
+            pure = [cd for cd in conds if not cd.others]
+            self.spend(PYTHON_STEP_COST * (top - j))
+            out = [k for k in range(bisect_right(keyl, keyl[j], j, top), top)
+                   if all(cd.next_ok(None, r, rowl[k]) for cd in pure)]
+            cache[j] = out
+        if out and out[-1] >= b:
+            out = out[:bisect_left(out, b)]
+        mixed = [cd for cd in conds if cd.others]
+        if not mixed:
+            return out
+        each = self._each[i]  # conditions on the current event alone: decided once per event and binding
+        kept = each.get((j, b))
+        if kept is not None:
+            return kept
+        binding, r = self.binding, rowl[j]
+        pairs = [cd for cd in mixed if cd.uses_prev]
+        single = [cd for cd in mixed if not cd.uses_prev]
+        kept = []
+        for k in out:
+            if single:
+                ok = each.get(k)
+                if ok is None:
+                    ok = each[k] = all(cd.next_ok(binding, None, rowl[k]) for cd in single)
+                if not ok:
+                    continue
+            if pairs and not all(cd.next_ok(binding, r, rowl[k]) for cd in pairs):
+                continue
+            kept.append(k)
+        each[(j, b)] = kept
+        return kept
+
+    def _evict(self, trigger: int) -> None:
+        """Drop the successor lists of candidates more than a window before ``trigger``: triggers
+        come in key order, so no later match can hold them. Amortized: a pass when the lists have
+        doubled since the last one."""
+        size = sum(len(m) for m in self._succ.values())
+        if size <= 2 * self._succ_kept + 64:
+            return
+        cut = trigger - self.w
+        for i, cache in self._succ.items():
+            keyl = self.cands[i].keyl
+            self._succ[i] = {j: v for j, v in cache.items() if keyl[j] >= cut}
+        self._succ_kept = sum(len(m) for m in self._succ.values())
+
+    def iteration_sets(self, i: int, c: Cands, a: int, b: int, kb):
+        """Every event sequence of element i in [a, b) whose events satisfy its iteration
+        conditions, within the window of its first event, of a size within the bounds."""
+        lo, hi = kb
+        rowl = c.rowl
+        for j0 in range(a, b):
+            if not self._first_ok(i, rowl[j0]):
+                continue
+            stack = [(j0,)]
+            while stack:
+                path = stack.pop()
+                self.spend(PYTHON_STEP_COST)
+                if len(path) >= lo:
+                    yield tuple(rowl[j] for j in path)
+                if hi is not None and len(path) >= hi:
+                    continue
+                for k in reversed(self.successors(i, c, path[-1], b)):
+                    stack.append(path + (k,))
+
+    def scan_counted(self, s: int, i: int, c: Cands, a: int, b: int, lo_all, hi_all, weight: int) -> None:
+        """Bind element i (unbounded, nothing reads it afterwards) by the first event of its valid
+        sequences in [a, b) - and by the last too when it holds the trigger - with the number of
+        sequences as weight (dynamic programming over the candidates, from the last backwards)."""
+        keyl, rowl = c.keyl, c.rowl
+        var = self.vars[s]
+        if self.upper[s]:
+            # the element is followed by elements bound already: its sequences end before them, so
+            # only their first event matters; paths[j]: the valid sequences that begin with j
+            paths = {}
+            for j in range(b - 1, a - 1, -1):
+                paths[j] = 1 + sum(paths[k] for k in self.successors(i, c, j, b))
+            for j in range(a, b):
+                if self._first_ok(i, rowl[j]):
+                    self.expand.append((var, paths[j], partial(self._listing, i, c, j, b, None)))
+                    try:
+                        self.bind(s, i, (rowl[j],), keyl[j], keyl[j], lo_all, hi_all, weight * paths[j])
+                    finally:
+                        self.expand.pop()
+            return
+        for j1 in range(a, b):  # the trigger: each sequence ends at one candidate, its window before it
+            j0 = bisect_left(keyl, keyl[j1] - self.w, a, j1)
+            to_end = {j1: 1}  # the valid sequences from j to j1
+            for j in range(j1 - 1, j0 - 1, -1):
+                n = sum(to_end.get(k, 0) for k in self.successors(i, c, j, j1 + 1))
+                if n:
+                    to_end[j] = n
+            for j in sorted(to_end):
+                if not self._first_ok(i, rowl[j]):
+                    continue
+                value = (rowl[j],) if j == j1 else (rowl[j], rowl[j1])
+                self.expand.append((var, to_end[j], partial(self._listing, i, c, j, j1 + 1, j1)))
+                try:
+                    self.bind(s, i, value, keyl[j], keyl[j1], lo_all, hi_all, weight * to_end[j])
+                finally:
+                    self.expand.pop()
+
+    def _listing(self, i: int, c: Cands, j: int, b: int, end: int | None):
+        """The valid sequences of element i that begin with candidate j, stay below b and (``end``
+        not None) end at candidate ``end``, as row tuples."""
+        rowl = c.rowl
+        stack = [((rowl[j],), j)]
+        while stack:
+            rows, last = stack.pop()
+            if last == end:
+                yield rows
+                continue
+            if end is None:
+                yield rows
+            for k in self.successors(i, c, last, b):
+                stack.append((rows + (rowl[k],), k))
 
     def kleene_sets(self, c: Cands, a: int, b: int, kb, trigger: bool):
         """Every event set of a Kleene element in [a, b) (a trigger: every set ending at each
@@ -232,6 +424,8 @@ class _Recompute:
 
     def bind(self, s: int, i: int, value, k0: int, k1: int, lo_all, hi_all, weight: int) -> None:
         self.spend(PYTHON_STEP_COST)
+        if s == 0 and self._succ:
+            self._evict(k1)
         chain = self.chain
         lo2 = k0 if lo_all is None else min(lo_all, k0)
         hi2 = k1 if hi_all is None else max(hi_all, k1)
@@ -252,7 +446,7 @@ class _Recompute:
                 if not n:
                     return
                 weight *= n
-                self.expand.append((chain.vars[e], c, ia, ib, None, None, lo, hi))
+                self.expand.append((chain.vars[e], n, partial(_framed, c, ia, ib, lo, hi, (), ())))
                 pushed = True
             conds = self.conds[s]
             if conds and not conditions_hold(conds, self.binding):
@@ -285,16 +479,14 @@ class _Recompute:
         if not self.expand:
             self.sink.add(self.chain, binding)
             return
-        # the subsets are listed below and every combination is a match: size them first
-        counts = [subset_count(c, a, b, smin, smax) for _, c, a, b, _, _, smin, smax in self.expand]
+        # the event sets are listed below and every combination is a match: size them first
+        counts = [n for _, n, _ in self.expand]
         if self.sink.max is not None and math.prod(counts) > self.sink.max:
             raise too_many(self.sink.max)
         self.spend(PYTHON_STEP_COST * sum(counts))
         choices = []
-        for var, c, a, b, r0, r1, smin, smax in self.expand:
-            head = () if r0 is None else (r0,)
-            tail = () if r1 is None else (r1,)
-            choices.append((var, [head + mid + tail for mid in self._polled(subsets(c, a, b, smin, smax))]))
+        for var, _, listing in self.expand:
+            choices.append((var, list(self._polled(listing()))))
         saved = {var: binding[var] for var, _ in choices if var in binding}
         try:
             for combo in self._polled(itertools.product(*(rows for _, rows in choices))):
@@ -350,6 +542,12 @@ def _has_ties(c: Cands, a: int, b: int) -> bool:
         return False
     k = c.keys[a:b]
     return bool((k[1:] == k[:-1]).any())
+
+
+def _framed(c: Cands, a: int, b: int, smin: int, smax: int | None, head: tuple, tail: tuple):
+    """The subsets of [a, b) between ``head`` and ``tail`` rows."""
+    for mid in subsets(c, a, b, smin, smax):
+        yield head + mid + tail
 
 
 def subsets(c: Cands, a: int, b: int, smin: int, smax: int | None):

@@ -34,7 +34,9 @@ The rules
       [last.key - W, first.key), a trailing one at (last.key, first.key + W].
     * Conditions: ``filters[var]`` test one event (for a Kleene variable: every event of it);
       ``conditions`` test a binding (variables they name must be bound; Kleene variables appear
-      as tuples, for aggregates). NULL (None) counts as false.
+      as tuples, for aggregates and for ``IterationCondition``, which tests consecutive events
+      of one Kleene variable, ``b[i]`` against ``b[i-1]``, in key order). NULL (None) counts as
+      false.
     * Selection strategies, on the positive events of a chain in stream order x1 < x2 < ...:
       - ``any`` (skip-till-any-match): every binding that satisfies the rules above;
       - ``next`` (skip-till-next-match): additionally, no event strictly between consecutive
@@ -91,6 +93,38 @@ class Condition:
     vars: frozenset
     fn: Callable[[dict], object]  # binding var -> row (Kleene: tuple of rows) -> truth value
     text: str = ""
+
+
+class IterationCondition(Condition):
+    """A condition over the iteration of Kleene variable ``var`` (``b[i].price > b[i-1].price``,
+    ``b[i].price > a.price``): it holds for a binding when ``step(binding, prev, cur)`` holds for
+    every event ``cur`` of ``var`` (``prev``: the event before it, None for the first), except the
+    first one when it reads the previous event (``uses_prev``). ``step`` reads ``var``'s events
+    only through ``prev`` and ``cur`` and the other variables of ``vars`` from the binding, so a
+    mechanism may check it event by event while it builds the closure, in key order: a sequence
+    that fails it at one event fails it whatever follows."""
+
+    def __init__(self, vars, var: str, step: Callable, uses_prev: bool, text: str = ""):
+        def fn(binding: dict) -> bool:
+            rows = binding[var]
+            rows = rows if isinstance(rows, tuple) else (rows,)
+            prev = None
+            for k, r in enumerate(rows):
+                if (k or not uses_prev) and not _truth(step(binding, prev, r)):
+                    return False
+                prev = r
+            return True
+        super().__init__(frozenset(vars), fn, text)
+        self.var, self.step, self.uses_prev = var, step, uses_prev
+        self.others = self.vars - {var}
+
+    def first_ok(self, binding: dict, row) -> bool:
+        """Whether ``row`` may be the first event of the iteration."""
+        return self.uses_prev or _truth(self.step(binding, None, row))
+
+    def next_ok(self, binding: dict, prev, row) -> bool:
+        """Whether ``row`` may follow ``prev`` in the iteration."""
+        return _truth(self.step(binding, prev, row))
 
 
 @dataclass

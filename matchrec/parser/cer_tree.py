@@ -7,7 +7,10 @@ engine and the operators read it:
     (``operators.cer_reference`` says what they mean); they are the matchers' pattern form,
     defined in ``operators.pattern_ir`` and named here for the parser's users;
   * the expressions of WHERE and RETURN (``Expr`` and its kinds, each with its span in the text),
-    with ``walk``, ``variables`` and ``has_aggregate``;
+    with ``walk``, ``variables``, ``has_aggregate``, ``iterated`` and ``reads_previous``; a column
+    may name one event of a Kleene variable's iteration (``Col.index``: ``b[i].price``, the current
+    event, ``b[i-1].price``, the previous one), in a WHERE conjunct that must hold for every
+    iteration (for every iteration after the first when it reads ``b[i-1]``);
   * the query: ``CerQuery`` (source, columns, strategy, window, filters over one variable,
     conditions over several, RETURN form and projections), ``Within``, ``Projection``.
 The selection strategies and aggregate names of the language are here too.
@@ -44,6 +47,9 @@ class Lit(Expr):
 class Col(Expr):
     var: str
     name: str
+    # None: the variable's event (a single variable) or events (inside an aggregate over a Kleene one);
+    # "i" / "i-1": the current / previous event of a Kleene variable's iteration (``b[i].price``)
+    index: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,6 +141,17 @@ def variables(e: Expr) -> set[str]:
 
 def has_aggregate(e: Expr) -> bool:
     return any(isinstance(n, Call) and n.name in AGGREGATES for n in walk(e))
+
+
+def iterated(e: Expr) -> set[str]:
+    """The Kleene variables whose iteration ``e`` reads (``b[i].col``, ``b[i-1].col``)."""
+    return {n.var for n in walk(e) if isinstance(n, Col) and n.index is not None}
+
+
+def reads_previous(e: Expr) -> bool:
+    """Whether ``e`` reads the previous event of an iteration (``b[i-1].col``): it then holds for
+    every iteration after the first only."""
+    return any(isinstance(n, Col) and n.index == "i-1" for n in walk(e))
 
 
 # ---------------------------------------------------------------- the query

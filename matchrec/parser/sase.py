@@ -3,10 +3,10 @@
 This module owns the syntax of the CER language (grammar in ``sase.lark``) and what the text
 alone decides: the pattern, the selection strategy, the window as written, the RETURN form, and
 the split of WHERE into predicates over one variable (filters, evaluated by DuckDB) and
-predicates over several variables or over aggregates of a Kleene variable (conditions,
-evaluated on bindings). What it builds is the tree of ``parser.cer_tree``, whose names are
-importable from here too. Columns are resolved later against the source's schema by
-``planner.cer``.
+predicates over several variables, over aggregates of a Kleene variable or over consecutive
+events of its iteration, ``b[i].price > b[i-1].price`` (conditions, evaluated on bindings).
+What it builds is the tree of ``parser.cer_tree``, whose names are importable from here too.
+Columns are resolved later against the source's schema by ``planner.cer``.
 
 It also parses the simple form of MATCH_RECOGNIZE that carries ``STRATEGY ...`` after PATTERN
 into the same query object, so both run through one engine.
@@ -24,7 +24,8 @@ from lark import Token, Tree
 from matchrec.errors import NotSupportedError, ProgrammingError, positioned
 from matchrec.parser.cer_tree import (AGGREGATES, STRATEGIES, STRATEGY_NAMES, And, Between, Binary, Call, Cast,
                                       CerQuery, Col, Element, Expr, InList, IsNull, Lit, Logic, Node, Or, Projection,
-                                      Seq, Unary, Var, Within, children, has_aggregate, variables, walk)
+                                      Seq, Unary, Var, Within, children, has_aggregate, iterated, reads_previous,
+                                      variables, walk)
 
 # the tree's names are the parser's vocabulary: ``sase.Col``, ``sase.CerQuery``, ... as before
 __all__ = ["AGGREGATES", "MAX_BOUND", "STRATEGIES", "STRATEGY_NAMES", "STRATEGY_WORDS", "And", "Between", "Binary",
@@ -69,7 +70,7 @@ _NAMES = {"NAME": "a name", "QNAME": "a quoted name", "STRING": "a string", "INT
           "STRATEGY_NAME": "a strategy", "OP_NAME": "SEQ/AND/OR", "UNIT": "a time unit", "LPAR": "'('",
           "RPAR": "')'", "COMMA": "','", "$END": "end of statement", "NEG": "'~'", "PLUS": "'+'",
           "LBRACE": "'{'", "RBRACE": "'}'", "DOT": "'.'", "STAR": "'*'", "SEMICOLON": "';'",
-          "COUNT_STAR": "COUNT(*)", "MINUS": "'-'"}
+          "COUNT_STAR": "COUNT(*)", "MINUS": "'-'", "LSQB": "'['", "RSQB": "']'"}
 
 
 def _expected(expected) -> str:
@@ -308,6 +309,10 @@ class _Builder:
                 raise self.error(f"{v} is negated: it binds no events to aggregate", e.span)
             if e.name != "count" and isinstance(e.args[0], Var):
                 raise self.error(f"{e.name}() needs a column, e.g. {e.name}({v}.price)", e.span)
+            for n in walk(e.args[0]):
+                if isinstance(n, Col) and n.index is not None:
+                    raise self.error(f"{n.var}[{n.index}] names one event of the iteration: aggregate the "
+                                     f"variable's events instead ({e.name}({n.var}.{n.name}))", n.span)
             for c in children(e):
                 self.check_aggregates(c, True)
             return
@@ -321,7 +326,7 @@ class _Builder:
         """The first column of a Kleene variable used outside an aggregate, if any."""
         if isinstance(e, Call) and e.name in AGGREGATES:
             inside = True
-        if isinstance(e, Col) and not inside and e.var in self.kleene:
+        if isinstance(e, Col) and not inside and e.var in self.kleene and e.index is None:
             return e
         for c in children(e):
             found = self.kleene_outside_aggregate(c, inside)
@@ -331,6 +336,10 @@ class _Builder:
 
     def check_output(self, e: Expr) -> None:
         self.check_vars(e)
+        for n in walk(e):
+            if isinstance(n, Col) and n.index is not None:
+                raise self.error(f"{n.var}[{n.index}] names one iteration of {n.var}: it is available in WHERE; "
+                                 f"return an aggregate over {n.var} (e.g. last({n.var}.{n.name}))", n.span)
         self.check_aggregates(e)
         for n in walk(e):
             if isinstance(n, (Col, Var)) and n.var in self.negated:
@@ -346,9 +355,12 @@ class _Builder:
             self.check_vars(c)
             self.check_aggregates(c)
             vs = variables(c)
+            if iterated(c):
+                self.check_iteration(q, c)
             if not vs:
                 q.constants.append(c)
-            elif len(vs) == 1 and not has_aggregate(c):
+            elif len(vs) == 1 and not has_aggregate(c) and not reads_previous(c):
+                # b[i].price > 10 for every iteration is b.price > 10 for every event of b: a filter
                 q.filters.setdefault(next(iter(vs)), []).append(c)
             else:
                 bad = self.kleene_outside_aggregate(c)
@@ -374,6 +386,8 @@ class _Builder:
             return Lit(sp, {"true": True, "false": False, "null": None}[d])
         if d == "column":
             return Col(sp, str(k[0]), str(k[1]))
+        if d == "indexed_column":
+            return self.indexed_column(t)
         if d == "var_star":
             return Var(sp, str(k[0]))
         if d == "var_ref":
@@ -429,6 +443,51 @@ class _Builder:
         if len(k) == 1:
             return self.expr(k[0])
         raise self.error(f"Unsupported expression ({d})", t)
+
+    def indexed_column(self, t: Tree) -> Expr:
+        """``b[i].col`` (the current event of Kleene variable b's iteration), ``b[i-1].col`` (the
+        previous one) or ``b[1].col`` (the first event: ``first(b.col)``)."""
+        var_tok, index, name_tok = t.children
+        var = str(var_tok)
+        if var in self.declared and var not in self.kleene:
+            what = "negated: a match binds no event to it" if var in self.negated else \
+                f"a single event (write {var}.{name_tok})"
+            raise self.error(f"{var}[...] indexes the events of a Kleene variable; {var} is {what}", t)
+        col_span = _span(t)
+        if isinstance(index, Tree) and index.data == "number" and str(index.children[0]) == "1":
+            return Call(col_span, "first", (Col(col_span, var, str(name_tok)),))
+        which = None
+        if isinstance(index, Tree) and index.data == "var_ref" and str(index.children[0]) == "i":
+            which = "i"
+        elif isinstance(index, Tree) and index.data == "sum" and len(index.children) == 3:
+            left, op, right = index.children
+            if isinstance(left, Tree) and left.data == "var_ref" and str(left.children[0]) == "i" \
+                    and str(op) == "-" and isinstance(right, Tree) and right.data == "number" \
+                    and str(right.children[0]) == "1":
+                which = "i-1"
+        if which is None:
+            raise self.error(f"A Kleene iteration is indexed by i (the current event, {var}[i]), i-1 (the previous "
+                             f"one, {var}[i-1]) or 1 (the first, {var}[1])", index)
+        return Col(col_span, var, str(name_tok), which)
+
+    def check_iteration(self, q: CerQuery, c: Expr) -> None:
+        """A WHERE conjunct reading ``b[i]`` / ``b[i-1]``: one Kleene variable's iteration, not
+        mixed with an aggregate over that variable, under a strategy that evaluates it."""
+        cols = [n for n in walk(c) if isinstance(n, Col) and n.index is not None]
+        var = cols[0].var
+        for n in cols:
+            if n.var != var:
+                raise self.error(f"One condition follows the iteration of one Kleene variable: this one reads "
+                                 f"{var}[i] and {n.var}[i] (write one condition per variable)", n.span)
+        for n in walk(c):
+            if isinstance(n, Call) and n.name in AGGREGATES and var in variables(n):
+                raise self.error(f"A condition over {var}'s iteration ({var}[i]) cannot also use an aggregate "
+                                 f"over {var} ({n.name}(), or {var}[1]): write them as two conditions joined "
+                                 f"by AND", n.span)
+        if q.strategy == "next":
+            raise self.error(f"Conditions over a Kleene iteration ({var}[i]) are evaluated under "
+                             f"skip-till-any-match and strict contiguity, not skip-till-next-match", cols[0].span,
+                             NotSupportedError)
 
     # ------------------------------------------------------------ MATCH_RECOGNIZE ... STRATEGY
     def match_recognize(self, tree: Tree) -> CerQuery:
@@ -490,7 +549,7 @@ class _Builder:
     def _upper_vars(self, e: Expr) -> Expr:
         """MATCH_RECOGNIZE variable names are case-insensitive: bring them to the declared upper case."""
         if isinstance(e, Col):
-            return Col(e.span, e.var.upper(), e.name)
+            return Col(e.span, e.var.upper(), e.name, e.index)
         if isinstance(e, Var):
             return Var(e.span, e.var.upper())
         if isinstance(e, Call):

@@ -57,7 +57,7 @@ def _canon(e, resolve, out: list) -> None:
         out.append(f"{type(e.value).__name__}:{e.value!r}")
     elif isinstance(e, S.Col):
         out.append(("var", e.var))
-        out.append("." + resolve(e))
+        out.append("." + resolve(e) + (f"[{e.index}]" if e.index else ""))  # b[i] and b[i-1] differ
     elif isinstance(e, S.Var):
         out.append(("var", e.var))
     elif isinstance(e, S.Call):

@@ -1,5 +1,6 @@
-"""Code generation: predicates over several variables, aggregates over Kleene variables and RETURN
-projections compiled to Python callables over numpy columns (``planner.cer_vector`` compiles the
+"""Code generation: predicates over several variables, aggregates over Kleene variables, conditions
+over a Kleene iteration (``IterationCondition``: ``b[i]`` against ``b[i-1]``) and RETURN projections
+compiled to Python callables over numpy columns (``planner.cer_vector`` compiles the
 same conditions to whole-array evaluators), with the integer bounds that keep arithmetic exact."""
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from matchrec.errors import DataError, ProgrammingError, positioned
-from matchrec.operators.cer_reference import Condition
+from matchrec.operators.cer_reference import Condition, IterationCondition
 from matchrec.parser import sase as S
 from matchrec.planner.cer.plan import CerPlan
 from matchrec.planner.cer.resolve import _Resolver
@@ -293,6 +294,8 @@ class PyCompiler:
             return repr(e.value), e.value is None
         if isinstance(e, S.Col):
             ident, nullable = self.column(self.res.col(e))
+            if e.index is not None:  # one event of a Kleene iteration (see step_function)
+                return f"{ident}[{'_cur' if e.index == 'i' else '_prev'}]", nullable
             if e.var in rows:
                 return f"{ident}[{rows[e.var]}]", nullable
             if e.var in self.kleene:  # RETURN b.price alone: the list of values
@@ -371,6 +374,8 @@ class PyCompiler:
         raise TypeError(e)
 
     def function(self, e: S.Expr) -> Callable[[dict], object]:
+        if S.iterated(e):
+            return self.iteration(e).fn
         code, _ = self.gen(e, {})
         fn = eval(f"lambda b: {code}", self.ns)  # noqa: S307 - source generated from the parsed query
         text = self.res.q.text[e.span[0]:e.span[1]]
@@ -382,6 +387,23 @@ class PyCompiler:
                 raise DataError(f"Cannot evaluate {text}: {err}") from None
         guarded.text = text
         return guarded
+
+    def iteration(self, e: S.Expr) -> IterationCondition:
+        """A condition reading ``b[i]`` / ``b[i-1]`` as an ``IterationCondition``: its step is a
+        function of (binding, previous row, current row) of the Kleene variable."""
+        (var,) = S.iterated(e)
+        code, _ = self.gen(e, {})
+        fn = eval(f"lambda b, _prev, _cur: {code}", self.ns)  # noqa: S307 - generated from the parsed query
+        text = self.res.q.text[e.span[0]:e.span[1]]
+
+        def step(b, prev, cur, fn=fn, text=text):
+            try:
+                return fn(b, prev, cur)
+            except (TypeError, ValueError, OverflowError, ZeroDivisionError) as err:
+                raise DataError(f"Cannot evaluate {text}: {err}") from None
+        cond = IterationCondition(S.variables(e), var, step, S.reads_previous(e), text)
+        cond.fn.text = text
+        return cond
 
 
 def compile_conditions(plan: CerPlan, table: pa.Table, converted: dict | None = None) -> list[Condition]:
@@ -395,6 +417,9 @@ def compile_conditions(plan: CerPlan, table: pa.Table, converted: dict | None = 
         same = _same_column_equality(c, q, comp)
         if same is not None:
             out.append(same)
+            continue
+        if S.iterated(c):
+            out.append(comp.iteration(c))
             continue
         fn = comp.function(c)
         out.append(Condition(frozenset(S.variables(c)), fn, fn.text))
