@@ -27,7 +27,7 @@ import duckdb
 import matchrec
 from matchrec.connectors.loader import load
 
-STRATEGIES = ["pull_all", "push_down", "naive_dfs", "dfs", "push_pull", "auto"]
+STRATEGIES = ["pull_all", "push_down", "naive_dfs", "dfs", "dfs_stateful", "auto"]
 QUERIES = [
     "PATTERN SEQ(alarm a, reset r) FROM ev PARTITION BY g WITHIN 1500 RETURN a.id, r.id",
     "PATTERN SEQ(alarm a, reset+ r) FROM ev PARTITION BY g WHERE a.v > 50 WITHIN 1500 RETURN a.id, count(r) AS n",

@@ -57,7 +57,7 @@ SELECT * FROM cluster MATCH_RECOGNIZE (
 # Ties in the first ORDER BY key would make the match order (and so the result) depend on how
 # the rows happen to be stored; the queries break them with a unique column.
 STRATEGIES = [("pull_all", "auto"), ("push_down", "auto"), ("naive_dfs", "auto"), ("dfs", "auto"),
-              ("dfs", "always"), ("dfs", "never"), ("push_pull", "auto")]
+              ("dfs", "always"), ("dfs", "never"), ("dfs_stateful", "auto")]
 
 
 def targets(dataset: str, got: dict) -> list[str]:

@@ -1,6 +1,6 @@
 """Storage nodes without processes: the filter structures the compute node sends (interval sets,
 shrinking window filters, window-join filters, the packed encodings and their refusal of bad
-payloads), push_pull sessions and the ACER index, each on a ``ShardService`` over a local DuckDB
+payloads), dfs_stateful sessions and the ACER index, each on a ``ShardService`` over a local DuckDB
 connection - checked against brute force or against the same request without the index.
 
 The tests that start real nodes are in test_storage_nodes.py.
@@ -176,9 +176,9 @@ def test_packed_payloads_that_lie_are_refused():
         unpack(bomb[:20] + b"junk", 1 << 20)
 
 
-# -- push_pull sessions
+# -- dfs_stateful sessions
 
-def test_push_pull_sessions_expire_are_bounded_and_see_table_changes():
+def test_dfs_stateful_sessions_expire_are_bounded_and_see_table_changes():
     from matchrec.connectors.session import SessionLost
     from matchrec.connectors.shard import RequestError, ShardService
     con = duckdb.connect()

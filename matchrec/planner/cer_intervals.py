@@ -97,7 +97,7 @@ def interval_plan(plan: CerPlan) -> tuple[IntervalPlan | None, str]:
         cond = " OR ".join(f"({t})" for t in tests)
         variables.append(VariableIntervals(0, "one of " + ", ".join(anchors), cond, window, window))
     rows, _ = row_filter(plan)
-    # push_pull may answer the final pull with the rows the nodes kept for each round, when those
+    # dfs_stateful may answer the final pull with the rows the nodes kept for each round, when those
     # are exactly the rows the row filter keeps: every element positive, mandatory and in a round
     labels = None
     if rows is not None and not any(e.negated for e in q.elements.values()) and \
