@@ -24,7 +24,7 @@ from matchrec.connectors.loader import load
 from nodes import TOKEN, Cluster
 from test_cer_language import _Case
 
-STRATEGIES = ["pull_all", "push_down", "naive_dfs", "dfs", "dfs_stateful", "auto"]
+STRATEGIES = ["pull_all", "push_down", "naive_dfs", "dfs", "dfs_stateful", "push_pull", "auto"]
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def test_selective_statements_pull_less_than_everything(pair):
             assert stats.strategy == (strategy if strategy != "auto" else "dfs"), (strategy, sql)
             received[strategy], pulled[strategy] = stats.bytes_received, stats.events_pulled
         assert received["push_down"] < received["pull_all"], sql
-        for strategy in ("naive_dfs", "dfs", "dfs_stateful"):
+        for strategy in ("naive_dfs", "dfs", "dfs_stateful", "push_pull"):
             # an OR at the top is bounded by the union of its anchors: no fewer rows than the row filter
             assert pulled[strategy] <= pulled["push_down"], (sql, strategy, pulled)
             assert pulled[strategy] < pulled["push_down"] or sql.startswith("PATTERN OR"), (sql, strategy, pulled)
