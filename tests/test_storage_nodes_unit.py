@@ -361,3 +361,16 @@ def test_push_pull_partial_matches_return_every_row_of_their_windows_once():
     with pytest.raises(RequestError, match="before"):
         shards.source.services[0].answer({"op": "partial_matches", "table": "ev", "phase": "push", "before": -1,
                                           "after": 3, "anchor": "true", "key_sql": "ts"}, [])
+
+
+def test_cost_model_makes_no_round_whose_candidates_are_what_the_final_pull_reads():
+    from types import SimpleNamespace
+
+    from matchrec.connectors.dual_filtering import removable, skip_round
+    link = SimpleNamespace(bandwidth=12.5e6, rtt=0.002)  # 100 Mbit/s
+    # a rare variable: most final-pull rows are others' and lie far from its candidates
+    assert skip_round(link, "A", 4_000, 0.05, 1_000_000, 30, 1_000) is None
+    # a frequent first element whose rows are what the row filter keeps: nothing to remove
+    why = skip_round(link, "A", 4_000, 0.05, 1_000_000, 30, 990_000)
+    assert why is not None and "expected saving" in why
+    assert removable(100.0, 250.0) == 0.0 and removable(100.0, 40.0) == 60.0

@@ -110,17 +110,26 @@ def skip_join_round(name, round_bytes, final_bytes) -> str | None:
     return None
 
 
-def skip_round(source: Source, name, round_bytes, own, final_in, row_bytes) -> str | None:
+def skip_round(source: Source, name, round_bytes, own, final_in, row_bytes, candidates_in: float = 0.0
+               ) -> str | None:
     """Why one more round for ``name`` would not pay off (Eq. 2-4 in spirit), or None: its
     traffic and round trip against the final-pull rows it is expected to remove (those in the
     part of the set no candidate of ``name`` lies near)."""
     bw = source.bandwidth or 1e9
     cost = source.rtt + round_bytes / bw
-    benefit = final_in * (1 - own) * row_bytes / bw
+    benefit = removable(final_in, candidates_in) * (1 - own) * row_bytes / bw
     if benefit <= cost:
         return (f"{name}: expected saving {benefit * 1000:.2f} ms <= cost {cost * 1000:.2f} ms "
                 f"(bandwidth {bw / 1e6:.1f} MB/s, round trip {source.rtt * 1000:.1f} ms)")
     return None
+
+
+def removable(final_in: float, candidates_in: float) -> float:
+    """The final-pull rows a round could remove: a candidate lies inside its own interval, so
+    the variable's candidates (rows the final pull reads too) always stay; only the others can
+    go. When the variable's candidates are nearly all the final pull reads (a frequent first
+    element whose rows the row filter keeps anyway), no round of it can help."""
+    return max(final_in - min(candidates_in, final_in), 0.0)
 
 
 @dataclass
@@ -301,7 +310,7 @@ class DualFiltering:
                     join_bytes = sum((48 if exact else 2.5) * len(sources[key][0]) for _, _, key in usable)
                     why = skip_join_round(v.name, round_bytes + join_bytes * shards, final_in * row_bytes)
                 else:
-                    why = skip_round(source, v.name, round_bytes, own, final_in, row_bytes)
+                    why = skip_round(source, v.name, round_bytes, own, final_in, row_bytes, candidates_in)
                 if why:
                     stats.rounds_skipped.append(why)
                     continue
