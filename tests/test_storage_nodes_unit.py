@@ -371,6 +371,6 @@ def test_cost_model_makes_no_round_whose_candidates_are_what_the_final_pull_read
     # a rare variable: most final-pull rows are others' and lie far from its candidates
     assert skip_round(link, "A", 4_000, 0.05, 1_000_000, 30, 1_000) is None
     # a frequent first element whose rows are what the row filter keeps: nothing to remove
-    why = skip_round(link, "A", 4_000, 0.05, 1_000_000, 30, 990_000)
+    why = skip_round(link, "A", 4_000, 0.05, 1_000_000, 30, 999_950)
     assert why is not None and "expected saving" in why
     assert removable(100.0, 250.0) == 0.0 and removable(100.0, 40.0) == 60.0
