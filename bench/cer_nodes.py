@@ -159,8 +159,9 @@ def datasets_bench(args) -> int:
             else "loopback without a rate limit")
     print(f"link: {link}")
     procs, uris = start_nodes(args.data_dir, shaped)
-    lines = [f"\n## CER statements over storage nodes on five datasets: "
-             f"`python -m bench.cer_nodes --data {args.data} --rows {args.rows} --rate-mbit {args.rate_mbit}`\n",
+    lines = [f"\n## CER statements over storage nodes, every pull strategy and the push-pull baseline: "
+             f"`python -m bench.cer_nodes --data {args.data} --rows {args.rows} --rate-mbit {args.rate_mbit} "
+             f"--kinds '{args.kinds}'`\n",
              f"- 3 storage nodes (separate processes), link: {link}; rows spread at random (`matchrec load`)",
              f"- CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores (shared with other "
              f"work while measuring); Python {platform.python_version()}, DuckDB {duckdb.__version__}",
@@ -180,6 +181,8 @@ def datasets_bench(args) -> int:
             remote = matchrec.connect(storage_nodes=uris, node_timeout=600)
             session = remote.session
             for kind, sql in DATASET_QUERIES[name][1]:
+                if kind not in args.kinds.split(","):
+                    continue
                 t0 = time.perf_counter()
                 expected = sorted(local.cursor().execute(sql).fetchall())
                 local_s = time.perf_counter() - t0
@@ -198,6 +201,8 @@ def datasets_bench(args) -> int:
                     print(f"  {strategy:12s} -> {stats.strategy:12s} {stats.bytes_sent + stats.bytes_received:12,d} B "
                           f"{seconds:7.2f} s  events {stats.events_pulled:9,d}  {'ok' if ok else 'DIFFERENT'}",
                           flush=True)
+                    if strategy in ("dfs", "push_pull"):
+                        print("      phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in stats.phases.items()))
                 base = got["push_down"]
                 base_bytes = base[0].bytes_sent + base[0].bytes_received
                 for strategy, (stats, seconds, ok) in got.items():
@@ -254,6 +259,7 @@ def main(argv=None) -> int:
                          "(the storage benchmark over three nodes)")
     ap.add_argument("--rows", type=int, default=1_000_000, help="events per generated dataset (bench.datasets)")
     ap.add_argument("--rate-mbit", type=int, default=100, help="the shaped link's rate (0: loopback)")
+    ap.add_argument("--kinds", default="rare,no help", help="which statements of each dataset: rare, no help")
     ap.add_argument("--data-dir", default="bench/.data")
     ap.add_argument("--out", default="bench/RESULTS.md", help="where the section is appended ('': print only)")
     args = ap.parse_args(argv)
