@@ -25,7 +25,7 @@ from matchrec.parser import sase as S
 from nodes import TOKEN, Cluster
 from test_cer_language import _Case
 
-STRATEGIES = ["pull_all", "push_down", "naive_dfs", "dfs", "push_pull", "auto"]
+STRATEGIES = ["pull_all", "push_down", "naive_dfs", "dfs", "dfs_stateful", "push_pull", "auto"]
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +177,7 @@ def test_selective_statements_pull_less_than_everything(pair):
             assert stats.strategy == (strategy if strategy != "auto" else "dfs"), (strategy, sql)
             received[strategy], pulled[strategy] = stats.bytes_received, stats.events_pulled
         assert received["push_down"] < received["pull_all"], sql
-        for strategy in ("naive_dfs", "dfs", "push_pull"):
+        for strategy in ("naive_dfs", "dfs", "dfs_stateful", "push_pull"):
             # an OR at the top is bounded by the union of its anchors: no fewer rows than the row filter
             assert pulled[strategy] <= pulled["push_down"], (sql, strategy, pulled)
             assert pulled[strategy] < pulled["push_down"] or sql.startswith("PATTERN OR"), (sql, strategy, pulled)
@@ -235,7 +235,7 @@ def test_run_many_pulls_each_table_once_and_equals_the_local_run(pair):
         "PATTERN AND(alarm a, reset r) FROM ev WITHIN 25 RETURN COUNT(*)",
     ]
     want = matchrec.run_many(pair.local, workload)
-    for strategy in ("push_down", "naive_dfs", "push_pull", "auto"):  # the others: the tests above
+    for strategy in ("push_down", "naive_dfs", "dfs_stateful", "auto"):  # the others: the tests above
         cur = pair.remote.cursor()
         cur.execute(f"SET pull_strategy = {strategy}")
         cur.execute("SET matchrec_round_trips = always")

@@ -155,9 +155,9 @@ def test_rounds_over_local_and_nodes_find_the_same_intervals_and_matches(nodes, 
             assert got == want, sql
             assert len(reads) == 1 and reads[0][3] is not None, sql  # the statement was read by dual filtering
             table, columns, row_filter, ip = reads[0]
-            for strategy in ("naive_dfs", "dfs", "push_pull"):
+            for strategy in ("naive_dfs", "dfs", "dfs_stateful"):
                 exact = strategy == "naive_dfs"
-                session = secrets.token_hex(16) if strategy == "push_pull" else None
+                session = secrets.token_hex(16) if strategy == "dfs_stateful" else None
                 found = {}
                 for name, source in (("local", local), ("node", one)):
                     found[name] = DualFiltering(source).rounds(table, columns, ip, exact, "always", PullStats(),
@@ -248,7 +248,7 @@ def _engine_args(data: pa.Table, sql: str, source: Source) -> tuple:
     return seen[0]
 
 
-def test_local_query_source_runs_push_pull_as_dfs_and_names_itself_in_errors():
+def test_local_query_source_runs_dfs_stateful_as_dfs_and_names_itself_in_errors():
     rng = random.Random(7)
     data = _table(rng, 400)
     duck = duckdb.connect()
@@ -259,7 +259,7 @@ def test_local_query_source_runs_push_pull_as_dfs_and_names_itself_in_errors():
     want = _matches_over(data, sql)
     table, columns, row_filter, ip = _engine_args(data, sql, source)
     stats = PullStats()
-    pulled = DualFiltering(source).pull(table, "push_pull", columns, row_filter, ip, "always", stats)
+    pulled = DualFiltering(source).pull(table, "dfs_stateful", columns, row_filter, ip, "always", stats)
     assert any("ran as dfs" in n for n in stats.notes)
     assert _matches_over(pulled, sql) == want
     with pytest.raises(matchrec.ProgrammingError, match="local source ev"):

@@ -31,7 +31,7 @@ from matchrec.connectors.loader import load
 from matchrec.operators.intervals import ShrinkingWindowFilter
 from nodes import TOKEN, free_port, start_node, stop_nodes
 
-STRATEGIES = ["pull_all", "push_down", "naive_dfs", "dfs", "push_pull"]
+STRATEGIES = ["pull_all", "push_down", "naive_dfs", "dfs", "dfs_stateful", "push_pull"]
 
 
 @pytest.fixture
@@ -138,7 +138,7 @@ def _differential(cluster, seeds, n_rows):
             cur.execute(q)
             want = _rows(cur)
             for strategy in STRATEGIES:
-                for trips in (["auto", "always"] if strategy.endswith(("dfs", "push_pull")) else ["auto"]):
+                for trips in (["auto", "always"] if strategy.endswith(("dfs", "dfs_stateful")) else ["auto"]):
                     rcur.execute(f"SET pull_strategy = {strategy}")
                     rcur.execute(f"SET matchrec_round_trips = {trips}")
                     with other():
@@ -175,7 +175,7 @@ def test_filtering_moves_fewer_bytes_and_reports_them(cluster):
     q = ("SELECT * FROM ev MATCH_RECOGNIZE (ORDER BY ts MEASURES A.id AS a, C.id AS c ONE ROW PER MATCH "
          "PATTERN (A {- N* -} B {- N* -} C) WITHIN 6 DEFINE A AS type = 'a' AND v < 3, B AS type = 'b', "
          "C AS type = 'c' AND C.g = B.g, N AS true)")
-    moved = {}
+    moved, notes = {}, {}
     cur.execute("SET matchrec_round_trips = always")  # on loopback the cost model rightly skips rounds
     for strategy in STRATEGIES:
         cur.execute(f"SET pull_strategy = {strategy}")
@@ -184,10 +184,13 @@ def test_filtering_moves_fewer_bytes_and_reports_them(cluster):
         s = cur.pull_stats[0]
         assert s.strategy == strategy and set(s.nodes) == set(cluster)
         moved[strategy] = s.bytes_received + s.bytes_sent
+        notes[strategy] = s.notes
         assert s.round_trips >= 1
     assert moved["dfs"] < moved["push_down"] < moved["pull_all"]
+    assert moved["dfs_stateful"] < moved["push_down"]
+    assert any("rows the nodes kept for A, B, C" in n for n in notes["dfs_stateful"])
     assert moved["push_pull"] < moved["push_down"]
-    assert any("rows the nodes kept for A, B, C" in n for n in cur.pull_stats[0].notes)  # the last, push_pull
+    assert any("partial matches anchored at A" in n for n in notes["push_pull"])
     cur.execute("SET pull_strategy = dfs")
     cur.execute("EXPLAIN ANALYZE " + q)
     text = cur.fetchall()[0][1]
@@ -339,9 +342,9 @@ def test_settings_and_plain_explain(cluster):
     remote.close()
 
 
-# -- push_pull sessions
+# -- dfs_stateful sessions
 
-def test_push_pull_node_restart_mid_query_names_the_node_and_never_answers(tmp_path):
+def test_dfs_stateful_node_restart_mid_query_names_the_node_and_never_answers(tmp_path):
     rng = random.Random(21)
     data = random_table(rng, 20_000)
     ports = [free_port() for _ in range(2)]
@@ -361,7 +364,7 @@ def test_push_pull_node_restart_mid_query_names_the_node_and_never_answers(tmp_p
         assert want
         remote = matchrec.connect(storage_nodes=uris)
         cur = remote.cursor()
-        cur.execute("SET pull_strategy = push_pull")
+        cur.execute("SET pull_strategy = dfs_stateful")
         cur.execute("SET matchrec_round_trips = always")
         assert _rows(cur.execute(q)) == want
         store = remote.remote

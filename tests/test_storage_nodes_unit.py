@@ -1,6 +1,6 @@
 """Storage nodes without processes: the filter structures the compute node sends (interval sets,
 shrinking window filters, window-join filters, the packed encodings and their refusal of bad
-payloads), push_pull sessions and the ACER index, each on a ``ShardService`` over a local DuckDB
+payloads), dfs_stateful sessions and the ACER index, each on a ``ShardService`` over a local DuckDB
 connection - checked against brute force or against the same request without the index.
 
 The tests that start real nodes are in test_storage_nodes.py.
@@ -176,9 +176,9 @@ def test_packed_payloads_that_lie_are_refused():
         unpack(bomb[:20] + b"junk", 1 << 20)
 
 
-# -- push_pull sessions
+# -- dfs_stateful sessions
 
-def test_push_pull_sessions_expire_are_bounded_and_see_table_changes():
+def test_dfs_stateful_sessions_expire_are_bounded_and_see_table_changes():
     from matchrec.connectors.session import SessionLost
     from matchrec.connectors.shard import RequestError, ShardService
     con = duckdb.connect()
@@ -288,3 +288,89 @@ def test_acer_index_answers_exactly_as_without_it():
         with b._scope("ev", cond, reqs[1][0], [exact, cover], False) as (_, scope, _left):
             skipped += scope != "TRUE"
     assert skipped > 20  # the index narrowed the rows of most requests
+
+
+# -- the push-pull baseline's partial matches
+
+class _Shards:
+    """A source whose shards are ``ShardService``s over DuckDB connections of this process."""
+
+    def __init__(self, cons, schema):
+        from matchrec.connectors.shard import ShardService
+        from matchrec.connectors.source import Source
+
+        class Over(Source):
+            sessions = False
+            schemas = {"ev": schema}
+            indexed: set = set()
+            services = [ShardService(c, 1 << 26) for c in cons]
+            shard_count = len(cons)
+
+            def call_all(self, request, blobs=None, stats=None):
+                import json
+                replies = [s.answer(json.loads(json.dumps(request)), list(blobs or [])) for s in self.services]
+                if stats is not None:
+                    stats.round_trips += 1
+                return replies
+        self.source = Over()
+
+
+def test_push_pull_partial_matches_return_every_row_of_their_windows_once():
+    from matchrec.connectors.dual_filtering import DualFiltering
+    from matchrec.connectors.shard import RequestError
+    from matchrec.connectors.source import PullStats
+    from matchrec.planner.intervals import IntervalPlan, VariableIntervals
+
+    rng = np.random.default_rng(3)
+    n = 3000
+    data = pa.table({"id": np.arange(n), "ts": np.sort(rng.integers(0, 20000, n)),
+                     "p": rng.integers(0, 4, n).astype(np.int32),
+                     "type": rng.choice(["a", "b", "c", "d"], n, p=[0.03, 0.3, 0.3, 0.37])})
+    data = data.set_column(1, "ts", pa.array([None if i % 97 == 0 else t for i, t in
+                                              enumerate(data.column("ts").to_pylist())], pa.int64()))
+    whole = duckdb.connect()
+    whole.register("data", data)
+    shard_of = rng.integers(0, 3, n)  # random spreading: a partial match's rows lie on every shard
+    cons = []
+    for k in range(3):
+        c = duckdb.connect()
+        c.register("data", data.filter(pa.array(shard_of == k)))
+        c.execute("CREATE TABLE ev AS SELECT * FROM data")
+        cons.append(c)
+    shards = _Shards(cons, data.schema)
+    for partition, before, after, where in (([], 0, 40, "type IN ('a', 'c')"), (['"p"'], 25, 25, None)):
+        anchor = VariableIntervals(0, "A", "type = 'a'", before, after)
+        other = VariableIntervals(1, "C", "type = 'c'", max(before, after), max(before, after))
+        # the anchor: the variable that starts every match (window [t, t + w]), else the first
+        ip = IntervalPlan("ts", "ts", max(before, after), partition, [other, anchor] if not before else [anchor, other],
+                          where)
+        stats = PullStats()
+        got = DualFiltering(shards.source).pull("ev", "push_pull", ["id", "ts", "p", "type"], where, ip,
+                                                "auto", stats)
+        pk = "hash(p) >> 32" if partition else "0"
+        want = whole.sql(f"""
+            SELECT d.id FROM data d WHERE ({where or 'TRUE'}) AND (d.ts IS NULL OR EXISTS (
+              SELECT 1 FROM data a WHERE a.type = 'a' AND {pk.replace('p', 'a.p')} = {pk.replace('p', 'd.p')}
+              AND d.ts BETWEEN a.ts - {before} AND a.ts + {after})) ORDER BY d.id""").fetchall()
+        ids = sorted(got.column("id").to_pylist())
+        assert ids == [r[0] for r in want]  # every row once: pushed by its shard or pulled, never both
+        assert stats.round_trips == 2 and stats.candidates["A (partial matches)"] > 0
+        assert 0 < len(ids) < n
+    with pytest.raises(RequestError, match="phase"):
+        shards.source.services[0].answer({"op": "partial_matches", "table": "ev"}, [])
+    with pytest.raises(RequestError, match="before"):
+        shards.source.services[0].answer({"op": "partial_matches", "table": "ev", "phase": "push", "before": -1,
+                                          "after": 3, "anchor": "true", "key_sql": "ts"}, [])
+
+
+def test_cost_model_makes_no_round_whose_candidates_are_what_the_final_pull_reads():
+    from types import SimpleNamespace
+
+    from matchrec.connectors.dual_filtering import removable, skip_round
+    link = SimpleNamespace(bandwidth=12.5e6, rtt=0.002)  # 100 Mbit/s
+    # a rare variable: most final-pull rows are others' and lie far from its candidates
+    assert skip_round(link, "A", 4_000, 0.05, 1_000_000, 30, 1_000) is None
+    # a frequent first element whose rows are what the row filter keeps: nothing to remove
+    why = skip_round(link, "A", 4_000, 0.05, 1_000_000, 30, 999_950)
+    assert why is not None and "expected saving" in why
+    assert removable(100.0, 250.0) == 0.0 and removable(100.0, 40.0) == 60.0

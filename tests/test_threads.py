@@ -370,7 +370,7 @@ def test_compute_node_statements_in_threads(tmp_path):
         expected = [alone(local, sql) for sql in REMOTE_QUERIES]
         assert all(expected) and expected[1][0][0] > 0
         remote = matchrec.connect(storage_nodes=uris, token="secret")
-        strategies = ["dfs", "push_down", "pull_all", "push_pull", "naive_dfs", "auto"]
+        strategies = ["dfs", "push_down", "pull_all", "dfs_stateful", "naive_dfs", "auto"]
 
         def worker(k: int):
             cur = remote.cursor()

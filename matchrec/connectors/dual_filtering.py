@@ -15,14 +15,20 @@ A strategy reads the input of a MATCH_RECOGNIZE from a source (``connectors.sour
   final pull reads only rows inside the set, with the push-down filter;
 * ``naive_dfs``: the same rounds with exact structures (interval arrays, value sets) instead of
   the filters - larger payloads, no false positives;
-* ``push_pull``: the rounds of ``dfs`` in a query session the shards keep state for
+* ``dfs_stateful``: the rounds of ``dfs`` in a query session the shards keep state for
   (``connectors.session``): each shard keeps the row ids of every variable's surviving
   candidates and shrinks them with each new set, so a later round touches only those rows and
   never evaluates a condition again. When the push-down filter names only variables that had a
   round, the final pull returns the kept rows inside the final set (a row that failed its
   variable's join filter can only be taken by a gap variable, which the push-down filter
   already proves droppable); otherwise it reads as ``dfs`` does. A source without sessions
-  (a local query) runs it as ``dfs``.
+  (a local query) runs it as ``dfs``;
+* ``push_pull``: the push-pull baseline of CEP over disaggregated storage (Purtzel, Ziehn,
+  Weidlich et al.; ``connectors.partial_matches``): each shard evaluates the anchor's predicate
+  (the variable that starts every match, else the first with a row-level condition) and the
+  push-down filter on its own rows and pushes its partial matches - the anchors and its rows in
+  their windows; then the rows the other shards' partial matches still need are pulled. Two
+  round trips, exact windows, no statistics and no cost model.
 
 Every request goes to every shard of the source through ``Source.call_all``; the rounds use the
 source's ``stats`` for counts and samples, its ``shard_count`` (a payload is paid once per
@@ -41,10 +47,10 @@ import pyarrow as pa
 from matchrec.connectors.shard import unpack_candidates
 from matchrec.connectors.source import PullStats, Sample, Source
 from matchrec.operators.intervals import IntervalSet, ShrinkingWindowFilter, WindowJoinFilter
-from matchrec.operators.packing import SlotJoinSet, pack_intervals
+from matchrec.operators.packing import SlotJoinSet, pack_intervals, unpack
 from matchrec.planner.intervals import IntervalPlan
 
-STRATEGIES = ("auto", "pull_all", "push_down", "naive_dfs", "dfs", "push_pull")
+STRATEGIES = ("auto", "pull_all", "push_down", "naive_dfs", "dfs", "dfs_stateful", "push_pull")
 ROUND_TRIPS = ("auto", "always", "never")
 
 
@@ -104,17 +110,26 @@ def skip_join_round(name, round_bytes, final_bytes) -> str | None:
     return None
 
 
-def skip_round(source: Source, name, round_bytes, own, final_in, row_bytes) -> str | None:
+def skip_round(source: Source, name, round_bytes, own, final_in, row_bytes, candidates_in: float = 0.0
+               ) -> str | None:
     """Why one more round for ``name`` would not pay off (Eq. 2-4 in spirit), or None: its
     traffic and round trip against the final-pull rows it is expected to remove (those in the
     part of the set no candidate of ``name`` lies near)."""
     bw = source.bandwidth or 1e9
     cost = source.rtt + round_bytes / bw
-    benefit = final_in * (1 - own) * row_bytes / bw
+    benefit = removable(final_in, candidates_in) * (1 - own) * row_bytes / bw
     if benefit <= cost:
         return (f"{name}: expected saving {benefit * 1000:.2f} ms <= cost {cost * 1000:.2f} ms "
                 f"(bandwidth {bw / 1e6:.1f} MB/s, round trip {source.rtt * 1000:.1f} ms)")
     return None
+
+
+def removable(final_in: float, candidates_in: float) -> float:
+    """The final-pull rows a round could remove: a candidate lies inside its own interval, so
+    the variable's candidates (rows the final pull reads too) always stay; only the others can
+    go. When the variable's candidates are nearly all the final pull reads (a frequent first
+    element whose rows the row filter keeps anyway), no round of it can help."""
+    return max(final_in - min(candidates_in, final_in), 0.0)
 
 
 @dataclass
@@ -151,13 +166,15 @@ class DualFiltering:
                                     stats=stats)
             out = source.concat(table, parts, columns)
             stats.phases["pull"] = time.perf_counter() - t0
+        elif strategy == "push_pull":
+            out = self.push_pull(table, columns, ip, stats)
         else:
             session = None
-            if strategy == "push_pull":
+            if strategy == "dfs_stateful":
                 if source.sessions:
                     session = secrets.token_hex(16)
                 else:
-                    stats.notes.append("push_pull: this source keeps no query state; the rounds ran as dfs")
+                    stats.notes.append("dfs_stateful: this source keeps no query state; the rounds ran as dfs")
             out = self.dual_filter(table, columns, ip, exact=(strategy == "naive_dfs"), round_trips=round_trips,
                                    stats=stats, session=session)
         stats.events_pulled = out.num_rows
@@ -180,10 +197,48 @@ class DualFiltering:
                 source.end_session(session)
             raise
 
+    def push_pull(self, table: str, columns: list[str], ip: IntervalPlan, stats: PullStats) -> pa.Table:
+        """The push-pull baseline (see the module's docstring): the shards' partial matches, then
+        the rows the other shards' partial matches need from each (none with a single shard)."""
+        source = self.source
+        v = ip.variables[push_pull_anchor(ip)]
+        base = {"op": "partial_matches", "table": table, "key_sql": ip.key_sql, "partition_sql": ip.partition_sql,
+                "anchor": v.condition, "before": v.before, "after": v.after, "where": ip.row_filter,
+                "columns": columns}
+        t0 = time.perf_counter()
+        sent0, received0 = stats.bytes_sent, stats.bytes_received
+        parts = source.call_all({**base, "phase": "push"}, [], stats)
+        stats.phases["push"] = time.perf_counter() - t0
+        stats.phase_bytes["push"] = (stats.bytes_sent - sent0, stats.bytes_received - received0)
+        pk, t, rows = [], [], []
+        for p in parts:
+            anchors, ipc = p.column("blob").to_pylist()
+            d_pk, d_t = unpack(anchors, source.max_reply, 2)
+            pk.append(np.cumsum(d_pk))
+            t.append(np.cumsum(d_t))
+            rows.append(pa.ipc.open_stream(ipc).read_all())
+        matches = IntervalSet.around(np.concatenate(pk), np.concatenate(t), v.before, v.after)
+        n_anchors = sum(len(x) for x in t)
+        stats.candidates[f"{v.name} (partial matches)"] = n_anchors
+        stats.notes.append(f"push_pull: {n_anchors} partial matches anchored at {v.name} "
+                           f"([t - {v.before}, t + {v.after}]), {len(matches)} intervals covering "
+                           f"{matches.total_length()} key units")
+        if source.shard_count > 1 and len(matches):
+            t1 = time.perf_counter()
+            sent0, received0 = stats.bytes_sent, stats.bytes_received
+            blob = pack_intervals(matches)
+            stats.filters["pull"] = [f"time intervals {len(blob)} B"]
+            request = {**base, "phase": "pull", "filter": {"kind": "intervals", "blob": 0},
+                       "range": [int(matches.lo.min()), int(matches.hi.max())]}
+            rows += source.call_all(request, [blob], stats)
+            stats.phases["pull"] = time.perf_counter() - t1
+            stats.phase_bytes["pull"] = (stats.bytes_sent - sent0, stats.bytes_received - received0)
+        return source.concat(table, rows, columns)
+
     def filter_rounds(self, table: str, columns: list[str] | None, ip: IntervalPlan, exact: bool, round_trips: str,
                       stats: PullStats, session: str | None = None) -> tuple[dict, list[bytes]]:
         """Make the candidate rounds; returns the final pull's request and payloads (rows inside
-        the time interval set). With ``session`` (push_pull) the shards keep each round's candidates."""
+        the time interval set). With ``session`` (dfs_stateful) the shards keep each round's candidates."""
         found = self.rounds(table, columns, ip, exact, round_trips, stats, session)
         return found.request, found.blobs
 
@@ -192,7 +247,7 @@ class DualFiltering:
         source = self.source
         shards = source.shard_count
         base = {"table": table, "key_sql": ip.key_sql, "partition_sql": ip.partition_sql}
-        kept: list[int] = []  # variables whose candidates the shards keep (push_pull)
+        kept: list[int] = []  # variables whose candidates the shards keep (dfs_stateful)
         t0 = time.perf_counter()
         if round_trips == "auto":
             source.probe()
@@ -255,7 +310,7 @@ class DualFiltering:
                     join_bytes = sum((48 if exact else 2.5) * len(sources[key][0]) for _, _, key in usable)
                     why = skip_join_round(v.name, round_bytes + join_bytes * shards, final_in * row_bytes)
                 else:
-                    why = skip_round(source, v.name, round_bytes, own, final_in, row_bytes)
+                    why = skip_round(source, v.name, round_bytes, own, final_in, row_bytes, candidates_in)
                 if why:
                     stats.rounds_skipped.append(why)
                     continue
@@ -349,6 +404,13 @@ def pull(source: Source, table: str, strategy: str, columns: list[str], row_filt
          ip: IntervalPlan | None, round_trips: str, stats: PullStats) -> pa.Table:
     """Read ``table`` of ``source`` with one pull strategy (see the module's docstring)."""
     return DualFiltering(source).pull(table, strategy, columns, row_filter, ip, round_trips, stats)
+
+
+def push_pull_anchor(ip: IntervalPlan) -> int:
+    """The variable the push-pull baseline anchors its partial matches at: the first that starts
+    every match (its window reaches only forward), else the first with a row-level condition."""
+    starts = [i for i, v in enumerate(ip.variables) if v.before == 0]
+    return starts[0] if starts else 0
 
 
 def _refine(tis: IntervalSet, points: dict, ip: IntervalPlan, rounds: int = 3) -> IntervalSet:

@@ -3,7 +3,7 @@
 ``FlightTransport`` owns the connections to the nodes (tokens in call headers, TLS roots), sends
 one request (JSON) with its binary payloads to every node at once and collects the Arrow
 replies, and turns every failure into ``OperationalError`` naming the node: a refused request,
-a missing token, a lost ``push_pull`` session, a node that failed or timed out. A request
+a missing token, a lost ``dfs_stateful`` session, a node that failed or timed out. A request
 without a session is stateless, so it is retried ``retries`` more times, spaced by exponential
 backoff (``retry_backoff`` seconds, doubling, at most ``MAX_BACKOFF``, with jitter), each on a
 fresh connection: retries outlast a node's restart instead of failing within milliseconds
@@ -150,7 +150,7 @@ class FlightTransport:
             except fl.FlightServerError as err:
                 if "query state lost" in str(err):
                     raise OperationalError(
-                        f"Storage node {node.uri} lost the state of this push_pull query ({_short(err)}); no partial "
+                        f"Storage node {node.uri} lost the state of this dfs_stateful query ({_short(err)}); no partial "
                         "result was used. Run the query again, or SET pull_strategy = dfs (stateless)") from None
                 raise OperationalError(f"Storage node {node.uri} refused the request: {_short(err)}") from None
             except fl.FlightUnauthenticatedError:

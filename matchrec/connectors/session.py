@@ -1,4 +1,4 @@
-"""Query sessions of the ``push_pull`` strategy on a shard: what a node remembers between rounds.
+"""Query sessions of the ``dfs_stateful`` strategy on a shard: what a node remembers between rounds.
 
 A session belongs to one MATCH_RECOGNIZE input read by one compute node. For every pattern
 variable that had a candidate round it keeps the row ids of the rows that survived all of the

@@ -9,10 +9,11 @@ Requests (a dict plus binary payloads):
 * ``candidates``: (partition hash, key, value hashes) of rows meeting a condition, checked
   first against a time filter and then against join filters (two-phase verification);
 * ``pull``: rows (some columns) meeting a condition whose key passes a time filter;
+* ``partial_matches``: the push-pull baseline's partial matching (``connectors.partial_matches``);
 * ``end_session``: forget a query session.
 
 These requests are stateless, so a caller may retry one, unless they name a ``session`` (the
-``push_pull`` strategy, ``connectors.session``): then ``candidates`` keeps the row ids of the
+``dfs_stateful`` strategy, ``connectors.session``): then ``candidates`` keeps the row ids of the
 rows that survive for the round's variable (``var``) and later rounds of the session filter
 only the rows kept, and a ``pull`` naming the variables to ``union`` returns the kept rows that
 pass its time filter and ends the session. ``expect`` lists the variables the caller knows the
@@ -193,6 +194,9 @@ class ShardService:
             return self._pull(req, blobs)
         if op == "build_index":
             return self._build_index(req)
+        if op == "partial_matches":  # the push_pull baseline (connectors.partial_matches)
+            from matchrec.connectors.partial_matches import answer
+            return answer(self, req, blobs)
         if op == "end_session":
             self.sessions.drop(req.get("session"))
             return pa.table({"ended": pa.array([True])})
@@ -372,7 +376,7 @@ class ShardService:
             scope, _ = idx.scope(self.con, cond, req.get("key_sql", ""), self._cover(req, blobs), keep_keyless)
         yield cur, scope, cond
 
-    # -- push_pull: rounds over the rows a session kept
+    # -- dfs_stateful: rounds over the rows a session kept
 
     def _version(self, name: str) -> tuple:
         row = self._one_row(

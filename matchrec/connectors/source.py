@@ -132,7 +132,7 @@ class Source(ABC):
 
     Subclasses provide ``call_all`` (the shard protocol, one reply per shard), ``schemas``
     (table -> Arrow schema) and ``shard_count``; ``indexed`` names the tables an ACER index
-    covers, ``sessions`` says whether the shards keep ``push_pull`` state, ``rtt`` and
+    covers, ``sessions`` says whether the shards keep ``dfs_stateful`` state, ``rtt`` and
     ``bandwidth`` describe the link for the round-trip cost model (none: 0 and None)."""
 
     max_reply = MAX_REPLY
@@ -156,7 +156,7 @@ class Source(ABC):
         """Measure the link once (``rtt``, ``bandwidth``); nothing to measure without one."""
 
     def end_session(self, session: str) -> None:
-        """Free the shards' state of a ``push_pull`` query that failed (best effort)."""
+        """Free the shards' state of a ``dfs_stateful`` query that failed (best effort)."""
         try:
             self.call_all({"op": "end_session", "session": session})
         except Exception:  # noqa: BLE001 - the shards expire the state anyway
@@ -305,8 +305,8 @@ class LocalSource(Source):
 
     The requests are answered in process by ``ShardService`` over the caller's connection (so
     its temporary tables and registered Arrow data are visible), under the name ``name``. A
-    base table of the ``main`` schema keeps ``push_pull`` sessions (they hold row ids) and uses
-    its ACER index; a query does neither (``push_pull`` then runs as ``dfs``). Not for use from
+    base table of the ``main`` schema keeps ``dfs_stateful`` sessions (they hold row ids) and uses
+    its ACER index; a query does neither (``dfs_stateful`` then runs as ``dfs``). Not for use from
     several threads at once: the connection runs one query at a time."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, table: str | None = None, *, query: str | None = None,
@@ -342,7 +342,7 @@ class LocalSource(Source):
         try:
             reply = self.service.answer(request, blobs)
         except SessionLost as err:
-            raise OperationalError(f"The local source {self.name} lost the state of this push_pull query: {err}") \
+            raise OperationalError(f"The local source {self.name} lost the state of this dfs_stateful query: {err}") \
                 from None
         except (RequestError, FilterPayloadError, ValueError, TypeError, KeyError, IndexError,
                 pa.ArrowException) as err:
@@ -397,7 +397,7 @@ class _LocalShard(ShardService):
 
     def _open_session(self, req: dict, name: str):
         if self.table is None:
-            raise RequestError("a query source keeps no push_pull state")
+            raise RequestError("a query source keeps no dfs_stateful state")
         return super()._open_session(req, self.table)
 
     def _tables(self) -> pa.Table:

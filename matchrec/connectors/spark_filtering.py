@@ -188,7 +188,7 @@ class SparkSource(Source):
     each task answering it with ``ShardService`` over its rows loaded into an in-memory DuckDB;
     the replies come back to the driver). The adapter over this module's
     shards: its table is ``TABLE`` whatever the DataFrame's name. Partitions
-    keep nothing between jobs, so ``push_pull`` runs as ``dfs``. The rows of a final pull may
+    keep nothing between jobs, so ``dfs_stateful`` runs as ``dfs``. The rows of a final pull may
     stay in Spark: ``final_rows`` is the DataFrame of the rows inside the final interval set
     (``pull_rows`` and the strategies collect them instead). Cache ``df`` first: every round
     reads it again. The public Spark doors (``matchrec.spark``) prepare the session so that its

@@ -4,8 +4,9 @@ Row data stays in DuckDB. A compute node asks through ``do_exchange`` calls whos
 is a JSON request and whose uploaded batch carries binary filter payloads (window filters,
 join filters, exact interval arrays) and is answered by ``connectors.shard.ShardService``;
 ``do_put`` loads rows (``matchrec load``, which drops the table's ACER index); the
-``build_index`` request (``matchrec index``) builds one. The ``status`` action reports the
-node's request counters.
+``build_index`` request (``matchrec index``) builds one. The ``partial_matches`` request is the
+push-pull baseline's partial matching on the node's rows (``connectors.partial_matches``). The
+``status`` action reports the node's request counters.
 
 The shard is opened with external access off, so a request's SQL fragments can read only the
 shard. A token, when set, is required on every call; TLS is on with a certificate and key.

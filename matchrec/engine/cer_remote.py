@@ -8,7 +8,7 @@ storage-node table in three steps:
    the statement reads, the row filter (rows some element could take or be blocked by) and the
    time interval plan (the mandatory elements' candidates widened by WITHIN);
 2. pull with the session's ``pull_strategy`` (``connectors.dual_filtering``: ``pull_all``,
-   ``push_down``, ``naive_dfs``, ``dfs``, ``push_pull``; ``auto`` takes ``dfs`` when there is an
+   ``push_down``, ``naive_dfs``, ``dfs``, ``dfs_stateful``, ``push_pull``; ``auto`` takes ``dfs`` when there is an
    interval plan, else ``push_down``, and the rounds' cost model decides the rest);
 3. load the pulled rows into a temporary DuckDB table of the same name, sorted by partition,
    key and then the other pulled columns, and run the local CER engine (``engine.cer``) over it,
@@ -44,7 +44,7 @@ from matchrec.planner.cer.resolve import _Resolver, resolve_query
 from matchrec.planner.cer_intervals import interval_plan, row_filter
 from matchrec.planner.intervals import VariableIntervals
 
-DFS_STRATEGIES = ("dfs", "naive_dfs", "push_pull")
+DFS_STRATEGIES = ("dfs", "naive_dfs", "dfs_stateful", "push_pull")
 
 
 def node_table(remote, source: str) -> str | None:
@@ -223,9 +223,8 @@ def _pull_plans(remote, plans: list, strategy: str, round_trips: str, table: str
     stats = PullStats(strategy=strategy)
     if strategy not in DFS_STRATEGIES:
         return remote.pull(table, strategy, columns, where, None, round_trips, stats), stats, notes, order
-    if strategy == "push_pull":
-        notes.append("push_pull: the statements' rounds keep no state on the nodes (one final pull for all): "
-                     "run as dfs")
+    if strategy in ("dfs_stateful", "push_pull"):
+        notes.append(f"{strategy}: one pull for several statements is made by the rounds of dfs")
     for ip in ips:
         notes += ip.describe()
     started = time.perf_counter()

@@ -71,7 +71,7 @@ class Settings:
     max_steps: int = DEFAULT_MAX_STEPS
     max_memory_mb: int = DEFAULT_MAX_MEMORY_MB  # growth of the process's memory while a statement matches
     # storage nodes (compute-node connections only)
-    pull_strategy: str = "auto"  # auto | pull_all | push_down | naive_dfs | dfs | push_pull
+    pull_strategy: str = "auto"  # auto | pull_all | push_down | naive_dfs | dfs | dfs_stateful | push_pull
     round_trips: str = "auto"  # dual filtering rounds: auto (cost model) | always | never
     node_retries: int = 0  # further attempts at a request a node failed or timed out on
     node_retry_backoff_ms: int = 100  # wait before the first retry; doubled for each further one (at most 5 s)

@@ -214,12 +214,12 @@ def plan_pull(plan: Plan, fp: FastPlan | None, oracle: DuckDBOracle, settings, t
     strategy = settings.pull_strategy
     notes: list[str] = []
     ip, why = None, ""
-    if strategy in ("auto", "dfs", "naive_dfs", "push_pull"):
+    if strategy in ("auto", "dfs", "naive_dfs", "dfs_stateful", "push_pull"):
         ip, why = interval_plan(plan, ifp, oracle)
     if strategy == "auto":
         strategy = "dfs" if ip is not None else "push_down"
         notes.append(f"pull strategy auto -> {strategy}" + (f" ({why})" if ip is None else ""))
-    elif strategy in ("dfs", "naive_dfs", "push_pull") and ip is None:
+    elif strategy in ("dfs", "naive_dfs", "dfs_stateful", "push_pull") and ip is None:
         notes.append(f"pull strategy {strategy} cannot filter by time here ({why}): push_down used")
         strategy = "push_down"
     interval_lines: list[str] = []

@@ -16,7 +16,7 @@ from matchrec.planner.cer import CER_CHOICES, CerSettings
 
 SETTINGS = {f"matchrec_{f.name}": f.name for f in fields(Settings)}
 SETTINGS["pull_strategy"] = "pull_strategy"  # the name storage-node users know from the literature
-CHOICES = {"pull_strategy": ("auto", "pull_all", "push_down", "naive_dfs", "dfs", "push_pull"),
+CHOICES = {"pull_strategy": ("auto", "pull_all", "push_down", "naive_dfs", "dfs", "dfs_stateful", "push_pull"),
            "round_trips": ("auto", "always", "never")}
 SETTING_MAX = (1 << 63) - 1  # settings reach the compiled matcher as 64-bit integers
 _ZERO_ALLOWED = ("fast_path", "prefilter", "node_retries", "node_retry_backoff_ms")

@@ -125,7 +125,7 @@ def interval_plan(plan: CerPlan, notes: list[str] | None = None) -> tuple[Interv
         variables.append(VariableIntervals(0, "one of " + ", ".join(anchors), cond, window, window))
     joined = _add_joins(plan, variables, notes if notes is not None else [])
     rows, _ = row_filter(plan)
-    # push_pull may answer the final pull with the rows the nodes kept for each round, when those
+    # dfs_stateful may answer the final pull with the rows the nodes kept for each round, when those
     # are exactly the rows the row filter keeps: every element positive, mandatory and in a round
     # (and, with join filters, only where the rows they drop are bound by no match and seen by none)
     labels = None
