@@ -43,7 +43,7 @@ QUERIES = [
     "PATTERN SEQ(late2h a, late b, late2h c) FROM ev ORDER BY sched_dep USE skip-till-next-match "
     "WHERE a.dest = c.dest WITHIN 2 hours RETURN a.flight, c.flight",
 ]
-STRATEGIES = ["naive_dfs", "dfs", "push_pull"]
+STRATEGIES = ["naive_dfs", "dfs", "dfs_stateful"]
 
 
 @contextlib.contextmanager

@@ -56,7 +56,7 @@ row any match looks at, by the argument above, whatever the strategy (the rows s
 match or a negated element look at lie within ``w`` of a bound event, which survived). What a
 join filter must not do is drop a row from the final pull: a row failing ``y``'s join filter can
 still be passed over by skip-till-next-match (a Kleene element that could have grown takes any
-row passing its own filter) or block a negated element. ``push_pull`` may answer the final pull
+row passing its own filter) or block a negated element. ``dfs_stateful`` may answer the final pull
 with the rows the nodes kept after each round - rows that passed the join filters - only under
 skip-till-any-match without negated elements, where the rows no match binds change nothing;
 otherwise the final pull reads by the row filter (``IntervalPlan.filter_labels`` None).
