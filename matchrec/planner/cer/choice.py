@@ -14,7 +14,7 @@ from matchrec.operators.pattern_ir import And, Element
 from matchrec.parser import sase as S
 from matchrec.planner.cer.costs import COSTS, MAX_COST
 
-CLOSE_COST = 0.01  # seconds: estimated costs closer than this are not told apart
+CLOSE_COST = 0.02  # seconds: estimated costs closer than this are not told apart (planning and reading take longer)
 from matchrec.planner.cer.estimates import anchor_cover, cost_model, gather_stats, interval_cover, rate_changes
 from matchrec.planner.cer.plan import FILTER_COVER, MECHANISMS, NO_WINDOW, CerPlan, CerSettings
 from matchrec.planner.cer.resolve import resolve_query

@@ -20,8 +20,8 @@ elements:
 * ``eager``: the written order, every event read tried against the partial matches waiting for it
   (under skip-till-next-match a partial match takes one event, under strict contiguity the next row).
 
-The constants are seconds per unit measured on the benchmark's machine (``bench.cer_choice``);
-only their ratios matter for the choice.
+The constants are seconds per unit fitted to the times of ``bench.cer_choice`` on a loaded
+2-core machine (so they are high in absolute terms); only their ratios matter for the choice.
 """
 from __future__ import annotations
 
@@ -31,15 +31,18 @@ from dataclasses import dataclass
 
 from matchrec.operators.cer_reference import alternatives, orders
 
-PY_STEP = 1.2e-6  # a partial match tried one at a time in Python (chain, tree, rcep)
-EAGER_STEP = 1.5e-6  # an extension tried by the eager NFA
-EAGER_EVENT = 1.5e-6  # an event read and offered to the eager NFA's states
-TREE_PLAN = 6e-6  # re-planning one instance of the tree
-RCEP_BUFFER = 1e-7  # an event buffered by recomputation
-BATCH_FIXED = 4e-3  # the batch operator's preparation (classes, stream, plan search)
-BATCH_EVENT = 2e-7  # an event read by the batch operator
-BATCH_STEP = 4e-8  # a partial match in a batch array
-BATCH_BLOCK = 6e-5  # one step of one alternative over one stretch of the stream
+PY_STEP = 1.2e-5  # a partial match tried one at a time in Python (chain, tree)
+STRATEGY_CHECK = 2.0  # chain and tree under next / strict: every candidate also checked exactly at the end
+EAGER_STEP = 1e-5  # an extension tried by the eager NFA
+EAGER_EVENT = 5e-6  # an event read and offered to the eager NFA's states
+TREE_PLAN = 1e-5  # re-planning one instance of the tree
+RCEP_STEP = 1e-5  # a partial match built backwards by recomputation
+RCEP_BUFFER = 1e-6  # an event buffered by recomputation
+BATCH_FIXED = 0.01  # the batch operator's preparation (classes, stream, plan search)
+BATCH_ALTERNATIVE = 1.5e-3  # each alternative (unit) of the batch operator: compiled, planned, evaluated
+BATCH_EVENT = 1.5e-7  # an event read by the batch operator
+BATCH_STEP = 5e-7  # a partial match in a batch array
+BATCH_BLOCK = 1e-4  # one step of one alternative over one stretch of the stream
 BATCH_SLICE = 20_000  # events per stretch of the batch operator
 MAX_COST = 1e30
 DEFAULT_SELECTIVITY = 0.5
@@ -158,10 +161,26 @@ def best_order(model: Model, half: int, elements, before, positive, first=None, 
 
 
 def rarest_order(model: Model, elements, positive) -> list:
-    """The chain's order: single events by ascending candidates overall, Kleene elements last
-    (as ``cer_lazy.chain_order`` orders them without conditions)."""
+    """The chain's order as ``cer_lazy.chain_order`` picks it from the counts overall: single
+    events before Kleene elements, greedily the fewest candidates, scaled by 0.1 for a selective
+    condition linking the element to those bound (an attribute equality, there) and 0.5 for another."""
     total = {i: sum(h.get(elements[i].var, 0.0) for h in model.n) for i in positive}
-    return sorted(positive, key=lambda i: (elements[i].kleene is not None, total[i], i))
+    out: list = []
+    bound: set = set()
+    left = list(positive)
+    while left:
+        def key(i):
+            v = elements[i].var
+            c = total[i]
+            for vs, sel in model.conditions:
+                if v in vs and len(vs) > 1 and vs - {v} <= bound:
+                    c *= 0.1 if sel <= 0.2 else 0.5
+            return (elements[i].kleene is not None, c, i)
+        i = min(left, key=key)
+        out.append(i)
+        left.remove(i)
+        bound.add(elements[i].var)
+    return out
 
 
 def _alts(root, partial: bool, strategy: str) -> list[tuple]:
@@ -179,16 +198,13 @@ def _alts(root, partial: bool, strategy: str) -> list[tuple]:
     return out
 
 
-def negation_work(elements, work_matches: float) -> float:
-    return sum(1 for e in elements if e.negated) * work_matches
-
-
 def cost_chain(model: Model, root) -> tuple[float, str]:
     total = 0.0
     for elements, before, pos in _alts(root, model.strategy == "any", model.strategy):
         order = rarest_order(model, elements, pos)
         total += sum(order_work(model, h, elements, before, order) for h in range(2))
-    return PY_STEP * total, f"{total:,.0f} partial matches tried, rarest element first"
+    factor = 1.0 if model.strategy == "any" else STRATEGY_CHECK
+    return PY_STEP * factor * total, f"{total:,.0f} partial matches tried, rarest element first"
 
 
 def cost_tree(model: Model, root) -> tuple[float, str]:
@@ -200,7 +216,8 @@ def cost_tree(model: Model, root) -> tuple[float, str]:
             total += best_order(model, h, elements, before, pos, first=anchor)[1]
             if anchor is not None:
                 instances += model.n[h].get(elements[anchor].var, 0.0)
-    return PY_STEP * total + TREE_PLAN * instances, \
+    factor = 1.0 if model.strategy == "any" else STRATEGY_CHECK
+    return PY_STEP * factor * total + TREE_PLAN * instances, \
         f"{total:,.0f} partial matches tried, the order re-planned for {instances:,.0f} instances"
 
 
@@ -214,7 +231,8 @@ def cost_batch(model: Model, root, countable: bool) -> tuple[float, str]:
             total += best_order(model, h, elements, before, pos, kleene_counted=counted)[1]
         steps += len(pos)
     stretches = max(1.0, model.events_read / BATCH_SLICE)
-    secs = BATCH_FIXED + BATCH_EVENT * model.events_read + BATCH_STEP * total + BATCH_BLOCK * steps * stretches
+    secs = (BATCH_FIXED + BATCH_ALTERNATIVE * len(alts) + BATCH_EVENT * model.events_read + BATCH_STEP * total
+            + BATCH_BLOCK * steps * stretches)
     return secs, f"{total:,.0f} partial matches in arrays over {len(alts)} alternative(s), cheapest order each"
 
 
@@ -229,7 +247,7 @@ def cost_rcep(model: Model, root) -> tuple[float, str]:
                         and elements[pos[n + 1]].kleene is None)
         total += sum(order_work(model, h, elements, before, order, kleene_counted=counted) for h in range(2))
         buffered += sum(model.n[h].get(elements[i].var, 0.0) for i in pos for h in range(2))
-    return PY_STEP * total + RCEP_BUFFER * buffered, \
+    return RCEP_STEP * total + RCEP_BUFFER * buffered, \
         f"{total:,.0f} partial matches tried backwards from each match's last event"
 
 
