@@ -10,7 +10,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import matchrec
 from matchrec.operators import cer_lazy as L
 from matchrec.operators import cer_mechanisms as M
 from matchrec.operators.cer_common import Prepared
