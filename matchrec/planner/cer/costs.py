@@ -161,26 +161,10 @@ def best_order(model: Model, half: int, elements, before, positive, first=None, 
 
 
 def rarest_order(model: Model, elements, positive) -> list:
-    """The chain's order as ``cer_lazy.chain_order`` picks it from the counts overall: single
-    events before Kleene elements, greedily the fewest candidates, scaled by 0.1 for a selective
-    condition linking the element to those bound (an attribute equality, there) and 0.5 for another."""
+    """The chain's order as the planner hands it to ``cer_lazy`` (``CerPlan.order``): single events
+    before Kleene elements, by ascending candidates overall."""
     total = {i: sum(h.get(elements[i].var, 0.0) for h in model.n) for i in positive}
-    out: list = []
-    bound: set = set()
-    left = list(positive)
-    while left:
-        def key(i):
-            v = elements[i].var
-            c = total[i]
-            for vs, sel in model.conditions:
-                if v in vs and len(vs) > 1 and vs - {v} <= bound:
-                    c *= 0.1 if sel <= 0.2 else 0.5
-            return (elements[i].kleene is not None, c, i)
-        i = min(left, key=key)
-        out.append(i)
-        left.remove(i)
-        bound.add(elements[i].var)
-    return out
+    return sorted(positive, key=lambda i: (elements[i].kleene is not None, total[i], i))
 
 
 def _alts(root, partial: bool, strategy: str) -> list[tuple]:
