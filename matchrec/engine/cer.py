@@ -156,6 +156,13 @@ def physical_plan(plan: P.CerPlan) -> PhysicalPlan:
     for c, sel in zip(q.conditions, st.condition_selectivity):
         sel_text = "not estimated" if sel is None else f"selectivity {sel:.3f} on a {st.sample_rows}-event sample"
         estimates.append(f"condition {q.text[c.span[0]:c.span[1]]}: {sel_text}")
+    for name, cost, what in plan.candidates:
+        mark = " (chosen)" if name == plan.mechanism else ""
+        if cost is None:
+            estimates.append(f"mechanism {name}{mark}: excluded, {what}")
+        else:
+            secs = "unbounded" if cost >= P.MAX_COST else f"{cost * 1000:.3g} ms"
+            estimates.append(f"mechanism {name}{mark}: estimated cost {secs} ({what})")
     chosen = choose_matcher(Semantics(logical.form, mechanism=plan.mechanism, order=tuple(plan.order) if plan.order else None,
                                       mechanism_reason=plan.reason, estimates=tuple(estimates)))
     if plan.mechanism_source:

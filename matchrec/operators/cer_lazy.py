@@ -11,17 +11,17 @@ never looks at events that cannot be in a match with what is bound.
 * chain: one order per alternative, from ``order`` (variable names) or from the elements'
   candidate counts, Kleene elements last (their subsets are enumerated only once the rest is
   bound and their range is narrow).
-* tree: the stream is cut into chunks; each chunk re-plans the order from the counts of the
-  buffered candidates around it, and is responsible for the matches whose last event lies in
-  it, so a drift in the rates changes the order where it happens.
+* tree: the order is planned again per instance: per candidate of the alternative's anchor (its
+  rarest single-event element), from the counts of each element's candidates within that
+  instance's window, so a drift in the rates - or a burst of one type - changes the order where
+  it happens. The plan of an instance is a left-deep tree of joins rooted at its anchor.
 
 An alternative may be a partial order (an AND kept whole, see ``cer_mechanisms``): then an
 element's range is bounded by the latest bound element that must precede it and the earliest
 bound one that must follow it, and by the AND's other items: once its own item has a bound
 element it stays on that side of each other item's span, else its events avoid those spans
 (the buffer range is cut around them; a Kleene element's events lie in one piece). Items of
-single events thus only need distinct keys. A tree chunk keeps the matches whose largest key
-lies in it, whichever element holds that key.
+single events thus only need distinct keys.
 
 Conditions are checked as soon as their variables are bound. Negation is checked at first
 chance (as soon as both neighbours and the variables its conditions read are bound) or, with
@@ -31,6 +31,7 @@ complete matches.
 """
 from __future__ import annotations
 
+import random
 from bisect import bisect_left, bisect_right
 
 import numpy as np
@@ -39,9 +40,8 @@ from matchrec.budget import PYTHON_STEP_COST
 from matchrec.operators.cer_common import (AttributeEquality, ChainPlan, Partition, Prepared, Sink,
                                           conditions_hold, is_null, negation_holds, next_holds, strict_holds)
 
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 VECTOR_MIN = 8  # buffer ranges at least this long are filtered by attribute equalities in one numpy pass
-
-TREE_CHUNK = 2048  # events per re-planning chunk of the tree NFA
 
 
 def evaluate_chain(prep: Prepared, sink: Sink, order=None, negation: str = "first",
@@ -55,31 +55,82 @@ def evaluate_chain(prep: Prepared, sink: Sink, order=None, negation: str = "firs
             Search(prep, sink, chain, part, plan, negation, vector_min).run()
 
 
-def evaluate_tree(prep: Prepared, sink: Sink, order=None, negation: str = "first", chunk: int = TREE_CHUNK) -> None:
-    """``order`` is ignored: the order comes from the buffered counts of each chunk."""
-    w = prep.window
+def evaluate_tree(prep: Prepared, sink: Sink, order=None, negation: str = "first", seed: int | None = None) -> None:
+    """``order`` is ignored: each instance plans its own. An alternative's instances are the
+    candidates of its anchor - the single-event element with the fewest candidates overall, which
+    every match binds exactly once - and each instance binds its anchor first, then the other
+    elements greedily by their candidates in its window (``instance_counts``): a rare element
+    where the instance lies is searched early even if it is frequent elsewhere. Consecutive
+    instances with the same order are searched as one range of anchors. ``seed`` (tests): a random
+    order after the anchor per instance, to show the result does not depend on the orders."""
+    rng = None if seed is None else random.Random(seed)
     for chain in prep.chains:
         if chain.empty():
             continue
+        singles = [i for i in chain.positive if i not in chain.bounds]
+        if not singles:
+            # every positive element is a Kleene closure: one instance per partition
+            for part in prep.parts:
+                counts = {i: part.cands(chain.elements[i]).n for i in chain.positive}
+                Search(prep, sink, chain, part, chain_order(chain, counts, None), negation).run()
+            continue
+        totals = {i: int(prep.mask(chain.elements[i]).sum()) for i in singles}
+        anchor = min(singles, key=lambda i: (totals[i], i))
         for part in prep.parts:
-            keyl = part.keyl
-            n = len(keyl)
-            cands = {i: part.cands(chain.elements[i]) for i in chain.positive}
+            anchors = part.cands(chain.elements[anchor])
+            if not anchors.n:
+                continue
+            counts = instance_counts(prep, chain, part, anchor, anchors.keys)
+            others = [i for i in chain.positive if i != anchor]
             searches: dict = {}
-            q = 0
-            while q < n:
-                q1 = min(n, q + chunk)
-                while q1 < n and keyl[q1] == keyl[q1 - 1]:
-                    q1 += 1  # a chunk ends between two keys
-                lo = keyl[q]
-                hi = keyl[q1] if q1 < n else keyl[-1] + 1
-                counts = {i: bisect_left(c.keyl, hi) - bisect_left(c.keyl, lo - w) for i, c in cands.items()}
-                plan = tuple(chain_order(chain, counts, None))
-                s = searches.get(plan)
-                if s is None:
-                    s = searches[plan] = Search(prep, sink, chain, part, list(plan), negation)
-                s.run(lo, hi)
-                q = q1
+            memo: dict = {}
+            start, current = 0, None
+            for j in range(anchors.n + 1):
+                if j < anchors.n:
+                    local = tuple(int(counts[i][j]) for i in others)
+                    if rng is not None:
+                        plan = (anchor,) + tuple(rng.sample(others, len(others)))
+                    else:
+                        plan = memo.get(local)
+                        if plan is None:
+                            plan = memo[local] = tuple(instance_order(chain, anchor, dict(zip(others, local))))
+                    if plan == current:
+                        continue
+                if current is not None:
+                    s = searches.get(current)
+                    if s is None:
+                        s = searches[current] = Search(prep, sink, chain, part, list(current), negation)
+                    s.run(only=(start, j))
+                if j < anchors.n:
+                    start, current = j, plan
+
+
+def instance_counts(prep: Prepared, chain: ChainPlan, part: Partition, anchor: int, keys: np.ndarray) -> dict:
+    """Per positive element other than the anchor, for every anchor candidate (key in ``keys``), its
+    candidates in reach of that instance: within the window before the anchor's key when it must
+    precede the anchor, after it when it must follow, on both sides when an AND leaves them unordered."""
+    w = prep.window
+    with np.errstate(over="ignore"):  # saturated: a window without WITHIN reaches every key
+        low = np.where(keys < I64_MIN + w, I64_MIN, keys - w)
+        high = np.where(keys > I64_MAX - w, I64_MAX, keys + w)
+    out = {}
+    for i in chain.positive:
+        if i == anchor:
+            continue
+        ck = part.cands(chain.elements[i]).keys
+        if i in chain.preds[anchor]:
+            lo, hi = np.searchsorted(ck, low, "left"), np.searchsorted(ck, keys, "left")
+        elif i in chain.succs[anchor]:
+            lo, hi = np.searchsorted(ck, keys, "right"), np.searchsorted(ck, high, "right")
+        else:
+            lo, hi = np.searchsorted(ck, low, "left"), np.searchsorted(ck, high, "right")
+        out[i] = hi - lo
+    return out
+
+
+def instance_order(chain: ChainPlan, anchor: int, counts: dict) -> list[int]:
+    """The anchor, then the others as ``chain_order`` would bind them after it."""
+    return [anchor] + _greedy(chain, counts, [i for i in chain.positive if i != anchor], {chain.vars[anchor]})
 
 
 def chain_order(chain: ChainPlan, counts: dict, order) -> list[int]:
@@ -92,9 +143,11 @@ def chain_order(chain: ChainPlan, counts: dict, order) -> list[int]:
         big = len(rank) + 1
         return sorted(chain.positive, key=lambda i: (i in chain.bounds, rank.get(chain.vars[i], big),
                                                 counts.get(i, 0), i))
+    return _greedy(chain, counts, list(chain.positive), set())
+
+
+def _greedy(chain: ChainPlan, counts: dict, left: list, bound: set) -> list[int]:
     out: list[int] = []
-    bound: set = set()
-    left = list(chain.positive)
     while left:
         def cost(i):
             v = chain.vars[i]
@@ -128,7 +181,6 @@ class Search:
         self.conds, self.negs, self.rest = conds, negs, rest
         self.vars = [chain.vars[i] for i in order]
         self.kle = [chain.bounds.get(i) for i in order]
-        self.last_elem = chain.last_positive  # None: a partial order ending in an AND
         # the bound elements each step's element must follow / precede are known from the order alone:
         # the latest of those before it and the earliest of those after it (a chain: its bound neighbours)
         self.lower, self.upper = [], []
@@ -172,9 +224,10 @@ class Search:
             done = {id(e[3]) for e in eqs if e[3] is not None}
             self.conds_filtered.append([c for c in self.conds[st] if id(c) not in done])
 
-    def run(self, last_lo: int | None = None, last_hi: int | None = None) -> None:
-        """Every match; with limits, those whose last event has last_lo <= key < last_hi."""
-        self.last_lo, self.last_hi = last_lo, last_hi
+    def run(self, only: tuple | None = None) -> None:
+        """Every match; with ``only`` (a, b), those whose first element in the order binds one of
+        its candidates a to b - 1 (a tree instance's anchors)."""
+        self.only = only
         if not all(c.n for c in self.cands):
             return
         self.step(0, None, None)
@@ -186,6 +239,8 @@ class Search:
         c = self.cands[s]
         keyl = c.keyl
         a, b = 0, c.n
+        if s == 0 and self.only is not None:
+            a, b = self.only
         p, q = self.pred[s], self.succ[s]
         for t in self.lower[s]:
             a = max(a, bisect_right(keyl, self.last[t]))
@@ -209,12 +264,6 @@ class Search:
             a = max(a, bisect_left(keyl, hi_all - self.w))
             b = min(b, bisect_right(keyl, lo_all + self.w))
         first_max = last_min = None
-        if self.last_lo is not None:
-            # every event of a match lies within the window before its last one, which is in the chunk
-            a = max(a, bisect_left(keyl, self.last_lo - self.w))
-            b = min(b, bisect_left(keyl, self.last_hi))
-            if self.order[s] == self.last_elem:
-                last_min = self.last_lo
         if self.strategy == "next":
             if self.pred_adj[s]:
                 # the first event comes no later than the first event relevant after the predecessor
@@ -385,8 +434,6 @@ class Search:
             del binding[self.vars[s]]
 
     def finish(self, lo_all: int, hi_all: int) -> None:
-        if self.last_lo is not None and hi_all < self.last_lo:
-            return  # a tree chunk: the match's last event lies in an earlier chunk
         binding = self.binding
         for g in self.rest:
             if not negation_holds(self.prep, self.part, self.chain, g, binding, lo_all, hi_all):

@@ -55,7 +55,7 @@ MECHANISMS: dict[str, Mechanism] = {
                        "lazy chain NFA: matches built from the rarest element's events by searching the buffers",
                        partial=True),
     "tree": Mechanism("tree", cer_lazy.evaluate_tree,
-                      "tree NFA: the lazy evaluation order re-planned per chunk from the buffered counts",
+                      "tree NFA: the lazy evaluation order re-planned per instance from the counts in its window",
                       partial=True),
     "rcep": Mechanism("rcep", cer_kleene.evaluate,
                       "recomputation: matches built when their last event arrives, Kleene subsets in batch",
@@ -93,7 +93,7 @@ def run(name: str, pattern: Pattern, events: Events, *, order=None, max_matches:
 
     ``order``: variable names, the evaluation order of the lazy mechanisms (chain; tree plans its
     own). ``options``: mechanism tuning - chain and tree: ``negation`` "first" (default) or "post";
-    tree: ``chunk`` (events per re-planning). ``conjunction``: "linear" (default) evaluates an AND
+    tree: ``seed`` (a random order per instance, for tests). ``conjunction``: "linear" (default) evaluates an AND
     as one partial order where the mechanism and the pattern allow it (``cer_reference.orders``),
     "permutations" always expands it into the permutations of its items. ``max_partial``: the most
     partial matches a mechanism that stores them (eager) may hold at once, else OperationalError."""

@@ -1,15 +1,22 @@
 """The choice of evaluation mechanism and order, and of the anchors used to read only the events
-that can be in a match (filtering before matching); ``plan_query`` runs the whole planning."""
+that can be in a match (filtering before matching); ``plan_query`` runs the whole planning.
+
+The mechanism is the one of least estimated cost (``costs``) among those that support the
+pattern and its strategy (``mechanism_support``: the registry's ``supports``, and for the batch
+operator skip-till-any-match and the Kleene closures it can count)."""
 from __future__ import annotations
 
 import duckdb
 
-from matchrec.errors import NotSupportedError
+from matchrec.errors import NotSupportedError, OperationalError
 from matchrec.operators.cer_reference import Condition, element_sets
 from matchrec.operators.pattern_ir import And, Element
 from matchrec.parser import sase as S
-from matchrec.planner.cer.estimates import anchor_cover, gather_stats, interval_cover, rate_changes
-from matchrec.planner.cer.plan import FILTER_COVER, NO_WINDOW, CerPlan, CerSettings
+from matchrec.planner.cer.costs import COSTS, MAX_COST
+
+CLOSE_COST = 0.02  # seconds: estimated costs closer than this are not told apart (planning and reading take longer)
+from matchrec.planner.cer.estimates import anchor_cover, cost_model, gather_stats, interval_cover, rate_changes
+from matchrec.planner.cer.plan import FILTER_COVER, MECHANISMS, NO_WINDOW, CerPlan, CerSettings
 from matchrec.planner.cer.resolve import resolve_query
 
 
@@ -22,60 +29,146 @@ def plan_query(duck: duckdb.DuckDBPyConnection, q: S.CerQuery, settings: CerSett
 
 
 def choose_mechanism(plan: CerPlan, settings: CerSettings, mechanisms) -> None:
+    """Every mechanism that supports the pattern and its strategy gets an estimated cost
+    (``costs``); the cheapest runs unless ``SET matchrec_cer_mechanism`` forces one.
+    ``plan.candidates`` keeps each one's cost, or why it is excluded, for EXPLAIN."""
     q, st = plan.query, plan.stats
     pattern = pattern_shape(plan)
     by_estimate = sorted(q.positive, key=lambda v: (st.estimates.get(v, 0), q.positive.index(v)))
     forced = settings.mechanism
-    kleene = any(q.elements[v].kleene for v in q.positive)
+    model = cost_model(plan)
+    plan.candidates = []
+    for name in MECHANISMS:
+        why = mechanism_support(plan, name, pattern, mechanisms)
+        if why:
+            plan.candidates.append((name, None, why))
+            continue
+        try:
+            if name == "batch":
+                cost, what = COSTS[name](model, q.root, countable=not batch_kleene(plan))
+            else:
+                cost, what = COSTS[name](model, q.root)
+        except (OperationalError, OverflowError) as e:  # an AND too large to expand is costed as unbounded
+            cost, what = MAX_COST, str(e)
+        plan.candidates.append((name, min(cost, MAX_COST), what))
+    costed = [(c, n) for n, c, _ in plan.candidates if c is not None]
     if forced == "batch":
         if q.strategy != "any":
             raise NotSupportedError(f"SET matchrec_cer_mechanism = batch: the batch operator evaluates "
                                     f"skip-till-any-match only, not {S.STRATEGY_NAMES[q.strategy]}")
         plan.mechanism, plan.reason = forced, "forced by SET matchrec_cer_mechanism" + (
-            "; a Kleene closure it cannot count goes to recomputation (rcep)" if kleene else "")
+            "; a Kleene closure it cannot count goes to recomputation (rcep)" if batch_kleene(plan) else "")
     elif forced != "auto":
         why = mechanisms.supports(forced, pattern)
         if why:
             raise NotSupportedError(f"SET matchrec_cer_mechanism = {forced}: {why}")
         plan.mechanism, plan.reason = forced, "forced by SET matchrec_cer_mechanism"
+    elif not costed:
+        raise NotSupportedError("No evaluation mechanism supports this pattern: "
+                                + "; ".join(f"{n}: {why}" for n, _, why in plan.candidates))
     else:
-        if q.strategy == "any" and kleene:
-            plan.mechanism = "rcep"
-            plan.reason = ("skip-till-any-match with Kleene closure: recomputation shares the closure's "
-                           "partial matches instead of enumerating them per run")
-        elif q.strategy == "any" and not _holds_and(q.root):
-            # The lazy order, evaluated over whole arrays at once: each alternative's elements bound
-            # in the order of least estimated work, the candidates of each step found by binary search
-            # and extended in blocks. The chain and tree NFAs make the same searches one partial match
-            # at a time in Python (10 to 100 times slower on benchmark patterns); they stay available
-            # through SET matchrec_cer_mechanism, and take AND, which they search as one partial order
-            # while the batch operator would expand it into its permutations.
-            varying = rate_changes(plan)
-            plan.mechanism = "batch"
-            plan.reason = ("skip-till-any-match: batch operator, each alternative's elements bound in the order of "
-                           "least estimated work (dynamic programming over the sets of bound elements), candidates "
-                           "found by binary search and extended in blocks"
-                           + ("; event rates vary over time (" + "; ".join(varying) + "): the order is chosen again "
-                              "for a stretch of the stream whose rates drift" if varying else ""))
-        elif q.strategy == "any":
-            varying = rate_changes(plan)
-            if varying:
-                plan.mechanism = "tree"
-                plan.reason = "AND, event rates vary over time (" + "; ".join(varying) + "): tree NFA"
-            else:
-                plan.mechanism = "chain"
-                plan.reason = "AND, stable event rates: lazy chain NFA, rarest element first"
+        least, best = min(costed, key=lambda x: (x[0], MECHANISMS.index(x[1])))
+        usual, usual_reason = shape_default(plan, pattern, mechanisms)
+        cost = dict((n, c) for c, n in costed).get(usual)
+        if cost is not None and cost - least <= CLOSE_COST:
+            # estimates this close are within their error: the mechanism the pattern's shape favours
+            plan.mechanism = usual
+            plan.reason = usual_reason + ("; least estimated cost" if usual == best else
+                                          f"; estimated cost {_seconds(cost)}, within {_seconds(CLOSE_COST)} of "
+                                          f"the least ({best} {_seconds(least)})")
         else:
-            plan.mechanism = "eager"
-            plan.reason = f"{S.STRATEGY_NAMES[q.strategy]} decides each event as it arrives: eager NFA"
-        why = mechanisms.supports(plan.mechanism, pattern) if plan.mechanism != "batch" else ""
-        if why:
-            plan.reason = f"{plan.mechanism} would fit, but it does not support this pattern ({why}); eager NFA"
-            plan.mechanism = "eager"
-            why = mechanisms.supports("eager", pattern)
-            if why:
-                raise NotSupportedError(f"No evaluation mechanism supports this pattern: {why}")
+            plan.mechanism = best
+            plan.reason = f"least estimated cost ({_seconds(least)}" + (
+                f"; {usual} {_seconds(cost)})" if cost is not None else ")") + "; " + DESCRIPTIONS[best]
+            varying = rate_changes(plan)
+            if varying and best in ("batch", "tree"):
+                plan.reason += "; event rates vary over time (" + "; ".join(varying) + ")"
     plan.order = by_estimate if plan.mechanism in ("chain", "tree") else None
+
+
+def shape_default(plan: CerPlan, pattern, mechanisms) -> tuple[str, str]:
+    """The mechanism the pattern's shape favours, and why: kept when the estimates do not tell
+    the mechanisms apart (``CLOSE_COST``)."""
+    q = plan.query
+    kleene = any(q.elements[v].kleene for v in q.positive)
+    if q.strategy == "any" and kleene:
+        name = "rcep"
+        reason = ("skip-till-any-match with Kleene closure: recomputation shares the closure's "
+                  "partial matches instead of enumerating them per run")
+    elif q.strategy == "any" and not _holds_and(q.root):
+        varying = rate_changes(plan)
+        name = "batch"
+        reason = ("skip-till-any-match: batch operator, each alternative's elements bound in the order of "
+                  "least estimated work (dynamic programming over the sets of bound elements), candidates "
+                  "found by binary search and extended in blocks"
+                  + ("; event rates vary over time (" + "; ".join(varying) + "): the order is chosen again "
+                     "for a stretch of the stream whose rates drift" if varying else ""))
+    elif q.strategy == "any":
+        varying = rate_changes(plan)
+        if varying:
+            name, reason = "tree", "AND, event rates vary over time (" + "; ".join(varying) + "): tree NFA"
+        else:
+            name, reason = "chain", "AND, stable event rates: lazy chain NFA, rarest element first"
+    else:
+        name, reason = "eager", f"{S.STRATEGY_NAMES[q.strategy]} decides each event as it arrives: eager NFA"
+    why = mechanisms.supports(name, pattern) if name != "batch" else ""
+    if why:
+        return "eager", f"{name} would fit, but it does not support this pattern ({why}); eager NFA"
+    return name, reason
+
+
+DESCRIPTIONS = {
+    "batch": ("batch operator: each alternative's elements bound in the order of least estimated work (dynamic "
+              "programming over the sets of bound elements, chosen again for a stretch of the stream whose rates "
+              "drift), candidates found by binary search and extended in blocks"),
+    "chain": "lazy chain NFA: the rarest element first, the others searched in its window in one order",
+    "tree": "tree NFA: the evaluation order planned again per instance from the counts in its window",
+    "rcep": ("recomputation: each match built back from its last event, a Kleene closure's subsets counted or "
+             "enumerated in batch"),
+    "eager": "eager NFA: every event extends the partial matches waiting for it",
+}
+
+
+def mechanism_support(plan: CerPlan, name: str, pattern, mechanisms) -> str:
+    """'' when mechanism ``name`` can evaluate the plan's pattern under its strategy, else why not."""
+    q = plan.query
+    if name == "batch":
+        if q.strategy != "any":
+            return f"evaluates skip-till-any-match only, not {S.STRATEGY_NAMES[q.strategy]}"
+        why = batch_kleene(plan)
+        if why:
+            return f"{why}: the batch operator would hand it to recomputation (rcep)"
+        return ""
+    return mechanisms.supports(name, pattern)
+
+
+def batch_kleene(plan: CerPlan) -> str:
+    """'' when the batch operator evaluates the pattern's Kleene closures itself (it counts one
+    between two single events under RETURN COUNT(*), with no condition reading it), else why not.
+    Whether two candidates share a key is seen only at run time (then recomputation takes over)."""
+    q = plan.query
+    kvars = {v for v in q.positive if q.elements[v].kleene}
+    if not kvars:
+        return ""
+    if q.returns != "count":
+        return "Kleene closure with its matches returned"
+    chains = element_sets(q.root)
+    if len(chains) != 1 or _holds_and(q.root):
+        return "Kleene closure in OR / AND"
+    chain = chains[0]
+    for i, e in enumerate(chain):
+        if e.kleene is None:
+            continue
+        near = [chain[j] for j in (i - 1, i + 1) if 0 <= j < len(chain)]
+        if len(near) < 2 or any(x.negated or x.kleene is not None for x in near):
+            return "Kleene closure not between two single events"
+    if any(set(S.variables(c)) & kvars for c in q.conditions):
+        return "Kleene closure read by a condition"
+    return ""
+
+
+def _seconds(x: float) -> str:
+    return "unbounded" if x >= MAX_COST else f"{x * 1000:.3g} ms"
 
 
 def _holds_and(node) -> bool:

@@ -12,6 +12,7 @@ import pyarrow as pa
 from matchrec.errors import DataError
 from matchrec.parser import sase as S
 from matchrec.planner.cer.codegen import PyCompiler
+from matchrec.planner.cer.costs import DEFAULT_SELECTIVITY, Model
 from matchrec.planner.cer.plan import FILTER_COVER, RATE_CHANGE, SAMPLE_ROWS, SAMPLE_TRIALS, CerPlan, quote, sql_literal
 from matchrec.planner.cer.resolve import _Resolver
 
@@ -29,6 +30,13 @@ def gather_stats(duck: duckdb.DuckDBPyConnection, plan: CerPlan) -> None:
         st.types[t] = (n, first, n - first)
         st.key_span = int(span or 0)
     st.total = sum(n for n, _, _ in st.types.values())
+    st.part_span, st.parts = st.key_span, 1
+    if plan.partition_column:
+        # rates are per partition: a window around an event reaches only its own partition's events
+        parts, span = duck.execute(
+            f"SELECT count(*), sum(hi - lo) FROM (SELECT min({plan.key_sql}) AS lo, max({plan.key_sql}) AS hi "
+            f"FROM {src} WHERE {plan.key_sql} IS NOT NULL GROUP BY {quote(plan.partition_column)})").fetchall()[0]
+        st.parts, st.part_span = int(parts or 0), int(span or 0)
     # a sample of events for the predicates' selectivity
     res = _Resolver(q, plan.columns)
     needed = {res.col(n) for e in q.conditions for n in S.walk(e) if isinstance(n, S.Col)}
@@ -83,6 +91,38 @@ def estimate_conditions(plan: CerPlan, sample: pa.Table) -> list:
             hits += value is not None and bool(value)
         out.append(hits / SAMPLE_TRIALS)
     return out
+
+
+def cost_model(plan: CerPlan) -> Model:
+    """The statistics as the cost model reads them (``costs.Model``): per half of the key range each
+    variable's candidates and its candidates within one window of a point (its rate per key unit
+    of one partition times W), the conditions' selectivity, the events read."""
+    q, st = plan.query, plan.stats
+    span = max(st.part_span, 0)
+    reach = 1.0 if span <= 0 or plan.window >= span else 2.0 * plan.window / span  # half the span per half
+    n: tuple = ({}, {})
+    lam: tuple = ({}, {})
+    share = {}
+    for var, e in q.elements.items():
+        total = float(st.estimates.get(var, 0.0))
+        if e.type is None:
+            halves = (0.5, 0.5)
+        else:
+            c, first, second = st.types.get(e.type, (0, 0, 0))
+            halves = (first / c, second / c) if c else (0.5, 0.5)
+        for h in range(2):
+            n[h][var] = total * halves[h]
+            lam[h][var] = n[h][var] * min(1.0, reach)
+        share[var] = total / st.total if st.total else 0.0
+    conditions = tuple((frozenset(S.variables(c)), DEFAULT_SELECTIVITY if sel is None else max(sel, 1e-4))
+                       for c, sel in zip(q.conditions, st.condition_selectivity or [None] * len(q.conditions)))
+    if q.strategy == "strict" or any(e.type is None and var not in plan.filter_sql for var, e in q.elements.items()):
+        read = float(st.total)
+    else:
+        types = {e.type for e in q.elements.values() if e.type is not None}
+        read = float(sum(st.types.get(t, (0, 0, 0))[0] for t in types))
+        read += sum(st.estimates.get(v, 0.0) for v, e in q.elements.items() if e.type is None)
+    return Model(n, lam, share, conditions, read, q.strategy, q.returns == "count")
 
 
 def rate_changes(plan: CerPlan) -> list[str]:

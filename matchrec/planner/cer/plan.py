@@ -54,6 +54,8 @@ class Stats:
     total: int = 0  # events with a key
     types: dict = field(default_factory=dict)  # type -> (count, first half, second half)
     key_span: int = 0  # largest minus smallest key
+    part_span: int = 0  # the same summed over the partitions (key_span without PARTITION BY)
+    parts: int = 1  # partitions
     sample_rows: int = 0
     filter_selectivity: dict = field(default_factory=dict)  # var -> fraction of its type passing its filter
     condition_selectivity: list = field(default_factory=list)  # per condition, None when not estimable
@@ -81,6 +83,9 @@ class CerPlan:
     filtering_reason: str
     rowid: bool  # the source has DuckDB's rowid (a stable tie order for equal keys)
     mechanism_source: str = ""
+    # per mechanism considered: (name, estimated seconds or None when excluded, what the cost
+    # counts or why it is excluded), in the order of MECHANISMS
+    candidates: list = field(default_factory=list)
 
     def element_test(self, var: str) -> str:
         """SQL: the row is a candidate of ``var`` (type and its own predicates)."""
