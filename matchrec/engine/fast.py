@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import decimal
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
@@ -32,6 +33,21 @@ def _empty_matches() -> Matches:
     z = np.zeros(0, np.int64)
     return Matches(np.zeros(0, np.int8), z, z, z, z, np.zeros(0, np.int16), z, z, {})
 PARALLEL_MIN_ROWS = 200_000
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _workers() -> ThreadPoolExecutor:
+    """The process's matcher threads, started once: starting and joining threads per chunk was a
+    fixed cost of ~1.5 ms per statement. Four, so that two statements on other connections can
+    each run two pieces at once."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(4, thread_name_prefix="matchrec-match")
+        return _POOL
 
 
 class _OutOfRange(Exception):
@@ -602,10 +618,11 @@ class CompiledMatcher:
         charged to the statement's budget."""
         budget = work.current()
         spent = np.zeros(len(pieces), np.int64)
-        pool = ThreadPoolExecutor(len(pieces), thread_name_prefix="matchrec-match")
+        pool = _workers()
+        futures = []
         try:
-            futures = [pool.submit(self._run, arrays, b, settings, probe, n_rows, budget, spent, k)
-                       for k, b in enumerate(pieces)]
+            for k, b in enumerate(pieces):
+                futures.append(pool.submit(self._run, arrays, b, settings, probe, n_rows, budget, spent, k))
             try:
                 while wait(futures, timeout=0.05).not_done:
                     budget.check_interrupt()
@@ -614,7 +631,7 @@ class CompiledMatcher:
                 raise
             return [f.result() for f in futures]
         finally:
-            pool.shutdown(wait=True)
+            wait(futures)  # a stopped kernel returns within POLL_STEPS steps
             budget.steps += int(spent.sum())
 
     @staticmethod
