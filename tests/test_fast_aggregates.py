@@ -4,10 +4,13 @@ Seeded random inputs (integers, floats and DECIMALs with NULLs, NaN, -0.0) and r
 whose DEFINEs draw aggregates (count, sum, avg, min, max over a variable, a subset or the whole
 match), arithmetic over them (``sum(A.d) - A.d <= sum(B.d)``, division, unary minus, integer
 with DECIMAL and with float operands), CLASSIFIER() and MATCH_NUMBER(), string and DECIMAL
-comparisons between the current row and another variable's, FIRST/LAST of any variable (with PREV/NEXT around them)
-and plain row conditions.
-Each query runs on the reference matcher (``SET matchrec_fast_path = 0``) and on the fast
-path; the results must be equal, and most cases must run on the compiled matcher alone.
+comparisons between the current row and another variable's, FIRST/LAST of any variable (with PREV/NEXT around them),
+FIRST/LAST with logical offsets (``FIRST(A.v, 2)``, ``LAST(U.f, 1)``), bool_and/bool_or,
+PREV/NEXT(CLASSIFIER(), n), DISTINCT aggregates (a reference-path form) and plain row conditions;
+MEASURES draw RUNNING/FINAL forms of the same.
+Each query runs on the reference matcher (``SET matchrec_fast_path = 0``) with every measure row
+by row (``output.ROW_BY_ROW``) and on the fast path with column-wise measures; the results must be
+equal, and most cases must run on the compiled matcher alone.
 
   pytest tests/test_fast_aggregates.py              60 cases
   pytest tests/test_fast_aggregates.py -m slow      2,000 more (MATCHREC_AGG_CASES)
@@ -20,6 +23,7 @@ import random
 import pytest
 
 import matchrec
+from matchrec.engine import output
 
 FAST_CASES = 60
 REFERENCE_THREADS = 5000
@@ -35,6 +39,7 @@ def con():
     c = matchrec.connect()
     rnd = random.Random(7)
     drnd = random.Random(8)  # the DECIMAL column draws apart, so v and f are as before
+    brnd = random.Random(9)  # and the boolean
     rows = []
     for i in range(600):
         v = None if rnd.random() < 0.12 else rnd.randint(-20, 60)
@@ -42,10 +47,11 @@ def con():
         f = None if r < 0.1 else float("nan") if r < 0.13 else -0.0 if r < 0.16 else round(rnd.uniform(-5, 25), 2)
         d = None if drnd.random() < 0.1 else f"{drnd.randint(-500, 3000) / 100:.2f}"
         s = None if drnd.random() < 0.1 else drnd.choice(["", "a", "b", "ab", "B", "é", "ba", "a "])
-        rows.append((i // 25 if i < 400 else 16 + (i - 400) // 7, i, v, f, d, s))
+        b = None if brnd.random() < 0.1 else brnd.random() < 0.7
+        rows.append((i // 25 if i < 400 else 16 + (i - 400) // 7, i, v, f, d, s, b))
     cur = c.cursor()
-    cur.execute("CREATE TABLE t (p INTEGER, id INTEGER, v BIGINT, f DOUBLE, d DECIMAL(9, 2), s VARCHAR)")
-    cur.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?)", rows)
+    cur.execute("CREATE TABLE t (p INTEGER, id INTEGER, v BIGINT, f DOUBLE, d DECIMAL(9, 2), s VARCHAR, b BOOLEAN)")
+    cur.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
     cur.close()
     yield c
     c.close()
@@ -117,8 +123,50 @@ def _between_rows(rnd, label: str, labels: list[str]) -> str:
     return f"{label}.{col} {rnd.choice(OPS)} {value}"
 
 
+def _logical(rnd, label: str, labels: list[str]) -> str:
+    """bool_and/bool_or, FIRST/LAST with logical offsets, CLASSIFIER of rows before or after (Trino's every
+    is bool_and; DuckDB has no every)."""
+    kind = rnd.randrange(6)
+    var = _var(rnd, labels)
+    if kind == 0:
+        func = rnd.choice(["bool_and", "bool_or"])
+        arg = _col(var, "b") if rnd.random() < 0.6 else f"{_col(var, 'v')} > {rnd.randint(0, 40)}"
+        out = f"{func}({arg})"
+        return rnd.choice([out, f"NOT {out}", f"{out} IS NULL", f"{out} = {rnd.choice(['TRUE', 'FALSE'])}"])
+    if kind in (1, 2):
+        col = rnd.choice(["v", "f", "d", "v"])
+        nav = f"{rnd.choice(['FIRST', 'LAST'])}({_col(var, col)}, {rnd.randint(0, 3)})"
+        if rnd.random() < 0.25:
+            nav = f"{rnd.choice(['PREV', 'NEXT'])}({nav}{rnd.choice(['', ', 2'])})"
+        other = f"{label}.{col}" if rnd.random() < 0.7 else str(rnd.randint(-5, 40))
+        if rnd.random() < 0.2:
+            return f"{nav} IS {rnd.choice(['', 'NOT '])}NULL"
+        return f"{other} {rnd.choice(OPS)} {nav}"
+    if kind == 3:
+        nav = rnd.choice(["PREV", "PREV", "NEXT"])
+        return f"{nav}(CLASSIFIER(), {rnd.randint(1, 3)}) {rnd.choice(['=', '<>'])} '{rnd.choice(labels + ['Z'])}'"
+    if kind == 4:
+        return f"count(DISTINCT {_col(var, 'v')}) {rnd.choice(OPS)} {rnd.randint(1, 4)}"  # the reference path
+    return f"{label}.v {rnd.choice(OPS)} FIRST({_col(var, 'v')}, {rnd.randint(1, 2)}) + LAST({_col(var, 'v')}, 1)"
+
+
+def _measures(rnd, labels: list[str]) -> str:
+    """A few RUNNING/FINAL measures of the same forms (ALL ROWS shows RUNNING row by row)."""
+    forms = [lambda v: f"bool_and({_col(v, 'b')})", lambda v: f"bool_or({_col(v, 'v')} > 30)",
+             lambda v: f"FIRST({_col(v, 'v')}, {rnd.randint(1, 3)})", lambda v: f"LAST({_col(v, 'f')}, 1)",
+             lambda v: "PREV(CLASSIFIER(), 2)", lambda v: "NEXT(CLASSIFIER())", lambda v: f"count(DISTINCT {_col(v, 'v')})",
+             lambda v: f"max({_col(v, 'd')})"]
+    out = []
+    for k in range(rnd.randint(1, 3)):
+        sem = rnd.choice(["RUNNING ", "FINAL ", ""])
+        out.append(f"{sem}{rnd.choice(forms)(_var(rnd, labels))} AS m{k}")
+    return ", ".join(out)
+
+
 def _term(rnd, label: str, labels: list[str]) -> str:
-    kind = rnd.randrange(13)
+    kind = rnd.randrange(15)
+    if kind >= 13:
+        return _logical(rnd, label, labels)
     if kind == 12:
         return _between_rows(rnd, label, labels)
     if kind == 11:
@@ -170,13 +218,15 @@ def random_query(seed: int) -> str:
     rows = rnd.choice(["ONE ROW PER MATCH", "ALL ROWS PER MATCH"])
     skip = rnd.choice(["PAST LAST ROW", "TO NEXT ROW"])
     return (f"SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY p ORDER BY id "
-            f"MEASURES FIRST(id) AS fid, LAST(id) AS lid, count(*) AS n, sum(v) AS sv, sum(d) AS sd "
+            f"MEASURES FIRST(id) AS fid, LAST(id) AS lid, count(*) AS n, sum(v) AS sv, sum(d) AS sd, "
+            f"{_measures(rnd, labels)} "
             f"{rows} AFTER MATCH SKIP {skip} PATTERN ({pattern}) SUBSET U = ({', '.join(labels[:2])}) "
             f"DEFINE {', '.join(defines)})")
 
 
 def run(con, sql: str, fast: int):
     cur = con.cursor()
+    output.ROW_BY_ROW = not fast  # the reference: every measure by the defining evaluation
     try:
         cur.execute(f"SET matchrec_fast_path = {fast}")
         # the reference keys its threads on whole label histories: bound what a case may cost
@@ -190,6 +240,7 @@ def run(con, sql: str, fast: int):
     except matchrec.Error as err:
         return f"{type(err).__name__}: {str(err).splitlines()[0]}", None
     finally:
+        output.ROW_BY_ROW = False
         cur.close()
 
 
@@ -231,11 +282,16 @@ def test_random_aggregate_and_navigation_defines_many(con):
     ("A AS sum(A.d) < 1e3", False),  # a DECIMAL compared with a float: reference
     ("A AS sum(A.d) + A.f < 100", False),  # DECIMAL and float arithmetic: reference
     ("A AS count(DISTINCT A.v) < 3", False),
-    ("B AS B.v > FIRST(A.v, 1)", False),  # a logical offset from the first row: reference
+    ("B AS B.v > FIRST(A.v, 1)", True),  # a logical offset: the thread keeps the set's count and second row
+    ("B AS B.v >= LAST(A.v, 2) AND LAST(U.v, 3) IS NOT NULL", True),  # the set's last rows
+    ("A AS bool_and(A.v > 0) AND NOT bool_or(U.v > 50)", True),  # every/any: min/max of booleans
+    ("A AS string_agg(A.s, ',') <> 'x'", False),  # array and string aggregates in DEFINE: reference
     ("A AS CLASSIFIER() = 'A' AND sum(A.v) < 100", True),  # the current row's label: a constant
     ("B AS CLASSIFIER() IN ('A', 'C') OR MATCH_NUMBER() * 2 <= count(*)", True),
     ("B AS PREV(CLASSIFIER()) = 'A' AND count(*) > 1", True),  # the label of the thread's last row
-    ("B AS PREV(CLASSIFIER(), 2) = 'A'", False),  # a label further back: reference
+    ("B AS PREV(CLASSIFIER(), 2) = 'A'", True),  # labels further back: the thread's last labels
+    ("B AS NEXT(CLASSIFIER()) = 'B' OR count(*) > 2", True),  # NULL in a DEFINE: no later row is labelled
+    ("B AS count(A.v) FILTER (WHERE A.v > 3) < 3", False),  # FILTER: reference
     ("A AS MATCH_NUMBER() < 3 AND count(DISTINCT A.v) < 3", False),  # beside a residual part: reference
 ])
 def test_which_path_and_explain(con, define, compiled):
@@ -305,3 +361,24 @@ def test_exact_arithmetic_beyond_its_range_hands_the_chunk_to_the_reference(defi
         results.append(cur.fetchall())
     assert results[0] == results[1] and results[0]
     c.close()
+
+
+def test_logical_offsets_and_boolean_aggregates_in_measures_are_column_wise(con):
+    """FIRST/LAST with logical offsets over a variable set and bool_and/bool_or, RUNNING and FINAL:
+    computed a column at a time (of a column; an expression argument stays row by row), equal to the
+    row-by-row evaluation."""
+    sql = ("SELECT * FROM t MATCH_RECOGNIZE (PARTITION BY p ORDER BY id MEASURES FINAL bool_and(A.b) AS fa, "
+           "RUNNING bool_or(U.b) AS ro, RUNNING FIRST(A.v, 1) AS f1, FINAL LAST(U.f, 2) AS l2, "
+           "LAST(B.d, 1) AS lb, PREV(CLASSIFIER(), 2) AS pc ALL ROWS PER MATCH PATTERN (A+ B* C?) "
+           "SUBSET U = (A, B) DEFINE A AS count(A.*) <= 4, B AS B.v > FIRST(A.v, 1) - 5)")
+    reference, _ = run(con, sql, 0)
+    cur = con.cursor()
+    cur.execute("SET matchrec_fast_path = 1")
+    cur.execute(sql)
+    fast = sorted((tuple("NaN" if isinstance(x, float) and x != x else x for x in row) for row in cur.fetchall()),
+                  key=repr)
+    stats = cur.stats[0][1]
+    cur.close()
+    assert fast == reference and len(fast) > 50
+    assert stats.matcher == "compiled"
+    assert stats.extra["measures computed row by row"] == 0, stats.extra

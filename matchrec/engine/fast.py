@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import decimal
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
@@ -34,6 +35,21 @@ def _empty_matches() -> Matches:
 PARALLEL_MIN_ROWS = 200_000
 
 
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _workers() -> ThreadPoolExecutor:
+    """The process's matcher threads, started once: starting and joining threads per chunk was a
+    fixed cost of ~1.5 ms per statement. Four, so that two statements on other connections can
+    each run two pieces at once."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(4, thread_name_prefix="matchrec-match")
+        return _POOL
+
+
 class _OutOfRange(Exception):
     """An exact value (integer running sum, arithmetic, DECIMAL) left the range where the compiled
     matcher keeps it exactly: the reference matcher decides this chunk."""
@@ -42,14 +58,16 @@ class _OutOfRange(Exception):
 COMPENSATED_SUM = sys.version_info >= (3, 12)
 
 
-def leaf_kind(leaf, typ: pa.DataType) -> str | None:
+def leaf_kind(leaf, typ: pa.DataType, func: str = "") -> str | None:
     """numeric_kind of a register program's leaf, or "decimal:<scale>" for a DECIMAL (kept as a
     scaled integer); an aggregate's argument must be a plain number (DuckDB's sum of times or min
-    of booleans are not what the compiled matcher computes)."""
+    of booleans are not what the compiled matcher computes), bool_and's and bool_or's a boolean."""
     kind = decimal_kind(typ) or numeric_kind(typ)
-    if getattr(leaf, "source", "row") == "agg" and kind is not None and not (
-            pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)):
-        return None
+    if getattr(leaf, "source", "row") == "agg" and kind is not None:
+        if func in ("bool_and", "bool_or"):
+            return kind if pa.types.is_boolean(typ) else None
+        if not (pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)):
+            return None
     return kind
 
 
@@ -76,7 +94,8 @@ def program_kinds(prog, types: list[pa.DataType], aggregates: list) -> list[str]
     compiled matcher cannot evaluate it exactly as the reference does: arithmetic only on numbers
     (integers with integers or floats, DECIMALs with DECIMALs or integers, division on integers and
     floats), no DECIMAL compared with a float or a time (the reference compares those exactly)."""
-    kinds = [leaf_kind(leaf, t) for leaf, t in zip(prog.leaves, types)]
+    kinds = [leaf_kind(leaf, t, aggregates[leaf.agg].func if leaf.source == "agg" else "")
+             for leaf, t in zip(prog.leaves, types)]
     if None in kinds:
         return None
     stack: list[tuple[str, int]] = []  # (family, scale)
@@ -89,6 +108,8 @@ def program_kinds(prog, types: list[pa.DataType], aggregates: list) -> list[str]
                 func = aggregates[leaf.agg].func
                 if func == "count":
                     fam, scale = "int", 0
+                elif func in ("bool_and", "bool_or"):
+                    fam, scale = "other", 0  # a boolean: compared, not computed with
                 elif func == "avg":
                     fam, scale = "float", 0
             stack.append((fam, scale))
@@ -282,19 +303,31 @@ class CompiledMatcher:
         reach = plan.program.reachable_labels()
         self.keyed = np.array([bool(r & labels_with_regs) for r in reach], np.bool_)
         # per-thread words: LAST registers, then FIRST registers, then three per running aggregate,
-        # then the label of the last row (PREV(CLASSIFIER()))
+        # then the windows of logical offsets (FIRST(V.x, n): count and row; LAST(V.x, n): n+1 rows),
+        # then the labels of the last rows (PREV(CLASSIFIER(), n))
         n_last, n_first = len(fast.registers), len(fast.firsts)
-        label_word = n_last + n_first + 3 * len(fast.aggregates)
-        self.n_regs = label_word + (1 if fast.prev_label else 0)
-        sets = [sum(1 << l for l in s) for s in fast.registers] + [0] * (self.n_regs - n_last)
-        self.reg_sets = np.array(sets or [0], np.int64)
-        init = [-1] * (n_last + n_first) + [0] * (3 * len(fast.aggregates)) + [-1] * (self.n_regs - label_word)
-        self.reg_init = np.array(init or [0], np.int64)
         all_labels = (1 << len(plan.labels)) - 1
+        init = [-1] * (n_last + n_first) + [0] * (3 * len(fast.aggregates))
         state = [(vm.S_FIRST, n_last + j, sum(1 << l for l in vs), 0, 0, 0) for j, vs in enumerate(fast.firsts)]
         state += [(0, 0, 0, 0, 0, 0)] * len(fast.aggregates)  # filled with the argument columns below
+        window_state = []  # FastPlan.windows -> row of ``state``
+        for kind, vs, n in fast.windows:
+            window_state.append(len(state))
+            mask = sum(1 << l for l in vs)
+            if kind == "first":
+                state.append((vm.S_NTH_FIRST, len(init), mask, n, 0, 0))
+                init += [0, -1]
+            else:
+                state.append((vm.S_LAST_N, len(init), mask, n, 0, 0))
+                init += [-1] * (n + 1)
+        label_word = len(init)
         if fast.prev_label:
-            state.append((vm.S_LABEL, label_word, all_labels, 0, 0, 0))
+            state.append((vm.S_LABEL, label_word, all_labels, fast.prev_label, 0, 0))
+            init += [-1] * fast.prev_label
+        self.n_regs = len(init)
+        sets = [sum(1 << l for l in s) for s in fast.registers] + [0] * (self.n_regs - n_last)
+        self.reg_sets = np.array(sets or [0], np.int64)
+        self.reg_init = np.array(init or [0], np.int64)
         self.duck = duck
         self.mask_sql = self._mask_sql(fast)
         self.arrow_masks = None  # [(label, evaluator)] when Arrow compute can take every chunk condition
@@ -328,7 +361,8 @@ class CompiledMatcher:
         # register programs: leaves take the next rows of the value matrices
         self.leaf_cols = []  # (batch column, matrix row, kind)
         leaves = []
-        aggs = {"count": vm.A_COUNT, "sum": vm.A_SUM, "avg": vm.A_AVG, "min": vm.A_MIN, "max": vm.A_MAX}
+        aggs = {"count": vm.A_COUNT, "sum": vm.A_SUM, "avg": vm.A_AVG, "min": vm.A_MIN, "max": vm.A_MAX,
+                "bool_and": vm.A_MIN, "bool_or": vm.A_MAX}  # booleans as 0/1: every is min, any is max
         for leaf, col, null in zip((leaf for p in fast.programs for leaf in p.leaves), leaf_cols, leaf_nulls):
             is_float = leaf.kind == "float"
             mrow = floats if is_float else ints
@@ -338,8 +372,10 @@ class CompiledMatcher:
                 reg, source, aux = n_last + leaf.register, vm.LEAF_FIRST, leaf.register
             elif leaf.source == "match_number":
                 reg, source = -1, vm.LEAF_MATCH_NUMBER
-            elif leaf.source == "prev_label":
-                reg, source = label_word, vm.LEAF_LABEL
+            elif leaf.source == "prev_label":  # the labels' words hold the oldest first
+                reg, source = label_word + fast.prev_label - leaf.offset, vm.LEAF_LABEL
+            elif leaf.source == "nth":
+                reg, source, aux = -1, vm.LEAF_NTH, window_state[leaf.register]
             elif leaf.source == "agg":
                 spec = fast.aggregates[leaf.agg]
                 aux = n_first + leaf.agg
@@ -602,10 +638,11 @@ class CompiledMatcher:
         charged to the statement's budget."""
         budget = work.current()
         spent = np.zeros(len(pieces), np.int64)
-        pool = ThreadPoolExecutor(len(pieces), thread_name_prefix="matchrec-match")
+        pool = _workers()
+        futures = []
         try:
-            futures = [pool.submit(self._run, arrays, b, settings, probe, n_rows, budget, spent, k)
-                       for k, b in enumerate(pieces)]
+            for k, b in enumerate(pieces):
+                futures.append(pool.submit(self._run, arrays, b, settings, probe, n_rows, budget, spent, k))
             try:
                 while wait(futures, timeout=0.05).not_done:
                     budget.check_interrupt()
@@ -614,7 +651,7 @@ class CompiledMatcher:
                 raise
             return [f.result() for f in futures]
         finally:
-            pool.shutdown(wait=True)
+            wait(futures)  # a stopped kernel returns within POLL_STEPS steps
             budget.steps += int(spent.sum())
 
     @staticmethod

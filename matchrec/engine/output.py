@@ -4,8 +4,9 @@ Matches of a chunk arrive as flat arrays (kind, start row, length, match number,
 Output rows are expanded with numpy (ONE ROW: one per match; ALL ROWS: every matched row that
 is not excluded, plus empty matches and unmatched rows as the mode asks). MEASURES are then
 computed a column at a time where their form allows it: navigation becomes arithmetic on row
-positions followed by one ``take``, counts become cumulative sums per match, count/sum/avg/
-min/max of a column become running reductions per match (``operators.running``), and operators
+positions followed by one ``take`` (FIRST/LAST with logical offsets over a variable set: ordinals
+of the set's slots), counts become cumulative sums per match, count/sum/avg/min/max and
+bool_and/bool_or of a column become running reductions per match (``operators.running``), and operators
 over such columns are evaluated by DuckDB over the whole column. Any other measure is
 evaluated row by row with the expression evaluator, which defines the semantics; the
 column-wise forms are shortcuts that the differential tests hold to it.
@@ -232,9 +233,9 @@ class _Vector:
         if nav.labels is None:
             rel = limit - k if nav.last else np.where(k <= limit, k, -1)
             rel = np.where(limit >= 0, rel, -1)
+        elif k != 0:
+            rel = self.nth_labelled(nav.labels, nav.last, k, limit)
         else:
-            if k != 0:
-                raise _NotVectorizable()
             rel = self.labelled(nav.labels, nav.last, limit)
         pos = np.where(rel >= 0, self.start + rel + nav.physical_offset, -1)
         return np.where((rel >= 0) & (pos >= self.lo) & (pos < self.hi), pos, -1)
@@ -256,6 +257,25 @@ class _Vector:
             member[list(labels)] = True
             self._cache[key] = member[flat] if self.n_slots else np.zeros(0, bool)
         return self._cache[key]
+
+    def nth_labelled(self, labels: frozenset[int], last: bool, k: int, limit: np.ndarray) -> np.ndarray:
+        """Relative row of the (k+1)-th first (or last) row with a label in ``labels``, among the
+        match's rows up to ``limit`` (FIRST(A.v, k), LAST(A.v, k)); -1 where there is none."""
+        m, n = self.m, self.n_slots
+        key = ("members", labels)
+        if key not in self._cache:  # the slots of the set, in order, and how many precede each slot
+            inside = self._inside(labels)
+            self._cache[key] = (np.flatnonzero(inside), np.concatenate([[0], np.cumsum(inside, dtype=np.int64)]))
+        slots, before = self._cache[key]
+        base = m.label_offset[self.i]
+        upto = np.clip(limit + 1, 0, self.length)  # visible slots of each output row's match
+        seen = before[base + upto] - before[base]  # members among them
+        ordinal = seen - 1 - k if last else np.full(len(base), k)
+        ok = (ordinal >= 0) & (ordinal < seen)
+        if not len(slots):
+            return np.full(len(base), -1)
+        slot = slots[np.clip(before[base] + ordinal, 0, len(slots) - 1)]
+        return np.where(ok, slot - base, -1)
 
     def labelled(self, labels: frozenset[int], last: bool, limit: np.ndarray) -> np.ndarray:
         """Relative row of the last (or first) row with a label in ``labels``, up to ``limit``."""
@@ -349,6 +369,10 @@ class _Vector:
             csum = np.concatenate([[0], np.cumsum(valid, dtype=np.int64)])
             base = m.label_offset[self.i]
             return pa.array(csum[base + upto] - csum[base], pa.int64())
+        boolean = func in ("bool_and", "bool_or")
+        if boolean:  # every/any: the running min/max of the booleans as 0/1
+            values = self.slot_booleans(node.args[0])
+            func = "min" if func == "bool_and" else "max"
         if values is None:
             raise _NotVectorizable()
         integer = values.dtype == np.int64
@@ -372,11 +396,28 @@ class _Vector:
             return pa.nulls(len(self.i), pa.float64() if func == "avg" or not integer else pa.int64())
         got = acc[slot]
         count = np.where(upto > 0, cnt[slot], 0)
+        if boolean:
+            return pa.array(got != 0, mask=count == 0)
         if func == "avg":
             got = got.astype(np.float64) / np.maximum(count, 1)
         elif nan is not None and not integer:
             got = np.where(nan[slot], np.nan, got)
         return pa.array(got, mask=count == 0)
+
+    def slot_booleans(self, arg: ir.Node) -> np.ndarray:
+        """A BOOLEAN argument's values at every match slot as int64 0/1 (NULLs as 0)."""
+        self.slot_values(arg)  # fills the cache, checks the column
+        key = ("slot booleans", arg.index)
+        if key not in self._cache:
+            m = self.m
+            rows = slot_rows(m.start, m.label_offset, m.length, self.n_slots)
+            taken = self.table.column(self.colmap[arg.index]).take(pa.array(rows))
+            if isinstance(taken, pa.ChunkedArray):
+                taken = taken.combine_chunks()
+            if not pa.types.is_boolean(taken.type):
+                raise _NotVectorizable()
+            self._cache[key] = np.asarray(taken.fill_null(False).to_numpy(zero_copy_only=False), np.int64)
+        return self._cache[key]
 
     def slot_values(self, arg: ir.Node):
         """The argument's values at every match slot (NULLs as 0) and where they are not NULL:
@@ -446,7 +487,7 @@ class _Vector:
             cur.close()
 
 
-_REDUCERS = {"count", "sum", "avg", "min", "max"}
+_REDUCERS = {"count", "sum", "avg", "min", "max", "bool_and", "bool_or"}
 _ARROW_OPS = {"add": pc.add, "sub": pc.subtract, "mul": pc.multiply, "eq": None, "ne": None, "lt": None,
               "le": None, "gt": None, "ge": None}  # comparisons: arrow_eval.duck_compare
 _COMPARE_OPS = {"eq", "ne", "lt", "le", "gt", "ge"}

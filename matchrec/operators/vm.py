@@ -71,11 +71,18 @@ def _fcompare(op, x, y):
 
 P_LEAF, P_CMP, P_ISNULL, P_NOT, P_AND, P_OR, P_ADD, P_SUB, P_MUL, P_DIV, P_NEG = range(11)
 # per-thread state beside the LAST registers (rows of ``state``: kind, first word, label mask,
-# argument is float, argument matrix row, DECIMAL scale of the argument): the first row of a set,
-# a running aggregate kept in three words (count of non-null values, accumulator, compensation of
-# a float sum), or the label of the thread's last row
-S_FIRST, A_COUNT, A_SUM, A_AVG, A_MIN, A_MAX, S_LABEL = range(7)  # S_LABEL: the label of the last row
-LEAF_ROW, LEAF_FIRST, LEAF_AGG, LEAF_MATCH_NUMBER, LEAF_LABEL = range(5)
+# argument is float (for S_NTH_FIRST, S_LAST_N, S_LABEL: the depth n), argument matrix row, DECIMAL
+# scale of the argument):
+# * S_FIRST: the first row of a set (one word);
+# * a running aggregate (A_COUNT .. A_MAX) kept in three words: count of non-null values,
+#   accumulator, compensation of a float sum;
+# * S_LABEL: the labels of the thread's last n rows, oldest first (n words; PREV(CLASSIFIER(), k)
+#   reads the word n - k);
+# * S_NTH_FIRST: FIRST(V.x, n), the (n+1)-th row of a set: the set's row count so far (stopping
+#   at n+1, so that threads past it stay equivalent) and the row (two words);
+# * S_LAST_N: LAST(V.x, n), the set's last n+1 rows, oldest first (n+1 words).
+S_FIRST, A_COUNT, A_SUM, A_AVG, A_MIN, A_MAX, S_LABEL, S_NTH_FIRST, S_LAST_N = range(9)
+LEAF_ROW, LEAF_FIRST, LEAF_AGG, LEAF_MATCH_NUMBER, LEAF_LABEL, LEAF_NTH = range(6)
 EXACT_INT = 1 << 53  # beyond this an integer sum may compare differently with a float
 
 
@@ -140,8 +147,18 @@ def _advance(label, row, regs, state, ivals, ivalid, fvals, fvalid, fbuf, ibuf, 
             if regs[w] < 0:
                 regs[w] = row
             continue
-        if func == S_LABEL:
-            regs[w] = label
+        if func == S_LABEL or func == S_LAST_N:  # a window of the last rows (labels): shift in
+            last = w + state[k, 3] - (1 if func == S_LABEL else 0)
+            for j in range(w, last):
+                regs[j] = regs[j + 1]
+            regs[last] = label if func == S_LABEL else row
+            continue
+        if func == S_NTH_FIRST:
+            c = regs[w]
+            if c <= state[k, 3]:
+                if c == state[k, 3]:
+                    regs[w + 1] = row
+                regs[w] = c + 1
             continue
         m = state[k, 4]
         is_float = state[k, 3] == 1
@@ -206,6 +223,26 @@ def _agg_value(k, label, row, regs, t, state, ivals, ivalid, fvals, fvalid, fbuf
             return True, True, 0, (float(acc) / 10.0 ** scale) / c
         return True, True, 0, float(acc) / c
     return True, False, acc, 0.0
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _nth_row(state, k, label, row, regs, t):
+    """The row FIRST(V.x, n) (S_NTH_FIRST) or LAST(V.x, n) (S_LAST_N) reads for thread ``t``
+    evaluating ``label`` at ``row`` (-1: none): the current row counts when ``label`` is in the set."""
+    w = state[k, 1]
+    n = state[k, 3]
+    current = (state[k, 2] >> label) & 1
+    if state[k, 0] == S_NTH_FIRST:
+        if regs[t, w + 1] >= 0:
+            return regs[t, w + 1]
+        if current and regs[t, w] == n:
+            return row
+        return -1
+    if current:  # the current row is the newest of the set, the window's newest the one before
+        if n == 0:
+            return row
+        return regs[t, w + 1]
+    return regs[t, w]
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -299,73 +336,63 @@ def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok
             leaf = pcode[k, 2]
             is_float, mrow, reg, off = pleaf[leaf, 0], pleaf[leaf, 1], pleaf[leaf, 2], pleaf[leaf, 3]
             source = pleaf[leaf, 4]
+            sscale[top] = pleaf[leaf, 6]
+            sfloat[top] = is_float == 1
+            pos = row
             if source == LEAF_MATCH_NUMBER:  # the number the match gets if it succeeds
                 sok[top] = True
-                sfloat[top] = False
                 sint[top] = match_number
-                sscale[top] = 0
                 top += 1
-                k += 1
-                if k == end or pcode[k, 0] != pcode[k - 1, 0]:
-                    if not (top == 1 and sok[0] and sint[0] == 1):
-                        return False
-                    top = 0
-                continue
-            if state is not None:  # numba compiles this away for plans without FIRST or aggregates
-                if source == LEAF_LABEL:  # PREV(CLASSIFIER()): the label of the thread's last row, if any
+                reg = -2  # pushed: no row to read
+            if state is not None:  # numba compiles this away for plans without per-thread state
+                if source == LEAF_LABEL:  # PREV(CLASSIFIER(), n): a label of the thread's last rows, if any
                     sok[top] = regs[t, reg] >= 0
-                    sfloat[top] = False
                     sint[top] = regs[t, reg]
-                    sscale[top] = 0
                     top += 1
-                    k += 1
-                    if k == end or pcode[k, 0] != pcode[k - 1, 0]:
-                        if not (top == 1 and sok[0] and sint[0] == 1):
-                            return False
-                        top = 0
-                    continue
-                if source == LEAF_AGG:
+                    reg = -2
+                elif source == LEAF_AGG:
                     ok, af, ai, av = _agg_value(pleaf[leaf, 5], label, row, regs, t, state, ivals, ivalid, fvals,
                                                 fvalid, fbuf, ibuf, compensated)
                     sok[top] = ok
                     sfloat[top] = af
                     sint[top] = ai
                     sval[top] = av
-                    sscale[top] = pleaf[leaf, 6]
                     top += 1
-                    k += 1
-                    if k == end or pcode[k, 0] != pcode[k - 1, 0]:
-                        if not (top == 1 and sok[0] and sint[0] == 1):
-                            return False
-                        top = 0
-                    continue
-            pos = row
-            if reg >= 0:
-                pos = regs[t, reg]
-                if state is not None:
+                    reg = -2
+                elif source == LEAF_NTH:  # FIRST(V.x, n) or LAST(V.x, n): where the window says
+                    pos = _nth_row(state, pleaf[leaf, 5], label, row, regs, t)
+                    reg = -1
+                    if pos >= 0:
+                        pos += off
+                        if pos < pstart or pos >= pend:
+                            pos = -1
+                elif reg >= 0:
+                    pos = regs[t, reg]
                     if pos < 0 and source == LEAF_FIRST and (state[pleaf[leaf, 5], 2] >> label) & 1:
                         pos = row  # the current row is the first of a set that has no row yet
+            elif reg >= 0:
+                pos = regs[t, reg]
+            if reg >= 0:
                 if pos >= 0:
                     pos += off
                     if pos < pstart or pos >= pend:
                         pos = -1
-            sfloat[top] = is_float == 1
-            sscale[top] = pleaf[leaf, 6]
-            if is_float == 1:
-                if pos >= 0:
-                    sok[top] = fvalid[mrow, pos]
-                    sval[top] = fvals[mrow, pos]
+            if reg != -2:  # a value of the input at ``pos`` (-1: the NULL row)
+                if is_float == 1:
+                    if pos >= 0:
+                        sok[top] = fvalid[mrow, pos]
+                        sval[top] = fvals[mrow, pos]
+                    else:
+                        sok[top] = fnull_ok[mrow]
+                        sval[top] = fnull[mrow]
                 else:
-                    sok[top] = fnull_ok[mrow]
-                    sval[top] = fnull[mrow]
-            else:
-                if pos >= 0:
-                    sok[top] = ivalid[mrow, pos]
-                    sint[top] = ivals[mrow, pos]
-                else:
-                    sok[top] = inull_ok[mrow]
-                    sint[top] = inull[mrow]
-            top += 1
+                    if pos >= 0:
+                        sok[top] = ivalid[mrow, pos]
+                        sint[top] = ivals[mrow, pos]
+                    else:
+                        sok[top] = inull_ok[mrow]
+                        sint[top] = inull[mrow]
+                top += 1
         elif o == P_CMP:
             top -= 1
             a, b = top - 1, top

@@ -20,8 +20,13 @@ proven to be one of:
   MATCH_NUMBER() is a leaf the compiled matcher fills with the number of the match being tried,
   CLASSIFIER() of the current row compared with a string literal is the defined variable's
   name, a constant, and PREV(CLASSIFIER()) = 'X' compares the label of the thread's last row;
-* **residual**: anything else (FIRST with a logical offset, DISTINCT or FILTER, CLASSIFIER of
-  other rows than these, typed division, DECIMAL mixed with floats ...).
+  bool_and/bool_or (every/any) are running aggregates too (min and max of the booleans);
+  FIRST(V.x, n) and LAST(V.x, n) with logical offsets up to MAX_DEPTH keep, per thread, the
+  set's row count and (n+1)-th row, or its last n+1 rows; PREV(CLASSIFIER(), n) keeps the labels
+  of the thread's last n rows, and NEXT(CLASSIFIER(), n) in a DEFINE is NULL (rows after the
+  current one have no label yet);
+* **residual**: anything else (DISTINCT or FILTER aggregates, array_agg/string_agg/listagg,
+  CLASSIFIER of other rows than these, typed division, DECIMAL mixed with floats ...).
 
 With no residual conjunct the compiled matcher alone decides every match. Otherwise it runs
 on the row and register parts only - a relaxed pattern that accepts a superset of the label
@@ -59,13 +64,15 @@ class RegisterCompare:
     kind: str = "int"  # how both sides are compared: "int" (also times), "float", "decimal:<scale>" or "string"
 
 
-AGG_FUNCS = ("count", "sum", "avg", "min", "max")
+AGG_FUNCS = ("count", "sum", "avg", "min", "max", "bool_and", "bool_or")
+MAX_DEPTH = 16  # the largest logical offset (FIRST/LAST(V.x, n), PREV(CLASSIFIER(), n)) a thread keeps rows for
 
 
 @dataclass
 class AggSpec:
     """A running aggregate a register program reads, kept per thread."""
-    func: str  # one of AGG_FUNCS; count(*) and count(A.*) are "count" over a constant argument
+    func: str  # one of AGG_FUNCS; count(*) and count(A.*) are "count" over a constant argument; bool_and
+    # (every) and bool_or run as min and max of the booleans as 0/1
     labels: frozenset[int] | None  # None: every row of the match
     text: str = ""
 
@@ -80,12 +87,15 @@ class RegisterLeaf:
     "agg": the value is the running aggregate FastPlan.aggregates[``agg``] and ``sql`` its
     argument, computed for every row. ``source`` "match_number": MATCH_NUMBER(), the number the
     match gets if it succeeds (``sql`` is a BIGINT placeholder). ``source`` "prev_label":
-    PREV(CLASSIFIER()), the label id of the thread's last row (NULL at the match's first row)."""
+    PREV(CLASSIFIER(), ``offset``), the label id of the thread's row that many rows back (NULL
+    before the match's first row). ``source`` "nth": ``register`` numbers FastPlan.windows, a
+    logical offset (FIRST(V.x, n) or LAST(V.x, n)) whose row the thread keeps, ``offset`` a
+    physical one from there (PREV/NEXT around it)."""
     sql: str
     register: int
     offset: int = 0
     kind: str = "int"  # "int" (also times, booleans), "float" or "decimal:<scale>", from the column's type
-    source: str = "row"  # "row" (current or LAST register), "first", "agg", "match_number" or "prev_label"
+    source: str = "row"  # "row" (current or LAST register), "first", "agg", "match_number", "prev_label", "nth"
     agg: int = -1
 
 
@@ -112,10 +122,12 @@ class FastPlan:
     registers: list[frozenset[int]] = field(default_factory=list)
     firsts: list[frozenset[int]] = field(default_factory=list)  # sets whose first row a thread keeps
     aggregates: list[AggSpec] = field(default_factory=list)  # running aggregates a thread keeps
+    # logical offsets a thread keeps rows for: ("first", set, n) for FIRST(V.x, n), ("last", set, n) for LAST(V.x, n)
+    windows: list[tuple[str, frozenset[int], int]] = field(default_factory=list)
     compares: list[RegisterCompare] = field(default_factory=list)
     programs: list[RegisterProgram] = field(default_factory=list)
     residual: list[str] = field(default_factory=list)  # why the relaxed pattern is needed, per conjunct
-    prev_label: bool = False  # a thread keeps the label of its last row (PREV(CLASSIFIER()))
+    prev_label: int = 0  # a thread keeps the labels of its last this many rows (PREV(CLASSIFIER(), n))
 
     @property
     def exact(self) -> bool:
@@ -145,6 +157,12 @@ class FastPlan:
             lines.append(f"  per-thread first row of {'|'.join(labels[i] for i in sorted(vs))} (FIRST)")
         for agg in self.aggregates:
             lines.append(f"  per-thread running aggregate {agg.text}, updated as the thread takes a row")
+        for kind, vs, n in self.windows:
+            what = f"the first {n + 1} rows" if kind == "first" else f"the last {n + 1} rows"
+            lines.append(f"  per-thread {what} of {'|'.join(labels[i] for i in sorted(vs))} "
+                         f"({kind.upper()} with logical offset {n})")
+        if self.prev_label:
+            lines.append(f"  per-thread labels of the last {self.prev_label} row(s) (PREV(CLASSIFIER(), n))")
         for why in self.residual:
             lines.append(f"  residual (reference matcher): {why}")
         return lines
@@ -195,7 +213,7 @@ class _Classifier:
         self.read: set[str] = set()  # input columns read by accepted row conditions
         self.firsts: list[frozenset[int]] = []  # FastPlan.firsts, as register programs add them
         self.aggs: list[AggSpec] = []  # FastPlan.aggregates
-        self.prev_label = False  # FastPlan.prev_label
+        self.windows: list = []  # FastPlan.windows
 
     def classifier_literals(self, tree: exp.Expression, label: int) -> exp.Expression:
         """``tree`` with CLASSIFIER() (or CLASSIFIER(V), V holding the current variable) that reads
@@ -238,18 +256,27 @@ class _Classifier:
             pairs[id(node)].replace(exp.Literal.string(self.labels[label]))
         return copy
 
-    def prev_classifier(self, node: exp.Expression) -> bool:
-        """Whether ``node`` is PREV(CLASSIFIER()) (offset 1): the label of the row before the
-        current one, which in a match is the last row the thread took."""
-        if self.mr_name(node) != "prev" or not node.expressions:
-            return False
+    def classifier_offset(self, node: exp.Expression) -> int | None:
+        """k when ``node`` is PREV(CLASSIFIER(), k) (the label of the row k before the current one,
+        in a match the thread's k-th last row), -k for NEXT(CLASSIFIER(), k) (NULL in a DEFINE: no
+        later row has a label yet); None otherwise."""
+        name = self.mr_name(node)
+        if name not in ("prev", "next") or not node.expressions:
+            return None
         args = node.expressions
-        if len(args) == 2 and not (isinstance(args[1], exp.Literal) and args[1].this == "1"):
-            return False
+        k = 1
+        if len(args) == 2:
+            if not (isinstance(args[1], exp.Literal) and not args[1].is_string and args[1].this.isdigit()):
+                return None
+            k = int(args[1].this)
+        elif len(args) != 1:
+            return None
         inner = args[0]
         while isinstance(inner, exp.Paren):
             inner = inner.this
-        return self.mr_name(inner) == "classifier" and not inner.expressions
+        if self.mr_name(inner) != "classifier" or inner.expressions or k < 1 or k > MAX_DEPTH:
+            return None
+        return k if name == "prev" else -k
 
     def var_set(self, qualifier: exp.Identifier | None) -> frozenset[int] | None:
         if qualifier is None:
@@ -380,16 +407,21 @@ class _Classifier:
         if name is not None:
             args = tree.expressions
             if name == "first":
-                # the first row of a set: kept per thread once it labels a row of the set
-                if len(args) == 2 and not (isinstance(args[1], exp.Literal) and args[1].this == "0"):
-                    return None  # a logical offset needs more than the first row
-                if len(args) not in (1, 2) or self.has_mr_or_agg(args[0]):
+                # the first row of a set: kept per thread once it labels a row of the set; the
+                # (n+1)-th with a logical offset n
+                n = 0
+                if len(args) == 2:
+                    if not (isinstance(args[1], exp.Literal) and not args[1].is_string and args[1].this.isdigit()):
+                        return None
+                    n = int(args[1].this)
+                if len(args) not in (1, 2) or self.has_mr_or_agg(args[0]) or n > MAX_DEPTH:
                     return None
                 sets = {self.var_set(c.args.get("table")) for c in args[0].find_all(exp.Column)}
                 if len(sets) != 1 or any(isinstance(c.this, exp.Star) for c in args[0].find_all(exp.Column)):
                     return None
                 vs = sets.pop()
-                return ("first", frozenset(range(len(self.labels))) if vs is None else vs, 0, 0)
+                vs = frozenset(range(len(self.labels))) if vs is None else vs
+                return ("first", vs, 0, 0) if n == 0 else ("nth_first", vs, n, 0)
             if name in ("last", "prev", "next"):
                 k = 0 if name == "last" else 1
                 if len(args) == 2:
@@ -404,10 +436,13 @@ class _Classifier:
                     if self.has_mr_or_agg(args[0]):
                         return None
                     sets = {self.var_set(c.args.get("table")) for c in args[0].find_all(exp.Column)}
-                    if len(sets) != 1 or None in sets:
+                    if len(sets) != 1 or any(isinstance(c.this, exp.Star) for c in args[0].find_all(exp.Column)):
                         return None
                     vs = sets.pop()
-                    return ("reg", vs, k, 0) if k == (1 if label in vs else 0) else None
+                    vs = frozenset(range(len(self.labels))) if vs is None else vs
+                    if k == (1 if label in vs else 0):
+                        return ("reg", vs, k, 0)
+                    return ("last_n", vs, k, 0) if k <= MAX_DEPTH else None
                 inner = self.context(args[0], label)
                 if isinstance(inner, tuple) and inner[0] != "agg":
                     return (inner[0], inner[1], inner[2], inner[3] + (-k if name == "prev" else k))
@@ -421,7 +456,8 @@ class _Classifier:
 
     def aggregate(self, tree: exp.AggFunc):
         """("agg", func, variable set, argument SQL) of a running aggregate a thread can keep, else None."""
-        func = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}.get(type(tree))
+        func = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max",
+                exp.LogicalAnd: "bool_and", exp.LogicalOr: "bool_or"}.get(type(tree))
         arg = tree.this
         if func is None or arg is None or tree.expressions or any(
                 isinstance(n, (exp.Distinct, exp.Filter, exp.Window, exp.Subquery, exp.Exists, exp.Query))
@@ -464,6 +500,12 @@ class _Classifier:
                 aggs.append(spec)
                 leaves.append(RegisterLeaf(sql, -1, 0, source="agg", agg=len(aggs) - 1))
                 uses_register = True
+            elif isinstance(ctx, tuple) and ctx[0] in ("nth_first", "last_n"):
+                window = ("first" if ctx[0] == "nth_first" else "last", ctx[1], ctx[2])
+                if window not in windows:
+                    windows.append(window)
+                leaves.append(RegisterLeaf(_strip(sql_tree).sql("duckdb"), windows.index(window), ctx[3], source="nth"))
+                uses_register = True
             elif isinstance(ctx, tuple) and ctx[0] == "first":
                 vs = ctx[1]
                 if vs not in firsts:
@@ -492,14 +534,17 @@ class _Classifier:
                 for nav, lit in (sides, sides[::-1]):
                     while isinstance(nav, exp.Paren):
                         nav = nav.this
-                    if self.prev_classifier(nav) and isinstance(lit, exp.Literal) and lit.is_string:
+                    k = self.classifier_offset(nav)
+                    if k is not None and isinstance(lit, exp.Literal) and lit.is_string:
                         ident = self.labels.index(lit.this) if lit.this in self.labels else -2
-                        leaves.append(RegisterLeaf("CAST(0 AS BIGINT)", -1, 0, source="prev_label"))
+                        if k > 0:
+                            leaves.append(RegisterLeaf("CAST(0 AS BIGINT)", -1, k, source="prev_label"))
+                        else:  # NEXT(CLASSIFIER()): no label yet, NULL
+                            leaves.append(RegisterLeaf("CAST(NULL AS BIGINT)", -1, 0))
                         leaves.append(RegisterLeaf(f"CAST({ident} AS BIGINT)", -1, 0))
                         code.extend([("leaf", len(leaves) - 2), ("leaf", len(leaves) - 1),
                                      ("cmp", _COMPARE[type(node)])])
                         uses_register = True
-                        self.prev_label = True
                         return True
             if self.mr_name(node) == "match_number":
                 leaves.append(RegisterLeaf("CAST(0 AS BIGINT)", -1, 0, source="match_number"))
@@ -536,10 +581,10 @@ class _Classifier:
                 return ok
             return False
 
-        firsts, aggs = self.firsts, self.aggs
-        before = list(registers), list(firsts), list(aggs)
+        firsts, aggs, windows = self.firsts, self.aggs, self.windows
+        before = list(registers), list(firsts), list(aggs), list(windows)
         if not emit(tree) or not uses_register:
-            registers[:], firsts[:], aggs[:] = before
+            registers[:], firsts[:], aggs[:], windows[:] = before
             return None
         return RegisterProgram(label, code, leaves, tree.sql("duckdb"))
 
@@ -637,7 +682,8 @@ def fast_plan(plan: Plan) -> FastPlan | None:
             fp.programs.remove(prog)
             fp.residual.append(f"{plan.labels[prog.label]}: {prog.text} (MATCH_NUMBER beside a residual condition)")
     fp.registers = registers
-    fp.firsts, fp.aggregates = cls.firsts, cls.aggs
-    fp.prev_label = any(leaf.source == "prev_label" for p in fp.programs for leaf in p.leaves)
+    fp.firsts, fp.aggregates, fp.windows = cls.firsts, cls.aggs, cls.windows
+    fp.prev_label = max((leaf.offset for p in fp.programs for leaf in p.leaves if leaf.source == "prev_label"),
+                        default=0)
     fp.row_columns = chunk_columns
     return fp

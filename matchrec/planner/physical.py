@@ -210,8 +210,9 @@ def choose_matcher(sem: Semantics) -> MatcherChoice:
     if fp.exact:
         return MatcherChoice("compiled", lines[0], "every DEFINE compiles to per-row conditions in DuckDB, register "
                              "comparisons and register programs", sem.estimates, tuple(lines[1:]))
-    return MatcherChoice("compiled pre-filter", lines[0], "some conditions are residual: the compiled matcher finds "
-                         "the start rows where a match is possible, the reference matcher decides there",
+    shown = "; ".join(fp.residual[:3]) + ("; ..." if len(fp.residual) > 3 else "")
+    return MatcherChoice("compiled pre-filter", lines[0], f"some conditions are residual ({shown}): the compiled "
+                         "matcher finds the start rows where a match is possible, the reference matcher decides there",
                          sem.estimates, tuple(lines[1:]))
 
 
