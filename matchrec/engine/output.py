@@ -261,7 +261,7 @@ class _Vector:
     def nth_labelled(self, labels: frozenset[int], last: bool, k: int, limit: np.ndarray) -> np.ndarray:
         """Relative row of the (k+1)-th first (or last) row with a label in ``labels``, among the
         match's rows up to ``limit`` (FIRST(A.v, k), LAST(A.v, k)); -1 where there is none."""
-        m, n = self.m, self.n_slots
+        m = self.m
         key = ("members", labels)
         if key not in self._cache:  # the slots of the set, in order, and how many precede each slot
             inside = self._inside(labels)
