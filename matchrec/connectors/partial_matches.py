@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from matchrec.connectors.requests import RequestError, check_fragment, compact as _compact
 from matchrec.operators.intervals import IntervalSet
 from matchrec.operators.packing import pack
 from matchrec.parser import hidden as H
@@ -33,8 +34,6 @@ MAX_REACH = 1 << 60  # before / after: the key's units; larger would overflow th
 
 def answer(service, req: dict, blobs: list[bytes]) -> pa.Table:
     """A ``partial_matches`` request on ``service`` (a ``connectors.shard.ShardService``)."""
-    from matchrec.connectors.shard import RequestError, _compact, check_fragment
-
     phase = req.get("phase")
     if phase not in ("push", "pull"):
         raise RequestError("partial_matches needs phase push or pull")
