@@ -15,6 +15,9 @@ Three forms, all matched on the executors by the same engine as on DuckDB:
   run by Spark over the matches. ``EXPLAIN`` and ``EXPLAIN ANALYZE`` in front of the statement
   return the plan (and the measured rows, shuffle bytes and time) as a DataFrame.
 
+``sql`` also takes CER statements (``PATTERN ... FROM t``, MATCH_RECOGNIZE with STRATEGY) over a
+Spark table, and ``run_many(spark, statements)`` a workload of them (``connectors.spark_cer``).
+
 They run on local sessions, on clusters (``ship(builder, archive)`` sends executors a packed
 Python with matchrec, see ``matchrec.spark_env``) and through Spark Connect: only DataFrame
 operations, no SparkContext, RDDs or broadcast variables.

@@ -438,7 +438,8 @@ def run_statement(spark, text: str, env: Env, report, interval_filter: str = "au
     in_schema = env.arrow_schema(src.schema)
     all_columns = [f.name for f in in_schema if f.name != RID]
     event_schema = naive(pa.schema([in_schema.field(c) for c in all_columns]))
-    report.explain = a.explain
+    report.explain = ("the DuckDB path's plan over the table's schema (each task plans again over its own rows: "
+                      "statistics, mechanism, filtering before matching):\n" + a.explain)
     report.lines.append(f"source: Spark table {query.source}, columns {', '.join(all_columns)}; rows with a NULL "
                         f"key {plan.key_column} dropped (they never match)")
     if interval_filter not in ("auto", "on", "off"):
