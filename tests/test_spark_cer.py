@@ -79,7 +79,8 @@ def random_statement(rng: random.Random, partitioned: bool | None = None) -> str
     if kleene is not None and rng.random() < 0.3:
         where.append(f"avg({names[kleene]}.v) > {rng.randint(5, 30)}")
     partitioned = rng.random() < 0.5 if partitioned is None else partitioned
-    within = rng.randint(4, 16) if not partitioned or rng.random() < 0.8 else None
+    # without WITHIN only patterns that cannot explode (no Kleene closure): the DuckDB path would stop them too
+    within = rng.randint(4, 16) if not partitioned or kleene is not None or rng.random() < 0.8 else None
     strategy = rng.choice(["", "USE skip-till-any-match", "USE skip-till-next-match", "USE strict-contiguity"])
     ret = rng.choice(["count", "events", "project"])
     if ret == "count":
@@ -137,7 +138,7 @@ def test_differential_spark_equals_duckdb(spark):
 
 @pytest.mark.slow
 def test_differential_spark_equals_duckdb_sweep(spark):
-    _differential(spark, range(20, 32), 6, filters=("on", "off", "auto"))
+    _differential(spark, range(20, 26), 4, filters=("on", "off", "auto"))
 
 
 def test_run_many_equals_duckdb(spark):
