@@ -528,11 +528,10 @@ def _cer(spark, statement: str, explain: str | None, text: str, interval_filter:
     _LAST.append(report)
     if explain is None:
         return final
-    unfiltered = None
-    if explain == "analyze" and report.filtering is not None and report.filtering.used:
-        def unfiltered():
-            return spark_cer.run_statement(spark, text, _cer_env(spark), ClauseReport(kind="CER statement"), "off")
-    return _explain(spark, final, meter, unfiltered)
+    def unfiltered():  # the shuffle the filtering saved: the same statement without it
+        return spark_cer.run_statement(spark, text, _cer_env(spark), ClauseReport(kind="CER statement"), "off")
+    filtered = explain == "analyze" and report.filtering is not None and report.filtering.used
+    return _explain(spark, final, meter, unfiltered if filtered else None)
 
 
 def run_many(spark, statements: list[str]) -> list:

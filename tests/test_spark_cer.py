@@ -176,3 +176,15 @@ def test_errors_point_into_the_statement(spark):
     assert "Line 1, Col 17" in str(info.value)
     with pytest.raises(matchrec.ProgrammingError, match="Spark cannot read nosuch"):
         ms.run_many(spark, ["PATTERN SEQ(a x, b y) FROM nosuch RETURN COUNT(*)"])
+
+
+@pytest.mark.slow
+def test_explain_analyze_reports_the_filtering(spark):
+    spark.createDataFrame(events(n=800, seed=6)).createOrReplaceTempView("ev")
+    lines = [r[0] for r in ms.sql(spark, "EXPLAIN ANALYZE PATTERN SEQ(a x, b y) FROM ev PARTITION BY k WITHIN 5 "
+                                         "RETURN x.ts, y.ts", interval_filter="on").collect()]
+    text = "\n".join(lines)
+    assert lines[0].startswith("CER statement #1 on Spark: partitioned"), text
+    assert "interval filtering: used" in text and "without interval filtering:" in text, text
+    plain = [r[0] for r in ms.sql(spark, "EXPLAIN PATTERN SEQ(a x, b y) FROM ev WITHIN 5").collect()]
+    assert plain[0].startswith("CER statement #1 on Spark: time split"), plain

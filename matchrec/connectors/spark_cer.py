@@ -30,8 +30,6 @@ decoded into that schema.
 from __future__ import annotations
 
 import dataclasses
-import re
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,7 +42,6 @@ HIDDEN = "__mrc_"
 RID = HIDDEN + "rid"  # the source's row order (tie order of equal keys)
 PAYLOAD = "stmt int, payload binary"
 CHUNK_ROWS = 65_536  # rows per IPC payload (a Spark binary value stays far below 2 GB)
-_EXPLAIN = re.compile(r"\s*EXPLAIN(\s+ANALY[SZ]E)?\b", re.I)
 
 
 # ------------------------------------------------------------------ tables on both sides
@@ -519,9 +516,9 @@ def run_workload(spark, statements: list[str], env: Env, reports: list) -> list:
             kinds.append(("cer", list(settings)))
             parsed[i] = S.parse(text)
         else:
-            raise E.NotSupportedError(f"matchrec.spark.run_many takes CER statements (PATTERN ... FROM, MATCH_RECOGNIZE "
-                                      f"with STRATEGY) and SET/RESET; statement {i + 1} is neither: run it with "
-                                      "matchrec.spark.sql")
+            raise E.NotSupportedError(f"matchrec.spark.run_many takes CER statements (PATTERN ... FROM, "
+                                      f"MATCH_RECOGNIZE with STRATEGY) and SET/RESET; statement {i + 1} is neither: "
+                                      "run it with matchrec.spark.sql")
     frames: dict[str, object] = {}
     analyses: dict[int, Analysis] = {}
     for i, q in parsed.items():
