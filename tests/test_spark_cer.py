@@ -115,10 +115,14 @@ def _differential(spark, seeds, per_seed: int, filters=("on", "off")):
 
 
 def test_differential_spark_equals_duckdb(spark):
-    """Two random statements (one partitioned, one through the time split), then the time split's
-    COUNT(*) with a negation and a Kleene closure, filtered before the shuffle, and the
-    MATCH_RECOGNIZE form with a strategy."""
+    """Two random statements: one partitioned, one through the time split."""
     _differential(spark, [11], 2, filters=("off",))
+
+
+@pytest.mark.slow
+def test_time_split_count_filtered_and_match_recognize_form(spark):
+    """The time split's COUNT(*) with a negation and a Kleene closure, filtered before the shuffle,
+    and the MATCH_RECOGNIZE form with a strategy."""
     data = events(n=600, seed=4)
     spark.createDataFrame(data).createOrReplaceTempView("ev")
     con = _duck(data)
@@ -141,6 +145,7 @@ def test_differential_spark_equals_duckdb_sweep(spark):
     _differential(spark, range(20, 26), 4, filters=("on", "off", "auto"))
 
 
+@pytest.mark.slow
 def test_run_many_equals_duckdb(spark):
     data = events(seed=5)
     spark.createDataFrame(data).createOrReplaceTempView("ev")
