@@ -15,6 +15,9 @@ Three forms, all matched on the executors by the same engine as on DuckDB:
   run by Spark over the matches. ``EXPLAIN`` and ``EXPLAIN ANALYZE`` in front of the statement
   return the plan (and the measured rows, shuffle bytes and time) as a DataFrame.
 
+``sql`` also takes CER statements (``PATTERN ... FROM t``, MATCH_RECOGNIZE with STRATEGY) over a
+Spark table, and ``run_many(spark, statements)`` a workload of them (``connectors.spark_cer``).
+
 They run on local sessions, on clusters (``ship(builder, archive)`` sends executors a packed
 Python with matchrec, see ``matchrec.spark_env``) and through Spark Connect: only DataFrame
 operations, no SparkContext, RDDs or broadcast variables.
@@ -35,8 +38,8 @@ from matchrec import errors as E
 from matchrec.connectors import spark_matching as M
 from matchrec.connectors.spark_common import cache, release  # noqa: F401 (release is public API)
 
-__all__ = ["register", "match_recognize", "sql", "ship", "source", "AnalysisError", "last_runs", "matchrec_error",
-           "release"]
+__all__ = ["register", "match_recognize", "sql", "run_many", "ship", "source", "AnalysisError", "last_runs",
+           "matchrec_error", "release"]
 
 _ERROR_CLASSES: dict[type, type] = {}
 
@@ -132,6 +135,7 @@ class ClauseReport:
     explain: str = ""
     jobs_seconds: float = 0.0
     filtering: object = None  # connectors.spark_filtering.FilterReport when intervals were used
+    kind: str = "MATCH_RECOGNIZE"  # or "CER statement"
 
 
 _LAST: list[ClauseReport] = []
@@ -453,6 +457,9 @@ def _sql(spark, statement: str, dialect: str, interval_filter: str):
     explain = ("analyze" if m.group(1) else "plain") if m else None
     text = statement[m.end():] if m else statement
     pad = " " * (m.end() if m else 0)  # offsets of errors stay those of the user's statement
+    from matchrec.parser.sase import has_strategy_clause, is_cer_statement
+    if is_cer_statement(text) or has_strategy_clause(text):
+        return _cer(spark, statement, explain, pad + text, interval_filter)
     if not has_match_recognize(text) and not has_pattern_window(text):
         out = to_duckdb(text, dialect, Origin.identity(len(text)), statement, write="spark")
         if explain:
@@ -501,6 +508,47 @@ def _sql(spark, statement: str, dialect: str, interval_filter: str):
         # the shuffle the filtering saved: the same statement again without it (measured after)
         unfiltered = lambda: _sql(spark, text, dialect, "off")  # noqa: E731
     return _explain(spark, final, meter, unfiltered)
+
+
+def _cer_env(spark):
+    from matchrec.connectors.spark_cer import Env
+    return Env(_parallelism(spark), _partition_keys, _spark_schema, _arrow_schema)
+
+
+def _cer(spark, statement: str, explain: str | None, text: str, interval_filter: str):
+    """A CER statement (``text``: the statement with EXPLAIN [ANALYZE] blanked out)."""
+    from matchrec.connectors import spark_cer
+    from matchrec.connectors.spark_metrics import ShuffleMeter
+    _prepare(spark)
+    meter = ShuffleMeter(spark) if explain == "analyze" else None
+    report = ClauseReport(kind="CER statement")
+    started = time.perf_counter()
+    final = spark_cer.run_statement(spark, text, _cer_env(spark), report, interval_filter)
+    report.jobs_seconds = time.perf_counter() - started
+    _LAST.append(report)
+    if explain is None:
+        return final
+    def unfiltered():  # the shuffle the filtering saved: the same statement without it
+        return spark_cer.run_statement(spark, text, _cer_env(spark), ClauseReport(kind="CER statement"), "off")
+    filtered = explain == "analyze" and report.filtering is not None and report.filtering.used
+    return _explain(spark, final, meter, unfiltered if filtered else None)
+
+
+def run_many(spark, statements: list[str]) -> list:
+    """Evaluate a workload of CER statements (and SET/RESET statements, which apply to the ones
+    after them) on Spark: one DataFrame per statement (None for SET/RESET), each with the rows
+    ``matchrec.run_many`` returns for it on DuckDB over the same rows. Statements over one table
+    share one scan; those with the same PARTITION BY column share one shuffle, each task running
+    ``matchrec.run_many`` over its rows."""
+    from matchrec.connectors import spark_cer
+    _LAST.clear()
+    try:
+        if isinstance(statements, str) or not all(isinstance(s, str) for s in statements):
+            raise E.ProgrammingError("run_many takes a list of statements (strings)")
+        _prepare(spark)
+        return spark_cer.run_workload(spark, list(statements), _cer_env(spark), _LAST)
+    except E.Error as err:
+        raise _spark_error(err) from None
 
 
 def _windows(spark, query, dialect: str, prefixes: dict, views: dict, tag: str):
@@ -582,7 +630,7 @@ def _explain(spark, final, meter, unfiltered=None):
             without = (meter.delta(), time.perf_counter() - t1, plain_rows)
             _LAST[:] = reports
     for i, r in enumerate(_LAST):
-        lines.append(f"MATCH_RECOGNIZE #{i + 1} on Spark: {r.mode}")
+        lines.append(f"{r.kind} #{i + 1} on Spark: {r.mode}")
         lines += ["  " + x for x in r.lines]
         lines += ["  " + x for x in r.explain.splitlines()]
     if analyze:

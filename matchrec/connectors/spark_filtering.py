@@ -156,13 +156,21 @@ def filter_rows(df, analysis, mode: str):
     if ip is None:
         report.reason = f"not used ({why})"
         return None, report
+    return filter_by_plan(df, analysis.input_schema, ip, mode)
+
+
+def filter_by_plan(df, schema: pa.Schema, ip, mode: str):
+    """(DataFrame of the rows of ``df`` inside the final time intervals of the interval plan ``ip``
+    or None, FilterReport): the rounds of any form's plan (MATCH_RECOGNIZE's, or a CER statement's
+    from ``planner.cer_intervals``); ``schema`` is the Arrow schema of ``df``."""
+    report = FilterReport()
     meter = ShuffleMeter(df.sparkSession)
     cached = cache(df)
     stats = PullStats(strategy="dfs")
     t0 = time.perf_counter()
     # one job gives both the row count (auto mode) and the partitions that play storage nodes
     sizes = collect(cached.mapInArrow(rows_task(), "n long"))
-    shards = SparkShards(cached, analysis.input_schema, max(1, len(sizes)))
+    shards = SparkShards(cached, schema, max(1, len(sizes)))
     if mode == "auto":
         rows = sum(r[0] for r in sizes)
         report.rows_in = rows
@@ -171,7 +179,7 @@ def filter_rows(df, analysis, mode: str):
             cached.unpersist()
             return None, report
     trips = "auto" if mode == "auto" else "always"
-    request, blobs = shards.filter_rounds(TABLE, list(analysis.input_schema.names), ip, exact=False,
+    request, blobs = shards.filter_rounds(TABLE, list(schema.names), ip, exact=False,
                                           round_trips=trips, stats=stats)
     stats.phases["rounds"] = time.perf_counter() - t0
     report.used = True

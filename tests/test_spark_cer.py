@@ -1,0 +1,195 @@
+"""CER statements on Spark (``ms.sql`` with ``PATTERN ... FROM`` or MATCH_RECOGNIZE with STRATEGY,
+``ms.run_many``): rows and types equal to the DuckDB path's (``matchrec.connect()``) over the same
+rows, on the session's local[2] Spark. Random statements cover negation, Kleene closure, AND,
+equality conditions between variables, PARTITION BY and not (the time split), every strategy and
+interval filtering; the default run is a few of them, ``-m slow`` a sweep of seeds."""
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+
+import matchrec
+import matchrec.spark as ms
+from spark_conformance import rows_match
+
+
+@pytest.fixture
+def spark(spark_shared):
+    return spark_shared()
+
+
+def events(n=400, keys=3, seed=1) -> pa.Table:
+    """Events with repeated keys (ties keep the source's order on both paths) and a NULL key."""
+    rng = random.Random(seed)
+    ts, t = [], 0
+    for _ in range(n):
+        t += rng.choice((0, 1, 1, 2, 3))
+        ts.append(t)
+    ts[n // 2] = None
+    return pa.table({
+        "k": pa.array([f"k{rng.randrange(keys)}" for _ in range(n)]),
+        "ts": pa.array(ts, pa.int64()),
+        "type": pa.array([rng.choice("aabbccdd") for _ in range(n)]),
+        "v": pa.array([rng.randint(0, 50) for _ in range(n)], pa.int64()),
+        "g": pa.array([rng.randint(0, 3) for _ in range(n)], pa.int32()),
+    })
+
+
+def _duck(table: pa.Table, name: str = "ev"):
+    con = matchrec.connect()
+    con.register("__input", table)
+    con.execute(f"CREATE TABLE {name} AS SELECT * FROM __input")  # a table: rowid is the source's order
+    return con
+
+
+def _rows(table: pa.Table) -> list[tuple]:
+    return [tuple(r.values()) for r in table.to_pylist()]
+
+
+def _types(schema) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
+def _same(con, spark, sql: str, **kw) -> tuple[int, str]:
+    want = con.execute(sql).fetch_arrow_table()
+    df = ms.sql(spark, sql, **kw)
+    got = df.collect()
+    assert _types(df.schema) == _types(ms._spark_schema(want.schema)), (sql, df.schema, want.schema)
+    assert rows_match(_rows(want), got), (sql, len(want), len(got))
+    return len(got), ms.last_runs()[0].mode
+
+
+def random_statement(rng: random.Random, partitioned: bool | None = None) -> str:
+    n = rng.randint(2, 3)
+    names = ["x", "y", "z"][:n]
+    kleene = rng.randrange(n) if rng.random() < 0.4 else None
+    items = [f"{rng.choice('abcd')}{'+' if i == kleene else ''} {v}" for i, v in enumerate(names)]
+    op = "AND" if rng.random() < 0.2 else "SEQ"
+    if op == "SEQ" and rng.random() < 0.35:
+        items.insert(rng.randint(0, len(items)), f"~{rng.choice('abcd')} n")
+    single = [v for i, v in enumerate(names) if i != kleene]
+    where = []
+    if len(single) >= 2 and rng.random() < 0.5:
+        a, b = rng.sample(single, 2)
+        where.append(f"{a}.g = {b}.g")
+    if rng.random() < 0.4:
+        where.append(f"{rng.choice(names)}.v {rng.choice(['<', '>'])} {rng.randint(10, 40)}")
+    if kleene is not None and rng.random() < 0.3:
+        where.append(f"avg({names[kleene]}.v) > {rng.randint(5, 30)}")
+    partitioned = rng.random() < 0.5 if partitioned is None else partitioned
+    # without WITHIN only patterns that cannot explode (no Kleene closure): the DuckDB path would stop them too
+    within = rng.randint(4, 16) if not partitioned or kleene is not None or rng.random() < 0.8 else None
+    strategy = rng.choice(["", "USE skip-till-any-match", "USE skip-till-next-match", "USE strict-contiguity"])
+    ret = rng.choice(["count", "events", "project"])
+    if ret == "count":
+        returns = "RETURN COUNT(*)"
+    elif ret == "events":
+        returns = ""
+    else:
+        proj = [f"{single[0]}.ts", f"{names[-1]}.v"]
+        if len(single) >= 2:
+            proj.append(f"{single[1]}.v - {single[0]}.v AS d")
+        if kleene is not None:
+            proj.append(f"count({names[kleene]}) AS c")
+        returns = "RETURN " + ", ".join(proj)
+    parts = [f"PATTERN {op}({', '.join(items)}) FROM ev", "PARTITION BY k" if partitioned else "", strategy,
+             ("WHERE " + " AND ".join(where)) if where else "", f"WITHIN {within}" if within is not None else "",
+             returns]
+    return " ".join(p for p in parts if p)
+
+
+def _differential(spark, seeds, per_seed: int, filters=("on", "off")):
+    for seed in seeds:
+        data = events(seed=seed)
+        spark.createDataFrame(data).createOrReplaceTempView("ev")
+        con = _duck(data)
+        rng = random.Random(seed)
+        try:
+            for i in range(per_seed):
+                sql = random_statement(rng, partitioned=i % 2 == 0)
+                _same(con, spark, sql, interval_filter=filters[i % len(filters)])
+        finally:
+            con.close()
+
+
+def test_differential_spark_equals_duckdb(spark):
+    """Two random statements: one partitioned, one through the time split."""
+    _differential(spark, [11], 2, filters=("off",))
+
+
+@pytest.mark.slow
+def test_time_split_count_filtered_and_match_recognize_form(spark):
+    """The time split's COUNT(*) with a negation and a Kleene closure, filtered before the shuffle,
+    and the MATCH_RECOGNIZE form with a strategy."""
+    data = events(n=600, seed=4)
+    spark.createDataFrame(data).createOrReplaceTempView("ev")
+    con = _duck(data)
+    try:
+        n, mode = _same(con, spark, "PATTERN SEQ(a x, ~c n, b+ y) FROM ev USE skip-till-next-match WITHIN 9 "
+                                    "RETURN COUNT(*)", interval_filter="on")
+        assert mode.startswith("time split") and n == 1
+        assert ms.last_runs()[0].filtering.used
+        n, mode = _same(con, spark, "SELECT * FROM ev MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES "
+                                    "A.ts AS s, last(B.ts) AS e, count(B.*) AS nb PATTERN (A B+ C) WITHIN 10 "
+                                    "STRATEGY skip-till-any-match DEFINE A AS v >= 25, B AS B.v < 30, "
+                                    "C AS C.v > A.v)", interval_filter="off")
+        assert mode.startswith("partitioned") and n > 0
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+def test_differential_spark_equals_duckdb_sweep(spark):
+    _differential(spark, range(20, 26), 4, filters=("on", "off", "auto"))
+
+
+@pytest.mark.slow
+def test_run_many_equals_duckdb(spark):
+    data = events(seed=5)
+    spark.createDataFrame(data).createOrReplaceTempView("ev")
+    workload = [
+        "PATTERN SEQ(a x, b y) FROM ev PARTITION BY k WHERE x.g = y.g WITHIN 8 RETURN x.ts, y.ts",
+        "SET matchrec_cer_mechanism = eager",
+        "PATTERN SEQ(a x, b+ y, c z) FROM ev PARTITION BY k WITHIN 10 RETURN COUNT(*)",
+        "PATTERN SEQ(c x, d y) FROM ev WITHIN 6 RETURN x.v + y.v AS s",
+    ]
+    con = _duck(data)
+    try:
+        want = matchrec.run_many(con, workload).tables
+    finally:
+        con.close()
+    got = ms.run_many(spark, workload)
+    assert got[1] is None
+    for sql, w, g in zip(workload, want, got):
+        if g is None:
+            continue
+        assert _types(g.schema) == _types(ms._spark_schema(w.schema)), sql
+        assert rows_match(_rows(w), g.collect()), sql
+    modes = [r.mode for r in ms.last_runs()]
+    assert any("2 statements share one shuffle" in m for m in modes), modes
+
+
+def test_errors_point_into_the_statement(spark):
+    spark.createDataFrame(events(n=20)).createOrReplaceTempView("ev")
+    with pytest.raises(matchrec.ProgrammingError) as info:
+        ms.sql(spark, "PATTERN SEQ(a x, b y) FROM ev\nWHERE x.nope = 1 RETURN COUNT(*)")
+    assert "nope is not a column" in str(info.value) and "Line 2, Col 7" in str(info.value)
+    with pytest.raises(matchrec.ProgrammingError) as info:
+        ms.sql(spark, "PATTERN SEQ(a x b y) FROM ev")
+    assert "Line 1, Col 17" in str(info.value)
+    with pytest.raises(matchrec.ProgrammingError, match="Spark cannot read nosuch"):
+        ms.run_many(spark, ["PATTERN SEQ(a x, b y) FROM nosuch RETURN COUNT(*)"])
+
+
+@pytest.mark.slow
+def test_explain_analyze_reports_the_filtering(spark):
+    spark.createDataFrame(events(n=800, seed=6)).createOrReplaceTempView("ev")
+    lines = [r[0] for r in ms.sql(spark, "EXPLAIN ANALYZE PATTERN SEQ(a x, b y) FROM ev PARTITION BY k WITHIN 5 "
+                                         "RETURN x.ts, y.ts", interval_filter="on").collect()]
+    text = "\n".join(lines)
+    assert lines[0].startswith("CER statement #1 on Spark: partitioned"), text
+    assert "interval filtering: used" in text and "without interval filtering:" in text, text
+    plain = [r[0] for r in ms.sql(spark, "EXPLAIN PATTERN SEQ(a x, b y) FROM ev WITHIN 5").collect()]
+    assert plain[0].startswith("CER statement #1 on Spark: time split"), plain
