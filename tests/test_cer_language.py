@@ -239,6 +239,20 @@ def test_through_the_shell(con):
 
 
 # ---------------------------------------------------------------- the differential test
+def statement_text(case, pattern: str, table: str, returns: str) -> str:
+    """The CER statement of a random case: its pattern over ``table`` ordered by ts, its partitioning,
+    strategy, WHERE and WITHIN, returning ``returns``."""
+    out = f"PATTERN {pattern} FROM {table} ORDER BY ts"
+    if case.partitioned:
+        out += " PARTITION BY p"
+    out += f" USE {S.STRATEGY_NAMES[case.strategy]}"
+    if case.where:
+        out += f" WHERE {case.where}"
+    if case.window is not None:
+        out += f" WITHIN {case.window}"
+    return out + f" RETURN {returns}"
+
+
 class _Case:
     """A random table and a random query, both as text for matchrec and as an independent Python pattern."""
 
@@ -371,15 +385,7 @@ class _Case:
         return pa.table({k: pa.array(v, pa.int64() if k != "type" else pa.string()) for k, v in self.data.items()})
 
     def text(self, returns: str) -> str:
-        out = f"PATTERN {self.pattern_text} FROM ev ORDER BY ts"
-        if self.partitioned:
-            out += " PARTITION BY p"
-        out += f" USE {S.STRATEGY_NAMES[self.strategy]}"
-        if self.where:
-            out += f" WHERE {self.where}"
-        if self.window is not None:
-            out += f" WITHIN {self.window}"
-        return out + f" RETURN {returns}"
+        return statement_text(self, self.pattern_text, "ev", returns)
 
     def expected(self) -> list:
         ts = [self.data["ts"][i] for i in self.order]

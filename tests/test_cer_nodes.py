@@ -21,9 +21,8 @@ import pytest
 
 import matchrec
 from matchrec.connectors.loader import load
-from matchrec.parser import sase as S
 from nodes import TOKEN, Cluster
-from test_cer_language import _Case
+from test_cer_language import _Case, statement_text
 
 STRATEGIES = ["pull_all", "push_down", "naive_dfs", "dfs", "dfs_stateful", "push_pull", "auto"]
 
@@ -381,15 +380,7 @@ class _JoinCase:
         return self.element("single")
 
     def text(self, returns: str) -> str:
-        out = f"PATTERN {self.pattern} FROM cer_diff ORDER BY ts"
-        if self.partitioned:
-            out += " PARTITION BY p"
-        out += f" USE {S.STRATEGY_NAMES[self.strategy]}"
-        if self.where:
-            out += f" WHERE {self.where}"
-        if self.window is not None:
-            out += f" WITHIN {self.window}"
-        return out + f" RETURN {returns}"
+        return statement_text(self, self.pattern, "cer_diff", returns)
 
 
 def join_differential(pair: Pair, seeds) -> tuple[int, int]:

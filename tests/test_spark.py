@@ -58,12 +58,16 @@ def check_interval_filtering(spark, view, where: str) -> None:
     assert int(without.split(": ")[1].split()[0]) > 2 * with_f > 0
 
 
-def events(n=600, keys=4, seed=1) -> pa.Table:
+def events(n=600, keys=4, seed=1, ties=False) -> pa.Table:
+    """Random events over a few partition keys, with strictly increasing keys, or with ``ties``
+    repeated ones (the source's order breaks them on both paths) and one NULL key."""
     rng = random.Random(seed)
     ts, t = [], 0
     for _ in range(n):
-        t += rng.randint(1, 4)
+        t += rng.choice((0, 1, 1, 2, 3)) if ties else rng.randint(1, 4)
         ts.append(t)
+    if ties:
+        ts[n // 2] = None
     return pa.table({
         "k": pa.array([f"k{rng.randrange(keys)}" for _ in range(n)]),
         "ts": pa.array(ts, pa.int64()),

@@ -13,6 +13,7 @@ import pytest
 import matchrec
 import matchrec.spark as ms
 from spark_conformance import rows_match
+from test_spark import events as spark_events
 
 
 @pytest.fixture
@@ -21,20 +22,7 @@ def spark(spark_shared):
 
 
 def events(n=400, keys=3, seed=1) -> pa.Table:
-    """Events with repeated keys (ties keep the source's order on both paths) and a NULL key."""
-    rng = random.Random(seed)
-    ts, t = [], 0
-    for _ in range(n):
-        t += rng.choice((0, 1, 1, 2, 3))
-        ts.append(t)
-    ts[n // 2] = None
-    return pa.table({
-        "k": pa.array([f"k{rng.randrange(keys)}" for _ in range(n)]),
-        "ts": pa.array(ts, pa.int64()),
-        "type": pa.array([rng.choice("aabbccdd") for _ in range(n)]),
-        "v": pa.array([rng.randint(0, 50) for _ in range(n)], pa.int64()),
-        "g": pa.array([rng.randint(0, 3) for _ in range(n)], pa.int32()),
-    })
+    return spark_events(n, keys, seed, ties=True)
 
 
 def _duck(table: pa.Table, name: str = "ev"):

@@ -16,6 +16,7 @@ from matchrec.operators.cer_reference import alternatives
 from matchrec.parser import sase as S
 from matchrec.planner import cer as P
 from matchrec.planner import sharing as SH
+from matchrec.planner.cer.choice import closures_between_singles
 from matchrec.planner.cer_vector import VectorColumns, compile_condition
 
 
@@ -104,12 +105,8 @@ def countable(item, classes: ElementClasses) -> str:
         return "Kleene closure in OR / AND"
     chain = chains[0]
     kvars = {e.var for e in chain if e.kleene is not None}
-    for i, e in enumerate(chain):
-        if e.kleene is None:
-            continue
-        near = [chain[j] for j in (i - 1, i + 1) if 0 <= j < len(chain)]
-        if len(near) < 2 or any(x.negated or x.kleene is not None for x in near):
-            return "Kleene closure not between two single events"
+    if not closures_between_singles(chain):
+        return "Kleene closure not between two single events"
     if any(c.vars & kvars for c in item.conds):
         return "Kleene closure read by a condition"
     return ""

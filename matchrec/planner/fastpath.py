@@ -53,6 +53,17 @@ _MIRROR = {vm.CMP_EQ: vm.CMP_EQ, vm.CMP_NE: vm.CMP_NE, vm.CMP_LT: vm.CMP_GT, vm.
            vm.CMP_GT: vm.CMP_LT, vm.CMP_GE: vm.CMP_LE}
 
 
+def offset_arg(args: list, default: int) -> int | None:
+    """The offset of a navigation call's arguments ``(expr[, k])``: ``default`` without one, k when
+    it is a non-negative integer literal, None for anything else (another count of arguments, an
+    expression as offset): the compiled matcher takes only literal offsets."""
+    if len(args) == 1:
+        return default
+    if len(args) == 2 and isinstance(args[1], exp.Literal) and not args[1].is_string and args[1].this.isdigit():
+        return int(args[1].this)
+    return None
+
+
 @dataclass
 class RegisterCompare:
     label: int
@@ -264,12 +275,8 @@ class _Classifier:
         if name not in ("prev", "next") or not node.expressions:
             return None
         args = node.expressions
-        k = 1
-        if len(args) == 2:
-            if not (isinstance(args[1], exp.Literal) and not args[1].is_string and args[1].this.isdigit()):
-                return None
-            k = int(args[1].this)
-        elif len(args) != 1:
+        k = offset_arg(args, 1)
+        if k is None:
             return None
         inner = args[0]
         while isinstance(inner, exp.Paren):
@@ -331,12 +338,9 @@ class _Classifier:
             inner = args[0]
             if self.has_mr_or_agg(inner) or not self.current_only(inner, label):
                 return None
-            if len(args) > 1:
-                if not (isinstance(args[1], exp.Literal) and not args[1].is_string and args[1].this.isdigit()):
-                    return None
-                k = int(args[1].this)
-            else:
-                k = 1
+            k = offset_arg(args, 1)
+            if k is None:
+                return None
             offset = -k if name == "prev" else k
             shifted = exp.Paren(this=_strip(inner))  # a parent, so that even a bare column can be replaced
             for col in list(shifted.find_all(exp.Column)):
@@ -409,12 +413,8 @@ class _Classifier:
             if name == "first":
                 # the first row of a set: kept per thread once it labels a row of the set; the
                 # (n+1)-th with a logical offset n
-                n = 0
-                if len(args) == 2:
-                    if not (isinstance(args[1], exp.Literal) and not args[1].is_string and args[1].this.isdigit()):
-                        return None
-                    n = int(args[1].this)
-                if len(args) not in (1, 2) or self.has_mr_or_agg(args[0]) or n > MAX_DEPTH:
+                n = offset_arg(args, 0)
+                if n is None or self.has_mr_or_agg(args[0]) or n > MAX_DEPTH:
                     return None
                 sets = {self.var_set(c.args.get("table")) for c in args[0].find_all(exp.Column)}
                 if len(sets) != 1 or any(isinstance(c.this, exp.Star) for c in args[0].find_all(exp.Column)):
@@ -423,12 +423,8 @@ class _Classifier:
                 vs = frozenset(range(len(self.labels))) if vs is None else vs
                 return ("first", vs, 0, 0) if n == 0 else ("nth_first", vs, n, 0)
             if name in ("last", "prev", "next"):
-                k = 0 if name == "last" else 1
-                if len(args) == 2:
-                    if not (isinstance(args[1], exp.Literal) and not args[1].is_string and args[1].this.isdigit()):
-                        return None
-                    k = int(args[1].this)
-                elif len(args) != 1:
+                k = offset_arg(args, 0 if name == "last" else 1)
+                if k is None:
                     return None
                 if name == "last":
                     # a register holds the last row of its set before the current row is labelled:
@@ -594,23 +590,17 @@ class _Classifier:
         name = self.mr_name(tree)
         if name in ("prev", "next"):
             args = tree.expressions
-            if len(args) > 1:
-                if not (isinstance(args[1], exp.Literal) and not args[1].is_string and args[1].this.isdigit()):
-                    return None
-                k = int(args[1].this)
-            else:
-                k = 1
+            k = offset_arg(args, 1)
+            if k is None:
+                return None
             offset = -k if name == "prev" else k
             tree = args[0]
             name = self.mr_name(tree)
         logical = 0
         if name == "last":
             args = tree.expressions
-            if len(args) == 2:
-                if not (isinstance(args[1], exp.Literal) and not args[1].is_string and args[1].this.isdigit()):
-                    return None
-                logical = int(args[1].this)
-            elif len(args) != 1:
+            logical = offset_arg(args, 0)
+            if logical is None:
                 return None
             tree = args[0]
         elif name is not None:

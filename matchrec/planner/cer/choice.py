@@ -155,16 +155,23 @@ def batch_kleene(plan: CerPlan) -> str:
     chains = element_sets(q.root)
     if len(chains) != 1 or _holds_and(q.root):
         return "Kleene closure in OR / AND"
-    chain = chains[0]
+    if not closures_between_singles(chains[0]):
+        return "Kleene closure not between two single events"
+    if any(set(S.variables(c)) & kvars for c in q.conditions):
+        return "Kleene closure read by a condition"
+    return ""
+
+
+def closures_between_singles(chain) -> bool:
+    """Whether every Kleene closure of a chain of elements lies between two single, positive events:
+    the closures the batch operator counts (a sum of binomials per pair of neighbours)."""
     for i, e in enumerate(chain):
         if e.kleene is None:
             continue
         near = [chain[j] for j in (i - 1, i + 1) if 0 <= j < len(chain)]
         if len(near) < 2 or any(x.negated or x.kleene is not None for x in near):
-            return "Kleene closure not between two single events"
-    if any(set(S.variables(c)) & kvars for c in q.conditions):
-        return "Kleene closure read by a condition"
-    return ""
+            return False
+    return True
 
 
 def _seconds(x: float) -> str:
