@@ -16,7 +16,7 @@ Three forms, all matched on the executors by the same engine as on DuckDB:
   return the plan (and the measured rows, shuffle bytes and time) as a DataFrame.
 
 ``sql`` also takes CER statements (``PATTERN ... FROM t``, MATCH_RECOGNIZE with STRATEGY) over a
-Spark table, and ``run_many(spark, statements)`` a workload of them (``connectors.spark_cer``).
+Spark table, and ``run_many(spark, statements)`` a workload of them (``spark_cer``).
 
 They run on local sessions, on clusters (``ship(builder, archive)`` sends executors a packed
 Python with matchrec, see ``matchrec.spark_env``) and through Spark Connect: only DataFrame
@@ -29,7 +29,6 @@ line and column in the text the user wrote.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +36,7 @@ import pyarrow as pa
 from matchrec import errors as E
 from matchrec.connectors import spark_matching as M
 from matchrec.connectors.spark_common import cache, release  # noqa: F401 (release is public API)
+from matchrec.connectors.spark_metrics import ClauseReport
 
 __all__ = ["register", "match_recognize", "sql", "run_many", "ship", "source", "AnalysisError", "last_runs",
            "matchrec_error", "release"]
@@ -127,17 +127,6 @@ class AnalysisError(E.ProgrammingError):
 
 
 # ------------------------------------------------------------------ options and bookkeeping
-@dataclass
-class ClauseReport:
-    """What one MATCH_RECOGNIZE did on Spark (EXPLAIN and EXPLAIN ANALYZE print it)."""
-    mode: str = ""
-    lines: list[str] = field(default_factory=list)
-    explain: str = ""
-    jobs_seconds: float = 0.0
-    filtering: object = None  # connectors.spark_filtering.FilterReport when intervals were used
-    kind: str = "MATCH_RECOGNIZE"  # or "CER statement"
-
-
 _LAST: list[ClauseReport] = []
 
 
@@ -511,13 +500,13 @@ def _sql(spark, statement: str, dialect: str, interval_filter: str):
 
 
 def _cer_env(spark):
-    from matchrec.connectors.spark_cer import Env
+    from matchrec.spark_cer import Env
     return Env(_parallelism(spark), _partition_keys, _spark_schema, _arrow_schema)
 
 
 def _cer(spark, statement: str, explain: str | None, text: str, interval_filter: str):
     """A CER statement (``text``: the statement with EXPLAIN [ANALYZE] blanked out)."""
-    from matchrec.connectors import spark_cer
+    from matchrec import spark_cer
     from matchrec.connectors.spark_metrics import ShuffleMeter
     _prepare(spark)
     meter = ShuffleMeter(spark) if explain == "analyze" else None
@@ -540,7 +529,7 @@ def run_many(spark, statements: list[str]) -> list:
     ``matchrec.run_many`` returns for it on DuckDB over the same rows. Statements over one table
     share one scan; those with the same PARTITION BY column share one shuffle, each task running
     ``matchrec.run_many`` over its rows."""
-    from matchrec.connectors import spark_cer
+    from matchrec import spark_cer
     _LAST.clear()
     try:
         if isinstance(statements, str) or not all(isinstance(s, str) for s in statements):

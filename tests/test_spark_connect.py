@@ -15,6 +15,9 @@ from test_spark import QUERIES, _duck, _view, check_interval_filtering, events
 @pytest.fixture(scope="module")
 def spark():
     from pyspark.sql import SparkSession
+    active = SparkSession.getActiveSession()
+    if active is not None:  # a local session of earlier modules (restarted for later ones when needed)
+        active.stop()
     url, procs = connect_server()
     try:
         session = SparkSession.builder.remote(url).getOrCreate()

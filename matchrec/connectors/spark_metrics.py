@@ -1,4 +1,5 @@
-"""Shuffle bytes of the Spark jobs matchrec runs, for EXPLAIN ANALYZE.
+"""Shuffle bytes of the Spark jobs matchrec runs, for EXPLAIN ANALYZE, and the report of what one
+statement did on Spark (``ClauseReport``).
 
 On a classic session a meter reads the application's status store (works with the UI off): it
 takes the totals of every stage Spark has recorded when it is created, and ``delta()`` gives
@@ -12,7 +13,7 @@ own, and the meter sees its shuffles: both sides of a comparison then pay and co
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -120,3 +121,14 @@ def before_cache(df) -> None:
     """Meter what computing ``df`` shuffles, on Connect while a meter is open (see the docstring)."""
     if _OPEN:
         count(df)
+
+
+@dataclass
+class ClauseReport:
+    """What one MATCH_RECOGNIZE or CER statement did on Spark (EXPLAIN and EXPLAIN ANALYZE print it)."""
+    mode: str = ""
+    lines: list[str] = field(default_factory=list)
+    explain: str = ""
+    jobs_seconds: float = 0.0
+    filtering: object = None  # connectors.spark_filtering.FilterReport when intervals were used
+    kind: str = "MATCH_RECOGNIZE"  # or "CER statement"

@@ -575,7 +575,7 @@ def run_workload(spark, statements: list[str], env: Env, reports: list) -> list:
 
 
 def _new_report(reports: list):
-    from matchrec.spark import ClauseReport
+    from matchrec.connectors.spark_metrics import ClauseReport
     rep = ClauseReport(kind="CER statement")
     reports.append(rep)
     return rep
