@@ -134,7 +134,7 @@ def _fold(func, is_float, c, acc, comp, vi, vf, fbuf, ibuf, compensated):
     return c + 1, max(acc, vi), comp
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, _nrt=False)  # no reference counting of its arrays: see _match
 def _advance(label, row, regs, state, ivals, ivalid, fvals, fvalid, fbuf, ibuf, compensated):
     """Update the first rows and running aggregates of a thread taking ``row`` with ``label``;
     False when an integer sum left the exact range."""
@@ -314,7 +314,7 @@ def _arith(o, a, b, sint, sval, sfloat, sscale, ibuf):
     return True
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, _nrt=False)  # no reference counting of its arrays: see _match
 def _programs(label, row, regs, t, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull, fnull_ok, pstart, pend,
               pcode, pleaf, pfirst, sval, sint, sfloat, sok, sscale, state, fbuf, ibuf, compensated, match_number):
     """Whether every register program of ``label`` yields TRUE at ``row`` for thread ``t``.
@@ -536,11 +536,8 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, reg_init, state, compens
     ``probe`` set, every row is tried as a start, nothing is emitted, and ``possible[row]``
     tells whether some match (possibly empty) starts there.
     """
+    # the scratch of the matcher, allocated here: _match runs without reference counting
     n_prog = op.shape[0]
-    n_ev = 0
-    n_lab = 0
-    n_exc = 0
-    thread_cap = min(max_threads, cur_pc.shape[0])
     depth = 1
     if pcode is not None:
         depth = max(pcode.shape[0], 1)  # a program never stacks more values than it has steps
@@ -554,6 +551,38 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, reg_init, state, compens
     stack_node = np.empty(4 * n_prog + 4, np.int64)
     vis_stamp = np.zeros(n_prog, np.int64)
     vis_head = np.full(n_prog, -1, np.int64)
+    tmp_regs = np.empty(max(n_regs, 1), np.int64)
+    fbuf = np.zeros(2, np.float64)
+    return _match(op, ia, ib, keyed, n_regs, reg_sets, reg_init, state, compensated, masks, bounds, part_from,
+                  conds, ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull, fnull_ok, pcode, pleaf, pfirst,
+                  has_within, within_float, wkey_i, wend_i, wkey_f, wend_f, wvalid, wend_valid, within_desc,
+                  skip_kind, skip_mask, empty_mode, probe, max_threads, max_matches, first_mask, ev_kind, ev_start,
+                  ev_len, ev_mn, ev_lab, ev_exc, labels_out, exc_out, possible, arena_label, arena_prev, arena_pos,
+                  vis_next, vis_regs, cur_pc, cur_node, cur_regs, nxt_pc, nxt_node, nxt_regs, stop, spent, worker,
+                  step_limit, sval, sint, sfloat, sok, sscale, stack_pc, stack_node, vis_stamp, vis_head, tmp_regs,
+                  fbuf)
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def _match(op, ia, ib, keyed, n_regs, reg_sets, reg_init, state, compensated, masks, bounds, part_from, conds,
+          ivals, ivalid, fvals, fvalid, inull, inull_ok, fnull, fnull_ok, pcode, pleaf, pfirst, has_within,
+          within_float, wkey_i, wend_i, wkey_f, wend_f, wvalid, wend_valid, within_desc, skip_kind, skip_mask,
+          empty_mode, probe, max_threads, max_matches, first_mask, ev_kind, ev_start, ev_len, ev_mn, ev_lab, ev_exc,
+          labels_out, exc_out, possible, arena_label, arena_prev, arena_pos, vis_next, vis_regs, cur_pc, cur_node,
+          cur_regs, nxt_pc, nxt_node, nxt_regs, stop, spent, worker, step_limit, sval, sint, sfloat, sok, sscale,
+          stack_pc, stack_node, vis_stamp, vis_head, tmp_regs, fbuf):
+    """run_partitions with its scratch arrays given.
+
+    Compiled without NRT reference counting (``_nrt=False``; it allocates nothing): with it, every
+    call of the out-of-line _programs and _advance increfs and decrefs each array argument (twenty
+    atomic pairs per row and thread), which took ~400 ns per row of a running-sum DEFINE against
+    ~100 ns for the rest of the step. The arrays are the caller's, alive for the whole call.
+    """
+    n_prog = op.shape[0]
+    n_ev = 0
+    n_lab = 0
+    n_exc = 0
+    thread_cap = min(max_threads, cur_pc.shape[0])
     stamp = 0
     arena_cap = arena_label.shape[0]
     vis_cap = vis_next.shape[0]
@@ -561,8 +590,6 @@ def run_partitions(op, ia, ib, keyed, n_regs, reg_sets, reg_init, state, compens
     ev_cap = ev_kind.shape[0]
     exc_cap = exc_out.shape[0]
     n_parts = bounds.shape[0] - 1
-    tmp_regs = np.empty(max(n_regs, 1), np.int64)
-    fbuf = np.zeros(2, np.float64)
     ibuf = fbuf.view(np.int64)  # the bits of a float accumulator kept in an int64 word
     unspent = 0  # steps not yet added to spent[worker]
     for part in range(part_from, n_parts):
