@@ -59,8 +59,10 @@ def literal(v) -> str:
 
 
 def random_measure(rng: random.Random, k: int) -> str:
-    func = rng.choice(["count", "sum", "avg", "min", "max", "count", "sum"])
+    func = rng.choice(["count", "sum", "avg", "min", "max", "count", "sum", "array_agg", "string_agg"])
     col = rng.choice(COLUMNS)
+    if func == "string_agg":
+        col = "sv"
     if func in ("sum", "avg") and col == "sv":
         col = "iv"
     var = rng.choice(["", "A.", "B.", "U.", "C."])
@@ -68,10 +70,10 @@ def random_measure(rng: random.Random, k: int) -> str:
     if func == "count" and rng.random() < 0.2:
         arg = f"{var}*" if var else "*"
     mode = rng.choice(["", "RUNNING ", "FINAL "])
-    measure = f"{mode}{func}({arg})"
+    measure = f"{mode}{func}({arg})" if func != "string_agg" else f"{mode}string_agg({arg}, '|')"
     if rng.random() < 0.15 and func in ("count", "sum", "min", "max") and col != "sv":
         measure = f"{measure} + 1"
-    if rng.random() < 0.1 and col in ("fv", "iv"):
+    if rng.random() < 0.1 and col in ("fv", "iv") and func not in ("array_agg", "string_agg"):
         measure = f"{measure} / 2"
     return f"{measure} AS m{k}"
 
@@ -160,3 +162,22 @@ def test_sums_stay_exact_and_in_order(con):
     assert [repr(r[1]) for r in rows] == ["-0.0", "1e+16", "1e+16", "1e+16", "0.0"]  # ties round to even
     assert rows[-1][2] == 2 * 9223372036854775000 + 4
     assert [r[6] for r in rows] == [1, 2, 3, 3, 4]
+
+
+def test_array_and_string_aggregates_are_column_wise(con):
+    """array_agg keeps NULLs in match order, string_agg skips them; no row gives NULL; a label
+    set's lists hold only its rows, RUNNING ones only the rows up to the current one."""
+    con.cursor().execute("""CREATE OR REPLACE TABLE g AS SELECT * FROM (VALUES
+        (1, 5, 'x'), (2, NULL, NULL), (3, 7, 'y'), (4, 1, 'z'), (5, 9, NULL)) v(id, v, s)""")
+    sql = """SELECT * FROM g MATCH_RECOGNIZE (ORDER BY id MEASURES RUNNING array_agg(A.v) AS ra,
+        FINAL array_agg(v) AS fa, RUNNING string_agg(B.s, '|') AS rs, FINAL string_agg(s, '+') AS fs
+        ALL ROWS PER MATCH PATTERN (A B+) DEFINE A AS id % 2 = 1, B AS true)"""
+    reference, _ = run(con, sql, True)
+    got, column_wise = run(con, sql, False)
+    assert got == reference and column_wise == 4
+    cur = con.cursor()
+    cur.execute(sql)
+    rows = [r[1:5] for r in cur.fetchall()]
+    assert rows[0] == ([5], [5, None, 7, 1, 9], None, "x+y+z")
+    assert rows[1] == ([5], [5, None, 7, 1, 9], None, "x+y+z")
+    assert rows[2] == ([5], [5, None, 7, 1, 9], "y", "x+y+z")

@@ -335,6 +335,8 @@ class _Vector:
         if node.filter is not None or node.distinct:
             raise _NotVectorizable()
         if not node.star:
+            if node.func in ("list", "string_agg"):
+                return self.collect(node)
             return self.reduce(node)
         m = self.m
         limit = self.cur - self.start if node.running else self.length - 1
@@ -403,6 +405,41 @@ class _Vector:
         elif nan is not None and not integer:
             got = np.where(nan[slot], np.nan, got)
         return pa.array(got, mask=count == 0)
+
+    def collect(self, node: ir.Agg):
+        """array_agg (``list``) and string_agg of a column: each output row's visible match rows of
+        the label set, in match order, taken from the column at once (array_agg keeps NULLs,
+        string_agg skips them; no row gives NULL)."""
+        if len(node.args) != 1 or not isinstance(node.args[0], ir.Col) or node.args[0].index not in self.colmap:
+            raise _NotVectorizable()
+        if not self.n_slots:
+            raise _NotVectorizable()
+        m = self.m
+        rows = slot_rows(m.start, m.label_offset, m.length, self.n_slots)
+        if (rows < 0).any():
+            raise _NotVectorizable()
+        taken = self.table.column(self.colmap[node.args[0].index]).take(pa.array(rows))
+        if isinstance(taken, pa.ChunkedArray):
+            taken = taken.combine_chunks()
+        keep = self._inside(node.labels).copy() if node.labels is not None else np.ones(self.n_slots, bool)
+        if node.func == "string_agg":
+            if not _textual(taken.type):
+                raise _NotVectorizable()
+            keep &= np.asarray(taken.is_valid().to_numpy(zero_copy_only=False), bool)
+        kept = np.flatnonzero(keep)  # slots in match order: matches are laid out one after another
+        limit = self.cur - self.start if node.running else self.length - 1
+        base = m.label_offset[self.i]
+        upto = np.clip(limit + 1, 0, self.length)
+        lo = np.searchsorted(kept, base)
+        counts = np.searchsorted(kept, base + upto) - lo
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        if offsets[-1] > MAX_COLLECTED:  # RUNNING lists of long matches grow with the square
+            raise _NotVectorizable()
+        picks = np.repeat(lo - offsets[:-1], counts) + np.arange(offsets[-1])
+        lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), taken.take(pa.array(kept[picks])))
+        if node.func == "string_agg":
+            lists = pc.binary_join(lists, node.extra[0] if node.extra else ",")
+        return pc.if_else(pa.array(counts == 0), pa.nulls(len(counts), lists.type), lists)
 
     def slot_booleans(self, arg: ir.Node) -> np.ndarray:
         """A BOOLEAN argument's values at every match slot as int64 0/1 (NULLs as 0)."""
@@ -487,6 +524,7 @@ class _Vector:
             cur.close()
 
 
+MAX_COLLECTED = 1 << 26  # values in the lists of one array_agg/string_agg measure computed column-wise
 _REDUCERS = {"count", "sum", "avg", "min", "max", "bool_and", "bool_or"}
 _ARROW_OPS = {"add": pc.add, "sub": pc.subtract, "mul": pc.multiply, "eq": None, "ne": None, "lt": None,
               "le": None, "gt": None, "ge": None}  # comparisons: arrow_eval.duck_compare
