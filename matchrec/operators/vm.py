@@ -578,7 +578,6 @@ def _match(op, ia, ib, keyed, n_regs, reg_sets, reg_init, state, compensated, ma
     atomic pairs per row and thread), which took ~400 ns per row of a running-sum DEFINE against
     ~100 ns for the rest of the step. The arrays are the caller's, alive for the whole call.
     """
-    n_prog = op.shape[0]
     n_ev = 0
     n_lab = 0
     n_exc = 0
