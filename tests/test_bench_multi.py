@@ -10,11 +10,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import matchrec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow  # the benchmark's own run; its generators and run_many are checked on real data below
 def test_bench_multi_quick_run():
     proc = subprocess.run(
         [sys.executable, "-m", "bench.multi", "--quick", "--no-append", "--patterns", "6",
