@@ -125,11 +125,6 @@ MARKS = "__mr_m"  # shard: which variables' conditions a row satisfies, as bits
 FINAL = "__mr_f"  # shard: whether a row passes the final filter
 
 
-def rows_view(ident: int) -> str:
-    """Shard: a view of a session's remembered rows."""
-    return f"__mr_rows_{ident}"
-
-
 def ids_view(ident: int) -> str:
     """Shard: a view of row ids sent in a request."""
     return f"__mr_ids_{ident}"
