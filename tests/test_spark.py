@@ -252,7 +252,7 @@ def _differential(spark, seeds, per_seed=2, n=800):
 
 
 def test_differential_spark_equals_duckdb(spark):
-    modes, bad = _differential(spark, range(4))
+    modes, bad = _differential(spark, range(2))
     assert not bad, bad[:3]
     assert ("time split", "off") in modes and ("partitioned", "off") in modes
     assert ("filtered", "on") in modes and ("time split", "on") in modes

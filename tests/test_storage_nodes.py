@@ -156,7 +156,7 @@ def _differential(cluster, seeds, n_rows):
 
 
 def test_every_strategy_equals_local_execution(cluster):
-    _differential(cluster, range(12), 400)
+    _differential(cluster, range(3), 400)
 
 
 @pytest.mark.slow
