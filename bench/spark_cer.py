@@ -27,6 +27,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=0, help="only the first N departures (0: all)")
     ap.add_argument("--runs", type=int, default=1, help="timed runs per measurement (the best is shown)")
+    ap.add_argument("--many-only", action="store_true", help="only ms.run_many, with and without interval filtering")
     args = ap.parse_args(argv)
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
     import matchrec.spark as ms
@@ -70,6 +71,8 @@ def main(argv=None) -> None:
         con.execute(sql).fetch_arrow_table()  # warm
         td, want = best(lambda: con.execute(sql).fetch_arrow_table())
         want_all.append(want)
+        if args.many_only:
+            continue
         t0, got0, m0, r0 = on_spark(sql, "off")
         t1, got1, m1, r1 = on_spark(sql, "on")
         equal = _rows(want) == _rows(got0) == _rows(got1)
@@ -78,15 +81,18 @@ def main(argv=None) -> None:
               f"{m0.written:,} | {t1:.2f} / {m1.records:,} / {m1.written:,} | {t1 / td:.0f}x | {equal} |")
         if r1.filtering is not None:
             print("    " + r1.filtering.reason)
-    meter = ShuffleMeter(spark)
-    t_many, frames = best(lambda: [f.toArrow() for f in ms.run_many(spark, FLIGHT_QUERIES)])
-    moved = meter.delta()
-    ms.release()
-    equal = all(_rows(w) == _rows(g) for w, g in zip(want_all, frames))
-    print(f"\nms.run_many over the three: {t_many:.2f} s, {moved.records:,} rows / {moved.written:,} bytes shuffled, "
-          f"equal to the DuckDB path: {equal}")
-    for r in ms.last_runs():
-        print("  " + r.mode)
+    for mode in ("off", "on"):
+        meter = ShuffleMeter(spark)
+        t_many, frames = best(lambda: [f.toArrow() for f in ms.run_many(spark, FLIGHT_QUERIES, interval_filter=mode)])
+        moved = meter.delta()
+        ms.release()
+        equal = all(_rows(w) == _rows(g) for w, g in zip(want_all, frames))
+        print(f"\nms.run_many over the three, interval filtering {mode}: {t_many:.2f} s, {moved.records:,} rows / "
+              f"{moved.written:,} bytes shuffled (the rounds' jobs included), equal to the DuckDB path: {equal}")
+        for r in ms.last_runs():
+            print("  " + r.mode)
+            print("".join(f"    {line}\n" for line in r.lines if "interval filtering" in line or "final pull" in line),
+                  end="")
     spark.stop()
 
 

@@ -523,19 +523,20 @@ def _cer(spark, statement: str, explain: str | None, text: str, interval_filter:
     return _explain(spark, final, meter, unfiltered if filtered else None)
 
 
-def run_many(spark, statements: list[str]) -> list:
+def run_many(spark, statements: list[str], *, interval_filter: str = "auto") -> list:
     """Evaluate a workload of CER statements (and SET/RESET statements, which apply to the ones
     after them) on Spark: one DataFrame per statement (None for SET/RESET), each with the rows
     ``matchrec.run_many`` returns for it on DuckDB over the same rows. Statements over one table
     share one scan; those with the same PARTITION BY column share one shuffle, each task running
-    ``matchrec.run_many`` over its rows."""
+    ``matchrec.run_many`` over its rows. ``interval_filter`` (auto | on | off), as for ``sql``: before
+    a shared shuffle, only rows inside any of its statements' time interval sets are kept."""
     from matchrec import spark_cer
     _LAST.clear()
     try:
         if isinstance(statements, str) or not all(isinstance(s, str) for s in statements):
             raise E.ProgrammingError("run_many takes a list of statements (strings)")
         _prepare(spark)
-        return spark_cer.run_workload(spark, list(statements), _cer_env(spark), _LAST)
+        return spark_cer.run_workload(spark, list(statements), _cer_env(spark), _LAST, interval_filter)
     except E.Error as err:
         raise _spark_error(err) from None
 

@@ -495,16 +495,20 @@ def _time_split(spark, src, a: Analysis, env: Env, in_schema, columns, event_sch
     return ranged.repartition(k, "__mrs_part").drop("__mrs_part").mapInArrow(task, out_struct)
 
 
-def run_workload(spark, statements: list[str], env: Env, reports: list) -> list:
+def run_workload(spark, statements: list[str], env: Env, reports: list, interval_filter: str = "auto") -> list:
     """One DataFrame per CER statement of ``statements`` (SET/RESET statements apply to the ones
     after them and get None). Statements over one Spark table share one scan (its columns any of
     them reads, cached); those with the same PARTITION BY column also share one shuffle, each task
-    running ``matchrec.run_many`` over its rows; the others run one by one over the shared scan."""
+    running ``matchrec.run_many`` over its rows; the others run one by one over the shared scan.
+    ``interval_filter`` as for one statement: a shared shuffle carries the rows inside any of its
+    statements' time interval sets (``spark_filtering.filter_by_plans``), each once."""
     from pyspark.sql import functions as F
 
     from matchrec.connectors.spark_common import cache
     from matchrec.parser import sase as S
     from matchrec.parser.classify import classify
+    if interval_filter not in ("auto", "on", "off"):
+        raise E.ProgrammingError("interval_filter must be auto, on or off")
     kinds, settings, parsed = [], [], {}
     for i, text in enumerate(statements):
         E.check_text(text)
@@ -545,13 +549,25 @@ def run_workload(spark, statements: list[str], env: Env, reports: list) -> list:
             if not part:
                 i = idx[0]
                 rep = _new_report(reports)
-                out[i] = run_statement(spark, statements[i], env, rep, "off", kinds[i][1], base=base)
+                out[i] = run_statement(spark, statements[i], env, rep, interval_filter, kinds[i][1], base=base)
                 rep.lines.append("run_many: over the table's shared scan")
                 continue
             plan = analyses[idx[0]].plan
             src = base.where(F.col(_q(plan.key_column)).isNotNull())
             in_schema = env.arrow_schema(src.schema)
             event_schema = naive(pa.schema([f for f in in_schema if f.name != RID]))
+            filter_lines, freport = [], None
+            if interval_filter != "off":
+                from matchrec.connectors.spark_filtering import filter_by_plans
+                from matchrec.planner.cer_intervals import interval_plan
+                planned = [interval_plan(analyses[j].plan) for j in idx]
+                filtered, freports = filter_by_plans(src, in_schema, [ip for ip, _ in planned], interval_filter, RID)
+                if filtered is not None:
+                    src = filtered
+                freport = freports[0]
+                for n, (j, (ip, why), fr) in enumerate(zip(idx, planned, freports), 1):
+                    lines = fr.lines() if ip is not None else [f"interval filtering: not used ({why})"]
+                    filter_lines += [f"statement {j + 1}: {line}" for line in lines]
             # the group's statements with the SETs in force among them, in the workload's order
             first, last = min(idx), max(idx)
             texts, cer_at = [], []
@@ -569,6 +585,8 @@ def run_workload(spark, statements: list[str], env: Env, reports: list) -> list:
             rep.mode = (f"partitioned: {len(idx)} statements share one shuffle by {plan.partition_column} into "
                         f"{env.tasks} tasks, each running matchrec.run_many over its rows")
             rep.explain = "\n".join(analyses[j].explain for j in idx)
+            rep.filtering = freport
+            rep.lines += filter_lines
             for k, j in zip(cer_at, idx):
                 out[j] = done[k]
     return out

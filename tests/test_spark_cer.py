@@ -148,15 +148,18 @@ def test_run_many_equals_duckdb(spark):
         want = matchrec.run_many(con, workload).tables
     finally:
         con.close()
-    got = ms.run_many(spark, workload)
+    # filtering forced: the shared shuffle carries only rows inside the two statements' interval sets
+    got = ms.run_many(spark, workload, interval_filter="on")
     assert got[1] is None
     for sql, w, g in zip(workload, want, got):
         if g is None:
             continue
         assert _types(g.schema) == _types(ms._spark_schema(w.schema)), sql
         assert rows_match(_rows(w), g.collect()), sql
-    modes = [r.mode for r in ms.last_runs()]
-    assert any("2 statements share one shuffle" in m for m in modes), modes
+    runs = ms.last_runs()
+    shared = [r for r in runs if "2 statements share one shuffle" in r.mode]
+    assert shared and shared[0].filtering.used, [r.mode for r in runs]
+    assert sum("one final pull for the 2 statements" in line for line in shared[0].lines) == 2, shared[0].lines
 
 
 def test_errors_point_into_the_statement(spark):

@@ -191,6 +191,67 @@ def filter_by_plan(df, schema: pa.Schema, ip, mode: str):
     return shards.final_rows(request, blobs), report
 
 
+def pull_any_task(requests: list[tuple[str, list[bytes]]], schema: pa.Schema, rid: str):
+    """A ``mapInArrow`` function: the partition's rows inside the final time interval set of any
+    of ``requests``, each row once (by its row number ``rid``), in row-number order."""
+    import numpy as np
+
+    def run(batches):
+        con = _load(batches, schema)
+        try:
+            service = ShardService(con, DEFAULT_MAX_PAYLOAD_MB << 20)
+            kept = [conform(service.answer(json.loads(r), blobs), schema) for r, blobs in requests]
+        finally:
+            con.close()
+        rows = pa.concat_tables(kept) if kept else schema.empty_table()
+        if not rows.num_rows:
+            return
+        ids = rows.column(rid).to_numpy()
+        _, first = np.unique(ids, return_index=True)  # sorted by row number: the source's order
+        yield from rows.take(pa.array(first)).to_batches()
+    return run
+
+
+def filter_by_plans(df, schema: pa.Schema, ips: list, mode: str, rid: str):
+    """Interval filtering for a group of statements over one DataFrame (``matchrec.spark.run_many``):
+    each statement's own rounds (``filter_by_plan``'s), then ONE final pull keeping a row when any
+    statement's final interval set holds it, so the group's shuffle carries each row once.
+    (DataFrame or None, [FilterReport per statement]); None when a statement cannot be filtered
+    (it needs every row) or, in auto mode, the input is too small for the rounds to pay."""
+    reports = [FilterReport() for _ in ips]
+    if any(ip is None for ip in ips):
+        for r in reports:
+            r.reason = "not used (a statement of the group needs every row)"
+        return None, reports
+    cached = cache(df)
+    sizes = collect(cached.mapInArrow(rows_task(), "n long"))
+    rows = sum(r[0] for r in sizes)
+    if mode == "auto" and rows < MIN_ROWS:
+        for r in reports:
+            r.rows_in = rows
+            r.reason = f"not used ({rows} rows: below {MIN_ROWS}, the rounds' jobs would cost more)"
+        cached.unpersist()
+        return None, reports
+    shards = SparkShards(cached, schema, max(1, len(sizes)))
+    trips = "auto" if mode == "auto" else "always"
+    requests = []
+    for ip, report in zip(ips, reports):
+        meter = ShuffleMeter(df.sparkSession)
+        stats = PullStats(strategy="dfs")
+        t0 = time.perf_counter()
+        request, blobs = shards.filter_rounds(TABLE, list(schema.names), ip, exact=False,
+                                              round_trips=trips, stats=stats)
+        stats.phases["rounds"] = time.perf_counter() - t0
+        requests.append((json.dumps(request), blobs))
+        report.used, report.pull, report.rows_in = True, stats, rows
+        report.reason = "used: " + "; ".join(ip.describe()[:1])
+        report.shuffle = meter.delta()
+        report.notes.append(f"rounds ran {stats.round_trips} Spark jobs in {stats.phases['rounds']:.3f} s; one final "
+                            f"pull for the {len(ips)} statements of the shuffle keeps rows inside any of their time "
+                            "interval sets")
+    return cached.mapInArrow(pull_any_task(requests, schema, rid), cached.schema), reports
+
+
 class SparkSource(Source):
     """A Spark DataFrame as a source: every partition plays a shard (one Spark job per request,
     each task answering it with ``ShardService`` over its rows loaded into an in-memory DuckDB;
