@@ -24,6 +24,9 @@ from matchrec.errors import OperationalError
 from matchrec.operators.cer_reference import Condition, Element, Events, Order, Pattern, alternatives, orders
 
 
+_CHUNK = 1 << 15  # matches a sink materializes between two looks at the statement's budget
+
+
 def too_many_partial(max_partial: int) -> OperationalError:
     return OperationalError(f"The eager NFA holds more than {max_partial} partial matches at once; raise SET "
                             f"matchrec_cer_max_partial_matches, narrow the WITHIN window, or let the planner pick a "
@@ -479,6 +482,36 @@ class Sink:
         self.n += 1
         if self.max is not None and self.n > self.max:
             raise too_many(self.max)
+
+    def add_choices(self, chain: ChainPlan, binding: dict, var: str, values: list) -> None:
+        """One match per value of ``values`` bound to ``var``, the other variables as in
+        ``binding``: the same as ``add`` once per value, with the match's other items sorted
+        once for all of them (a Kleene closure's sequences listed together)."""
+        n = len(values)
+        if self.counting and not chain.shared:
+            self.n += n
+            return
+        if chain.shared:
+            saved = binding.get(var)
+            try:
+                for v in values:
+                    binding[var] = v
+                    self.add(chain, binding)
+            finally:
+                binding.pop(var, None)
+                if saved is not None:
+                    binding[var] = saved
+            return
+        if self.max is not None and self.n + n > self.max:
+            raise too_many(self.max)
+        items = sorted((k, v) for k, v in binding.items() if k != var)
+        head = tuple(x for x in items if x[0] < var)
+        tail = tuple(x for x in items if x[0] > var)
+        kept = self.kept
+        for start in range(0, n, _CHUNK):  # a stop for memory or an interrupt need not wait for it all
+            kept.extend([(*head, (var, v), *tail) for v in values[start:start + _CHUNK]])
+            self.spend(0)
+        self.n += n
 
     def add_count(self, chain: ChainPlan, n: int) -> None:
         """``n`` matches of a chain whose matches need not be kept."""

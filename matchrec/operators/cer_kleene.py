@@ -368,9 +368,10 @@ class _Recompute:
             paths = {}
             for j in range(b - 1, a - 1, -1):
                 paths[j] = 1 + sum(paths[k] for k in self.successors(i, c, j, b))
+            listed: dict = {}  # candidate -> its sequences, listed once for every match that holds them
             for j in range(a, b):
                 if self._first_ok(i, rowl[j]):
-                    self.expand.append((var, paths[j], partial(self._listing, i, c, j, b, None)))
+                    self.expand.append((var, paths[j], partial(self._listing, i, c, j, b, None, listed)))
                     try:
                         self.bind(s, i, (rowl[j],), keyl[j], keyl[j], lo_all, hi_all, weight * paths[j])
                     finally:
@@ -383,30 +384,50 @@ class _Recompute:
                 n = sum(to_end.get(k, 0) for k in self.successors(i, c, j, j1 + 1))
                 if n:
                     to_end[j] = n
+            listed = {}
             for j in sorted(to_end):
                 if not self._first_ok(i, rowl[j]):
                     continue
                 value = (rowl[j],) if j == j1 else (rowl[j], rowl[j1])
-                self.expand.append((var, to_end[j], partial(self._listing, i, c, j, j1 + 1, j1)))
+                self.expand.append((var, to_end[j], partial(self._listing, i, c, j, j1 + 1, j1, listed)))
                 try:
                     self.bind(s, i, value, keyl[j], keyl[j1], lo_all, hi_all, weight * to_end[j])
                 finally:
                     self.expand.pop()
 
-    def _listing(self, i: int, c: Cands, j: int, b: int, end: int | None):
+    def _listing(self, i: int, c: Cands, j: int, b: int, end: int | None, listed: dict) -> list:
         """The valid sequences of element i that begin with candidate j, stay below b and (``end``
-        not None) end at candidate ``end``, as row tuples."""
+        not None) end at candidate ``end``, as row tuples. ``listed`` keeps each candidate's
+        sequences (for one b and end): a sequence from j is j followed by one from a successor,
+        so each is built once by one tuple concatenation, and matches that share a candidate
+        (every a before the same first event of b) share its list."""
+        out = listed.get(j)
+        if out is not None:
+            return out
         rowl = c.rowl
-        stack = [((rowl[j],), j)]
-        while stack:
-            rows, last = stack.pop()
-            if last == end:
-                yield rows
+        stack = [j]
+        while stack:  # post-order over the successors not listed yet
+            x = stack[-1]
+            if x in listed:
+                stack.pop()
                 continue
-            if end is None:
-                yield rows
-            for k in self.successors(i, c, last, b):
-                stack.append((rows + (rowl[k],), k))
+            nxt = self.successors(i, c, x, b)
+            todo = [k for k in nxt if k not in listed]
+            if todo:
+                stack += todo
+                continue
+            stack.pop()
+            head = (rowl[x],)
+            if x == end:
+                listed[x] = [head]
+                continue
+            seqs = [] if end is not None else [head]
+            for k in nxt:
+                tails = listed[k]
+                if tails:
+                    seqs += [head + t for t in tails]
+            listed[x] = seqs
+        return listed[j]
 
     def kleene_sets(self, c: Cands, a: int, b: int, kb, trigger: bool):
         """Every event set of a Kleene element in [a, b) (a trigger: every set ending at each
@@ -486,13 +507,16 @@ class _Recompute:
         self.spend(PYTHON_STEP_COST * sum(counts))
         choices = []
         for var, _, listing in self.expand:
-            choices.append((var, list(self._polled(listing()))))
+            rows = listing()
+            choices.append((var, rows if isinstance(rows, list) else list(self._polled(rows))))
         saved = {var: binding[var] for var, _ in choices if var in binding}
+        (last, values), rest = choices[-1], choices[:-1]
         try:
-            for combo in self._polled(itertools.product(*(rows for _, rows in choices))):
-                for (var, _), rows in zip(choices, combo):
+            # the last closure's sequences go to the sink together, once per combination of the others
+            for combo in self._polled(itertools.product(*(rows for _, rows in rest))):
+                for (var, _), rows in zip(rest, combo):
                     binding[var] = rows
-                self.sink.add(self.chain, binding)
+                self.sink.add_choices(self.chain, binding, last, values)
         finally:
             for var, _ in choices:
                 binding.pop(var, None)
