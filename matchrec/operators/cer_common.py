@@ -13,6 +13,8 @@ mechanism can group candidates by value instead of calling the condition per bin
 """
 from __future__ import annotations
 
+import itertools
+import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Callable
@@ -483,33 +485,36 @@ class Sink:
         if self.max is not None and self.n > self.max:
             raise too_many(self.max)
 
-    def add_choices(self, chain: ChainPlan, binding: dict, var: str, values: list) -> None:
-        """One match per value of ``values`` bound to ``var``, the other variables as in
-        ``binding``: the same as ``add`` once per value, with the match's other items sorted
-        once for all of them (a Kleene closure's sequences listed together)."""
-        n = len(values)
+    def add_product(self, chain: ChainPlan, binding: dict, choices: list) -> None:
+        """One match per combination of ``choices`` ((variable, its values) each) with the other
+        variables bound as in ``binding``: the same as ``add`` once per combination, built as
+        one product of the sorted (variable, value) items, no dict nor sort per match (the
+        events before a closure times the closure's sequences, listed together)."""
+        n = math.prod(len(values) for _, values in choices)
         if self.counting and not chain.shared:
             self.n += n
             return
         if chain.shared:
-            saved = binding.get(var)
+            saved = {var: binding[var] for var, _ in choices if var in binding}
             try:
-                for v in values:
-                    binding[var] = v
+                for combo in itertools.product(*(values for _, values in choices)):
+                    for (var, _), v in zip(choices, combo):
+                        binding[var] = v
                     self.add(chain, binding)
             finally:
-                binding.pop(var, None)
-                if saved is not None:
-                    binding[var] = saved
+                for var, _ in choices:
+                    binding.pop(var, None)
+                binding.update(saved)
             return
         if self.max is not None and self.n + n > self.max:
             raise too_many(self.max)
-        items = sorted((k, v) for k, v in binding.items() if k != var)
-        head = tuple(x for x in items if x[0] < var)
-        tail = tuple(x for x in items if x[0] > var)
+        chosen = dict(choices)
+        items = [[(var, v) for v in chosen[var]] if var in chosen else ((var, binding[var]),)
+                 for var in sorted(binding.keys() | chosen.keys())]
+        product = itertools.product(*items)  # its tuples are the matches: (variable, value) in variable order
         kept = self.kept
-        for start in range(0, n, _CHUNK):  # a stop for memory or an interrupt need not wait for it all
-            kept.extend([(*head, (var, v), *tail) for v in values[start:start + _CHUNK]])
+        for _ in range(0, n, _CHUNK):  # a stop for memory or an interrupt need not wait for it all
+            kept.extend(itertools.islice(product, _CHUNK))
             self.spend(0)
         self.n += n
 

@@ -174,6 +174,13 @@ class _Recompute:
         self._each: dict = {}  # element -> candidate -> whether it passes the conditions on one event (binding)
         self.conds, self.negs, self.rest = chain.schedule(self.steps, conds)
         self.vars = [chain.vars[i] for i in self.steps]
+        # the last step binds a single event that nothing checks once bound (no condition, no
+        # negation, not before a collapsed closure): every candidate in its range makes a match with
+        # the same other events, so they go to the sink together ("spread") instead of one by one
+        last = len(self.steps) - 1
+        i = self.steps[last]
+        self.spread = last if (last > 0 and i not in chain.bounds and not self.conds[last] and not self.negs[last]
+                               and not self.rest and i not in self.hollow) else -1
         # per step the earliest elements that follow it (bound already), and the AND spans to keep apart
         # per step the earliest bound elements that follow it, and the latest bound ones before it
         self.upper, self.lower = [], []
@@ -227,6 +234,16 @@ class _Recompute:
         if a >= b:
             return
         if holes is None:
+            if s == self.spread:
+                # a single event within the window of every key bound so far (the bounds above keep
+                # it after the events before it in the order and before those after it)
+                a = bisect_left(keyl, hi_all - w, a, b)
+                b = bisect_right(keyl, lo_all + w, a, b)
+                if a < b:
+                    self.spend(PYTHON_STEP_COST)
+                    self.finish(min(lo_all, keyl[a]), max(hi_all, keyl[b - 1]), weight,
+                                (self.vars[s], c.rowl[a:b]))
+                return
             self.scan(s, i, c, a, b, lo_all, hi_all, weight)
             return
         for h0, h1 in sorted(holes):  # the element's events lie in one gap between the other items
@@ -489,38 +506,29 @@ class _Recompute:
                 self.spend(0)
             yield item
 
-    def finish(self, lo_all: int, hi_all: int, weight: int) -> None:
+    def finish(self, lo_all: int, hi_all: int, weight: int, spread: tuple | None = None) -> None:
+        """Emit the matches of the current binding. ``spread``: (variable, rows) of the last step's
+        single event, bound to each row in turn (then ``self.rest`` is empty)."""
         binding = self.binding
         for g in self.rest:
             if not negation_holds(self.prep, self.part, self.chain, g, binding, lo_all, hi_all):
                 return
         if not self.keep:
-            self.sink.add_count(self.chain, weight)
+            self.sink.add_count(self.chain, weight * (1 if spread is None else len(spread[1])))
             return
-        if not self.expand:
+        if not self.expand and spread is None:
             self.sink.add(self.chain, binding)
             return
         # the event sets are listed below and every combination is a match: size them first
-        counts = [n for _, n, _ in self.expand]
+        counts = [n for _, n, _ in self.expand] + ([] if spread is None else [len(spread[1])])
         if self.sink.max is not None and math.prod(counts) > self.sink.max:
             raise too_many(self.sink.max)
         self.spend(PYTHON_STEP_COST * sum(counts))
-        choices = []
+        choices = [] if spread is None else [spread]
         for var, _, listing in self.expand:
             rows = listing()
             choices.append((var, rows if isinstance(rows, list) else list(self._polled(rows))))
-        saved = {var: binding[var] for var, _ in choices if var in binding}
-        (last, values), rest = choices[-1], choices[:-1]
-        try:
-            # the last closure's sequences go to the sink together, once per combination of the others
-            for combo in self._polled(itertools.product(*(rows for _, rows in rest))):
-                for (var, _), rows in zip(rest, combo):
-                    binding[var] = rows
-                self.sink.add_choices(self.chain, binding, last, values)
-        finally:
-            for var, _ in choices:
-                binding.pop(var, None)
-            binding.update(saved)
+        self.sink.add_product(self.chain, binding, choices)
 
 
 # ---------------------------------------------------------------- subsets of a candidate range
