@@ -48,7 +48,7 @@ import numpy as np
 
 from matchrec.budget import PYTHON_STEP_COST
 from matchrec.operators.cer_common import (AttributeEquality, Cands, ChainPlan, Partition, Prepared, Sink,
-                                          conditions_hold, negation_holds, too_many)
+                                          conditions_hold, negation_holds, too_many, truth)
 from matchrec.operators.cer_reference import IterationCondition
 
 
@@ -160,6 +160,10 @@ class _Recompute:
                          and c.others <= before]
                 if local:
                     self.iteration[i] = local
+        # per closure, its conditions that read no other variable (decided once per pair of events)
+        # and those that do (decided for the current binding)
+        self._pure = {i: [c for c in cs if not c.others] for i, cs in self.iteration.items()}
+        self._mixed = {i: [c for c in cs if c.others] for i, cs in self.iteration.items()}
         stepwise = {id(c) for cs in self.iteration.values() for c in cs}
         conds = [c for c in conds if id(c) not in stepwise]
         # a closure nothing reads after it is bound (no condition, no negation's range ends at its
@@ -303,21 +307,24 @@ class _Recompute:
         above j's, within the window of it, and the iteration conditions holding for the pair.
         What the conditions without another variable allow is kept for the whole partition
         (within the window); those reading other variables are checked for the current binding."""
-        conds = self.iteration[i]
         keyl, rowl = c.keyl, c.rowl
         cache = self._succ.setdefault(i, {})
         out = cache.get(j)
         if out is None:
             top = bisect_right(keyl, keyl[j] + self.w)
             r = rowl[j]
-            pure = [cd for cd in conds if not cd.others]
+            pure = self._pure[i]
             self.spend(PYTHON_STEP_COST * (top - j))
-            out = [k for k in range(bisect_right(keyl, keyl[j], j, top), top)
-                   if all(cd.next_ok(None, r, rowl[k]) for cd in pure)]
+            later = range(bisect_right(keyl, keyl[j], j, top), top)
+            if len(pure) == 1:  # the usual case, without a generator per pair
+                step = pure[0].step
+                out = [k for k in later if truth(step(None, r, rowl[k]))]
+            else:
+                out = [k for k in later if all(cd.next_ok(None, r, rowl[k]) for cd in pure)]
             cache[j] = out
         if out and out[-1] >= b:
             out = out[:bisect_left(out, b)]
-        mixed = [cd for cd in conds if cd.others]
+        mixed = self._mixed[i]
         if not mixed:
             return out
         each = self._each[i]  # conditions on the current event alone: decided once per event and binding
