@@ -33,6 +33,13 @@ last, when no bound element follows it) with the number of valid sequences as we
 dynamic programming from the last candidate backwards (paths[j] = 1 + the sum over j's
 successors); the sequences are listed only when a match is emitted, so ``count`` never lists them.
 
+Listing costs per match only the match's own tuple: a candidate's sequences are listed once per
+trigger (a sequence from j is j followed by one from a successor: one concatenation each) and
+shared by every match that holds them; when the last step binds a single event that nothing
+checks once bound, its candidates in the window are not bound one by one but spread: the sink
+builds the binding's matches as one product of those candidates and the closure's sequences
+(``Sink.add_product``).
+
 When one ``AttributeEquality`` covers every positive variable of an alternative, candidates
 are grouped by that attribute and each group is searched on its own (the condition then holds
 by construction); negations still look at the whole partition.
