@@ -216,12 +216,11 @@ def enumeration_case(seed: int):
     return Pattern(root, rng.choice([6, 12, 100]), "any", {}, conds), ev
 
 
-def test_bulk_enumeration_agrees_with_the_reference():
-    """rcep's listing (sequences shared between matches, the last single event spread over its
-    candidates, the matches built as one product) against the reference, with the limit on
-    the number of matches exact."""
+def check_enumeration(seeds) -> tuple[int, int]:
+    """rcep's listing of each case against the reference, with the limit on the number of
+    matches exact; (cases with a match, matches listed)."""
     listed = cases = 0
-    for seed in range(120):
+    for seed in seeds:
         pattern, ev = enumeration_case(seed)
         want = reference_matches(pattern, ev)
         got = M.run("rcep", pattern, ev)
@@ -233,7 +232,20 @@ def test_bulk_enumeration_agrees_with_the_reference():
                 M.run("rcep", pattern, ev, max_matches=len(want) - 1)
         listed += len(want)
         cases += bool(want)
+    return cases, listed
+
+
+def test_bulk_enumeration_agrees_with_the_reference():
+    """rcep's listing (sequences shared between matches, the last single event spread over its
+    candidates, the matches built as one product) against the reference."""
+    cases, listed = check_enumeration(range(120))
     assert cases > 40 and listed > 400
+
+
+@pytest.mark.slow
+def test_bulk_enumeration_agrees_with_the_reference_more_seeds():
+    cases, listed = check_enumeration(range(120, 1500))
+    assert cases > 500
 
 
 # ---------------------------------------------------------------- through SQL
