@@ -14,7 +14,8 @@ growing windows:
     between two flights that left on time: a.dep_delay <= 0, c.dep_delay <= 0,
     b[i].dep_delay > b[i-1].dep_delay, WITHIN w hours.
 
-Per window: the matches, the seconds of each mechanism, and the peak memory each holds while
+Per window: the matches, the seconds of each mechanism, what listing costs rcep per match
+beyond counting, and the peak memory each holds while
 counting (tracemalloc, a separate run), plus the eager NFA's peak number of live partial matches. Eager stops once its
 next window is expected to pass the budget. Every row checks that both mechanisms return the
 same matches. The Markdown section is printed and appended to bench/RESULTS.md.
@@ -84,8 +85,8 @@ def table(title: str, note: str, cases, budget: float, lines: list) -> None:
     """``cases``: (window label, pattern, events) with windows growing."""
     lines += [f"### {title}", "", note, "",
               "| window | matches | eager s | rcep s | eager / rcep | eager peak partial matches | "
-              "eager peak MB | rcep peak MB | rcep count s | eager / rcep count |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "eager peak MB | rcep peak MB | rcep count s | eager / rcep count | rcep us per listed match |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     eager_on, prev = True, None
     for label, p, ev in cases:
         print(f"{title[:3]} {label} ...", file=sys.stderr, flush=True)
@@ -94,6 +95,8 @@ def table(title: str, note: str, cases, budget: float, lines: list) -> None:
         if nc != len(mr):
             raise SystemExit(f"{title} {label}: rcep count {nc} vs {len(mr)} listed")
         memr, _ = memory("rcep", M.count, p, ev)
+        # what listing adds to counting, per match: the emission cost
+        per = f"{(tr - tc) / len(mr) * 1e6:.1f}" if mr else "-"
         if eager_on:
             te, me = timed("eager", M.run, p, ev)
             if me != mr:
@@ -101,13 +104,13 @@ def table(title: str, note: str, cases, budget: float, lines: list) -> None:
             meme, live = memory("eager", M.count, p, ev) if te < budget / 2 else (None, None)
             mem = f"{live:,} | {meme / 1e6:.1f}" if meme is not None else "- | -"
             lines.append(f"| {label} | {len(mr):,} | {te:.2f} | {tr:.3f} | {te / tr:.1f}x | {mem} | "
-                         f"{memr / 1e6:.2f} | {tc:.3f} | {te / tc:.0f}x |")
+                         f"{memr / 1e6:.2f} | {tc:.3f} | {te / tc:.0f}x | {per} |")
             # the eager NFA's work grows geometrically with the window: stop before it passes the budget
             eager_on = te * (te / prev if prev else 1) <= budget
             prev = te
         else:
             lines.append(f"| {label} | {len(mr):,} | over budget | {tr:.3f} | - | - | - | {memr / 1e6:.2f} | "
-                         f"{tc:.3f} | - |")
+                         f"{tc:.3f} | - | {per} |")
     lines.append("")
 
 
@@ -174,10 +177,12 @@ def main(argv=None) -> int:
     cmd = "python -m bench.cer_iteration" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     lines = [f"## Kleene iteration conditions, recomputation vs eager NFA (RCEP Query 1 shape): `{cmd}`", "",
              f"- CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores (shared); Python "
-             f"{platform.python_version()}; date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+             f"{platform.python_version()}; date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
+             f"load average at the start (1 / 5 / 15 min): {' / '.join(f'{x:.1f}' for x in os.getloadavg())}",
              "- skip-till-any-match; `eager s` / `rcep s`: every match enumerated (`run`, as RETURN with "
              "projections), both mechanisms checked equal on every row; `rcep count s`: the same query counted "
-             "(RETURN COUNT(*): dynamic programming, no listing); peak partial matches and peak MB: a second, "
+             "(RETURN COUNT(*): dynamic programming, no listing); `rcep us per listed match`: (rcep s - rcep count s) "
+             "/ matches, what listing adds per match; peak partial matches and peak MB: a second, "
              "traced (tracemalloc) `count` run of each mechanism (eager only while its run takes under half the "
              "budget); times are untraced", ""]
     ev, price, _ = stream(2000, [{"A": 1, "B": 8, "C": 1}])
@@ -185,7 +190,9 @@ def main(argv=None) -> int:
         M.run(name, query1(price.tolist(), 8 * GAP), ev)
     part_a(args.events, args.budget, lines)
     part_b(args.flights or None, args.budget, lines)
-    lines += [f"- Total wall time: {time.perf_counter() - started:.0f} s", ""]
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    lines += [f"- Total wall time: {time.perf_counter() - started:.0f} s; load average at the end (1 / 5 / 15 min): "
+              f"{load}", ""]
     publish("\n".join(lines), None if args.no_append else RESULTS)
     return 0
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import matchrec
-from matchrec.errors import NotSupportedError, ProgrammingError
+from matchrec.errors import NotSupportedError, OperationalError, ProgrammingError
 from matchrec.operators import cer_mechanisms as M
 from matchrec.operators.cer_reference import (And, Condition, Element, Events, IterationCondition, Or, Pattern, Seq,
                                               reference_matches)
@@ -181,6 +181,71 @@ def test_rising_run_is_counted_without_listing():
     assert M.count("rcep", p, ev) == 2 ** (n - 2) - 1
     val[5:] = [0] * (n - 5)  # rising only over b's first events: runs within rows 1..4, then any single one
     assert M.count("rcep", p, ev) == 2 ** 4 - 1 + (n - 2 - 4)
+
+
+def enumeration_case(seed: int):
+    """A pattern whose matches rcep lists in bulk: single events around one or two closures with
+    rising (or no) iteration conditions, the last single event spread over its candidates, now
+    and then two alternatives over the same variables (duplicates to drop) or the closure
+    holding the trigger."""
+    rng = random.Random(seed)
+    ev, val = _events(rng, rng.randint(8, 16), "abbbbcd")
+    rise = [lambda b, p, c: _gt(val[c], val[p]), lambda b, p, c: _gt(val[p], val[c])]
+
+    def closure(var: str, others: tuple) -> list:
+        out = []
+        if rng.random() < 0.8:
+            out.append(IterationCondition({var}, var, rng.choice(rise), True, f"{var} monotone"))
+        if others and rng.random() < 0.3:
+            o = rng.choice(others)
+            out.append(IterationCondition({var, o}, var, lambda b, p, c, o=o: _gt(val[c], val[b[o]]), False))
+        return out
+    shape = rng.choice(["abc", "abc", "abcd", "bc", "ab", "or"])
+    a, b, c = Element("a", "a"), Element("b", "b", (1, None)), Element("c", "c")
+    if shape == "abc":
+        root, conds = Seq((a, b, c)), closure("b", ("a", "c"))
+    elif shape == "abcd":  # two closures: their sequences are combined
+        root, conds = Seq((a, b, c, Element("d", "d", (1, None)))), closure("b", ("a",)) + closure("d", ("c",))
+    elif shape == "bc":  # the trigger's element is the closure's next: a leading closure
+        root, conds = Seq((b, c)), closure("b", ())
+    elif shape == "ab":  # the closure holds the trigger
+        root, conds = Seq((a, b)), closure("b", ("a",))
+    else:  # two alternatives binding the same variables
+        root = Or((Seq((a, b, c)), Seq((Element("d", "a"), b, c))))
+        conds = closure("b", ())
+    return Pattern(root, rng.choice([6, 12, 100]), "any", {}, conds), ev
+
+
+def check_enumeration(seeds) -> tuple[int, int]:
+    """rcep's listing of each case against the reference, with the limit on the number of
+    matches exact; (cases with a match, matches listed)."""
+    listed = cases = 0
+    for seed in seeds:
+        pattern, ev = enumeration_case(seed)
+        want = reference_matches(pattern, ev)
+        got = M.run("rcep", pattern, ev)
+        assert got == want, f"seed {seed}\n{pattern}\nwant {want}\ngot  {got}"
+        assert M.count("rcep", pattern, ev) == len(want), f"seed {seed}: count"
+        if want:
+            assert M.run("rcep", pattern, ev, max_matches=len(want)) == want
+            with pytest.raises(OperationalError, match="more than"):
+                M.run("rcep", pattern, ev, max_matches=len(want) - 1)
+        listed += len(want)
+        cases += bool(want)
+    return cases, listed
+
+
+def test_bulk_enumeration_agrees_with_the_reference():
+    """rcep's listing (sequences shared between matches, the last single event spread over its
+    candidates, the matches built as one product) against the reference."""
+    cases, listed = check_enumeration(range(120))
+    assert cases > 40 and listed > 400
+
+
+@pytest.mark.slow
+def test_bulk_enumeration_agrees_with_the_reference_more_seeds():
+    cases, listed = check_enumeration(range(120, 1500))
+    assert cases > 500
 
 
 # ---------------------------------------------------------------- through SQL

@@ -13,6 +13,8 @@ mechanism can group candidates by value instead of calling the condition per bin
 """
 from __future__ import annotations
 
+import itertools
+import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Callable
@@ -22,6 +24,9 @@ import numpy as np
 from matchrec import budget
 from matchrec.errors import OperationalError
 from matchrec.operators.cer_reference import Condition, Element, Events, Order, Pattern, alternatives, orders
+
+
+_CHUNK = 1 << 15  # matches a sink materializes between two looks at the statement's budget
 
 
 def too_many_partial(max_partial: int) -> OperationalError:
@@ -479,6 +484,39 @@ class Sink:
         self.n += 1
         if self.max is not None and self.n > self.max:
             raise too_many(self.max)
+
+    def add_product(self, chain: ChainPlan, binding: dict, choices: list) -> None:
+        """One match per combination of ``choices`` ((variable, its values) each) with the other
+        variables bound as in ``binding``: the same as ``add`` once per combination, built as
+        one product of the sorted (variable, value) items, no dict nor sort per match (the
+        events before a closure times the closure's sequences, listed together)."""
+        n = math.prod(len(values) for _, values in choices)
+        if self.counting and not chain.shared:
+            self.n += n
+            return
+        if chain.shared:
+            saved = {var: binding[var] for var, _ in choices if var in binding}
+            try:
+                for combo in itertools.product(*(values for _, values in choices)):
+                    for (var, _), v in zip(choices, combo):
+                        binding[var] = v
+                    self.add(chain, binding)
+            finally:
+                for var, _ in choices:
+                    binding.pop(var, None)
+                binding.update(saved)
+            return
+        if self.max is not None and self.n + n > self.max:
+            raise too_many(self.max)
+        chosen = dict(choices)
+        items = [[(var, v) for v in chosen[var]] if var in chosen else ((var, binding[var]),)
+                 for var in sorted(binding.keys() | chosen.keys())]
+        product = itertools.product(*items)  # its tuples are the matches: (variable, value) in variable order
+        kept = self.kept
+        for _ in range(0, n, _CHUNK):  # a stop for memory or an interrupt need not wait for it all
+            kept.extend(itertools.islice(product, _CHUNK))
+            self.spend(0)
+        self.n += n
 
     def add_count(self, chain: ChainPlan, n: int) -> None:
         """``n`` matches of a chain whose matches need not be kept."""

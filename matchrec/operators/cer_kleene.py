@@ -33,6 +33,13 @@ last, when no bound element follows it) with the number of valid sequences as we
 dynamic programming from the last candidate backwards (paths[j] = 1 + the sum over j's
 successors); the sequences are listed only when a match is emitted, so ``count`` never lists them.
 
+Listing costs per match only the match's own tuple: a candidate's sequences are listed once per
+trigger (a sequence from j is j followed by one from a successor: one concatenation each) and
+shared by every match that holds them; when the last step binds a single event that nothing
+checks once bound, its candidates in the window are not bound one by one but spread: the sink
+builds the binding's matches as one product of those candidates and the closure's sequences
+(``Sink.add_product``).
+
 When one ``AttributeEquality`` covers every positive variable of an alternative, candidates
 are grouped by that attribute and each group is searched on its own (the condition then holds
 by construction); negations still look at the whole partition.
@@ -48,7 +55,7 @@ import numpy as np
 
 from matchrec.budget import PYTHON_STEP_COST
 from matchrec.operators.cer_common import (AttributeEquality, Cands, ChainPlan, Partition, Prepared, Sink,
-                                          conditions_hold, negation_holds, too_many)
+                                          conditions_hold, negation_holds, too_many, truth)
 from matchrec.operators.cer_reference import IterationCondition
 
 
@@ -160,6 +167,10 @@ class _Recompute:
                          and c.others <= before]
                 if local:
                     self.iteration[i] = local
+        # per closure, its conditions that read no other variable (decided once per pair of events)
+        # and those that do (decided for the current binding)
+        self._pure = {i: [c for c in cs if not c.others] for i, cs in self.iteration.items()}
+        self._mixed = {i: [c for c in cs if c.others] for i, cs in self.iteration.items()}
         stepwise = {id(c) for cs in self.iteration.values() for c in cs}
         conds = [c for c in conds if id(c) not in stepwise]
         # a closure nothing reads after it is bound (no condition, no negation's range ends at its
@@ -174,6 +185,13 @@ class _Recompute:
         self._each: dict = {}  # element -> candidate -> whether it passes the conditions on one event (binding)
         self.conds, self.negs, self.rest = chain.schedule(self.steps, conds)
         self.vars = [chain.vars[i] for i in self.steps]
+        # the last step binds a single event that nothing checks once bound (no condition, no
+        # negation, not before a collapsed closure): every candidate in its range makes a match with
+        # the same other events, so they go to the sink together ("spread") instead of one by one
+        last = len(self.steps) - 1
+        i = self.steps[last]
+        self.spread = last if (last > 0 and i not in chain.bounds and not self.conds[last] and not self.negs[last]
+                               and not self.rest and i not in self.hollow) else -1
         # per step the earliest elements that follow it (bound already), and the AND spans to keep apart
         # per step the earliest bound elements that follow it, and the latest bound ones before it
         self.upper, self.lower = [], []
@@ -227,6 +245,16 @@ class _Recompute:
         if a >= b:
             return
         if holes is None:
+            if s == self.spread:
+                # a single event within the window of every key bound so far (the bounds above keep
+                # it after the events before it in the order and before those after it)
+                a = bisect_left(keyl, hi_all - w, a, b)
+                b = bisect_right(keyl, lo_all + w, a, b)
+                if a < b:
+                    self.spend(PYTHON_STEP_COST)
+                    self.finish(min(lo_all, keyl[a]), max(hi_all, keyl[b - 1]), weight,
+                                (self.vars[s], c.rowl[a:b]))
+                return
             self.scan(s, i, c, a, b, lo_all, hi_all, weight)
             return
         for h0, h1 in sorted(holes):  # the element's events lie in one gap between the other items
@@ -286,21 +314,24 @@ class _Recompute:
         above j's, within the window of it, and the iteration conditions holding for the pair.
         What the conditions without another variable allow is kept for the whole partition
         (within the window); those reading other variables are checked for the current binding."""
-        conds = self.iteration[i]
         keyl, rowl = c.keyl, c.rowl
         cache = self._succ.setdefault(i, {})
         out = cache.get(j)
         if out is None:
             top = bisect_right(keyl, keyl[j] + self.w)
             r = rowl[j]
-            pure = [cd for cd in conds if not cd.others]
+            pure = self._pure[i]
             self.spend(PYTHON_STEP_COST * (top - j))
-            out = [k for k in range(bisect_right(keyl, keyl[j], j, top), top)
-                   if all(cd.next_ok(None, r, rowl[k]) for cd in pure)]
+            later = range(bisect_right(keyl, keyl[j], j, top), top)
+            if len(pure) == 1:  # the usual case, without a generator per pair
+                step = pure[0].step
+                out = [k for k in later if truth(step(None, r, rowl[k]))]
+            else:
+                out = [k for k in later if all(cd.next_ok(None, r, rowl[k]) for cd in pure)]
             cache[j] = out
         if out and out[-1] >= b:
             out = out[:bisect_left(out, b)]
-        mixed = [cd for cd in conds if cd.others]
+        mixed = self._mixed[i]
         if not mixed:
             return out
         each = self._each[i]  # conditions on the current event alone: decided once per event and binding
@@ -368,9 +399,10 @@ class _Recompute:
             paths = {}
             for j in range(b - 1, a - 1, -1):
                 paths[j] = 1 + sum(paths[k] for k in self.successors(i, c, j, b))
+            listed: dict = {}  # candidate -> its sequences, listed once for every match that holds them
             for j in range(a, b):
                 if self._first_ok(i, rowl[j]):
-                    self.expand.append((var, paths[j], partial(self._listing, i, c, j, b, None)))
+                    self.expand.append((var, paths[j], partial(self._listing, i, c, j, b, None, listed)))
                     try:
                         self.bind(s, i, (rowl[j],), keyl[j], keyl[j], lo_all, hi_all, weight * paths[j])
                     finally:
@@ -383,30 +415,50 @@ class _Recompute:
                 n = sum(to_end.get(k, 0) for k in self.successors(i, c, j, j1 + 1))
                 if n:
                     to_end[j] = n
+            listed = {}
             for j in sorted(to_end):
                 if not self._first_ok(i, rowl[j]):
                     continue
                 value = (rowl[j],) if j == j1 else (rowl[j], rowl[j1])
-                self.expand.append((var, to_end[j], partial(self._listing, i, c, j, j1 + 1, j1)))
+                self.expand.append((var, to_end[j], partial(self._listing, i, c, j, j1 + 1, j1, listed)))
                 try:
                     self.bind(s, i, value, keyl[j], keyl[j1], lo_all, hi_all, weight * to_end[j])
                 finally:
                     self.expand.pop()
 
-    def _listing(self, i: int, c: Cands, j: int, b: int, end: int | None):
+    def _listing(self, i: int, c: Cands, j: int, b: int, end: int | None, listed: dict) -> list:
         """The valid sequences of element i that begin with candidate j, stay below b and (``end``
-        not None) end at candidate ``end``, as row tuples."""
+        not None) end at candidate ``end``, as row tuples. ``listed`` keeps each candidate's
+        sequences (for one b and end): a sequence from j is j followed by one from a successor,
+        so each is built once by one tuple concatenation, and matches that share a candidate
+        (every a before the same first event of b) share its list."""
+        out = listed.get(j)
+        if out is not None:
+            return out
         rowl = c.rowl
-        stack = [((rowl[j],), j)]
-        while stack:
-            rows, last = stack.pop()
-            if last == end:
-                yield rows
+        stack = [j]
+        while stack:  # post-order over the successors not listed yet
+            x = stack[-1]
+            if x in listed:
+                stack.pop()
                 continue
-            if end is None:
-                yield rows
-            for k in self.successors(i, c, last, b):
-                stack.append((rows + (rowl[k],), k))
+            nxt = self.successors(i, c, x, b)
+            todo = [k for k in nxt if k not in listed]
+            if todo:
+                stack += todo
+                continue
+            stack.pop()
+            head = (rowl[x],)
+            if x == end:
+                listed[x] = [head]
+                continue
+            seqs = [] if end is not None else [head]
+            for k in nxt:
+                tails = listed[k]
+                if tails:
+                    seqs += [head + t for t in tails]
+            listed[x] = seqs
+        return listed[j]
 
     def kleene_sets(self, c: Cands, a: int, b: int, kb, trigger: bool):
         """Every event set of a Kleene element in [a, b) (a trigger: every set ending at each
@@ -468,35 +520,29 @@ class _Recompute:
                 self.spend(0)
             yield item
 
-    def finish(self, lo_all: int, hi_all: int, weight: int) -> None:
+    def finish(self, lo_all: int, hi_all: int, weight: int, spread: tuple | None = None) -> None:
+        """Emit the matches of the current binding. ``spread``: (variable, rows) of the last step's
+        single event, bound to each row in turn (then ``self.rest`` is empty)."""
         binding = self.binding
         for g in self.rest:
             if not negation_holds(self.prep, self.part, self.chain, g, binding, lo_all, hi_all):
                 return
         if not self.keep:
-            self.sink.add_count(self.chain, weight)
+            self.sink.add_count(self.chain, weight * (1 if spread is None else len(spread[1])))
             return
-        if not self.expand:
+        if not self.expand and spread is None:
             self.sink.add(self.chain, binding)
             return
         # the event sets are listed below and every combination is a match: size them first
-        counts = [n for _, n, _ in self.expand]
+        counts = [n for _, n, _ in self.expand] + ([] if spread is None else [len(spread[1])])
         if self.sink.max is not None and math.prod(counts) > self.sink.max:
             raise too_many(self.sink.max)
         self.spend(PYTHON_STEP_COST * sum(counts))
-        choices = []
+        choices = [] if spread is None else [spread]
         for var, _, listing in self.expand:
-            choices.append((var, list(self._polled(listing()))))
-        saved = {var: binding[var] for var, _ in choices if var in binding}
-        try:
-            for combo in self._polled(itertools.product(*(rows for _, rows in choices))):
-                for (var, _), rows in zip(choices, combo):
-                    binding[var] = rows
-                self.sink.add(self.chain, binding)
-        finally:
-            for var, _ in choices:
-                binding.pop(var, None)
-            binding.update(saved)
+            rows = listing()
+            choices.append((var, rows if isinstance(rows, list) else list(self._polled(rows))))
+        self.sink.add_product(self.chain, binding, choices)
 
 
 # ---------------------------------------------------------------- subsets of a candidate range
