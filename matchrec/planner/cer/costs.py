@@ -21,7 +21,11 @@ elements:
   (under skip-till-next-match a partial match takes one event, under strict contiguity the next row).
 
 The constants are seconds per unit fitted to the times of ``bench.cer_choice`` on a loaded
-2-core machine (so they are high in absolute terms); only their ratios matter for the choice.
+2-core machine (so they are high in absolute terms); only their ratios matter for the choice. The
+batch operator's fixed costs (per statement, per alternative) were fitted on patterns with almost
+no partial matches (very rare types: its time is then those costs alone), its cost per partial
+match on the uniform and drifting rates; fitted higher, they made the lazy NFAs look several times
+cheaper than the batch operator on an AND of rare types where they measure about even.
 """
 from __future__ import annotations
 
@@ -38,10 +42,10 @@ EAGER_EVENT = 5e-6  # an event read and offered to the eager NFA's states
 TREE_PLAN = 1e-5  # re-planning one instance of the tree
 RCEP_STEP = 1e-5  # a partial match built backwards by recomputation
 RCEP_BUFFER = 1e-6  # an event buffered by recomputation
-BATCH_FIXED = 0.01  # the batch operator's preparation (classes, stream, plan search)
-BATCH_ALTERNATIVE = 1.5e-3  # each alternative (unit) of the batch operator: compiled, planned, evaluated
+BATCH_FIXED = 0.002  # the batch operator's preparation (classes, stream, plan search)
+BATCH_ALTERNATIVE = 4e-4  # each alternative (unit) of the batch operator: compiled, planned, evaluated
 BATCH_EVENT = 1.5e-7  # an event read by the batch operator
-BATCH_STEP = 5e-7  # a partial match in a batch array
+BATCH_STEP = 3e-7  # a partial match in a batch array
 BATCH_BLOCK = 1e-4  # one step of one alternative over one stretch of the stream
 BATCH_SLICE = 20_000  # events per stretch of the batch operator
 MAX_COST = 1e30
