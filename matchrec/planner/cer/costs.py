@@ -25,7 +25,8 @@ The constants are seconds per unit fitted to the times of ``bench.cer_choice`` o
 batch operator's fixed costs (per statement, per alternative) were fitted on patterns with almost
 no partial matches (very rare types: its time is then those costs alone), its cost per partial
 match on the uniform and drifting rates; fitted higher, they made the lazy NFAs look several times
-cheaper than the batch operator on an AND of rare types where they measure about even.
+cheaper than the batch operator on an AND of rare types where they measure about even. The
+mechanisms in Python have a fixed cost too (``PY_FIXED``), measured on the same very rare types.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from matchrec.operators.cer_reference import alternatives, orders
 
 PY_STEP = 1.2e-5  # a partial match tried one at a time in Python (chain, tree)
+PY_FIXED = 1e-3  # a mechanism in Python (chain, tree, rcep, eager): its buffers and partitions per statement
 STRATEGY_CHECK = 2.0  # chain and tree under next / strict: every candidate also checked exactly at the end
 EAGER_STEP = 1e-5  # an extension tried by the eager NFA
 EAGER_EVENT = 5e-6  # an event read and offered to the eager NFA's states
@@ -192,7 +194,7 @@ def cost_chain(model: Model, root) -> tuple[float, str]:
         order = rarest_order(model, elements, pos)
         total += sum(order_work(model, h, elements, before, order) for h in range(2))
     factor = 1.0 if model.strategy == "any" else STRATEGY_CHECK
-    return PY_STEP * factor * total, f"{total:,.0f} partial matches tried, rarest element first"
+    return PY_FIXED + PY_STEP * factor * total, f"{total:,.0f} partial matches tried, rarest element first"
 
 
 def cost_tree(model: Model, root) -> tuple[float, str]:
@@ -205,7 +207,7 @@ def cost_tree(model: Model, root) -> tuple[float, str]:
             if anchor is not None:
                 instances += model.n[h].get(elements[anchor].var, 0.0)
     factor = 1.0 if model.strategy == "any" else STRATEGY_CHECK
-    return PY_STEP * factor * total + TREE_PLAN * instances, \
+    return PY_FIXED + PY_STEP * factor * total + TREE_PLAN * instances, \
         f"{total:,.0f} partial matches tried, the order re-planned for {instances:,.0f} instances"
 
 
@@ -235,7 +237,7 @@ def cost_rcep(model: Model, root) -> tuple[float, str]:
                         and elements[pos[n + 1]].kleene is None)
         total += sum(order_work(model, h, elements, before, order, kleene_counted=counted) for h in range(2))
         buffered += sum(model.n[h].get(elements[i].var, 0.0) for i in pos for h in range(2))
-    return RCEP_STEP * total + RCEP_BUFFER * buffered, \
+    return PY_FIXED + RCEP_STEP * total + RCEP_BUFFER * buffered, \
         f"{total:,.0f} partial matches tried backwards from each match's last event"
 
 
@@ -243,7 +245,7 @@ def cost_eager(model: Model, root) -> tuple[float, str]:
     total = 0.0
     for elements, before, pos in _alts(root, False, model.strategy):
         total += sum(order_work(model, h, elements, before, pos, attempts_eager=True) for h in range(2))
-    secs = EAGER_STEP * total + EAGER_EVENT * model.events_read
+    secs = PY_FIXED + EAGER_STEP * total + EAGER_EVENT * model.events_read
     return secs, f"{total:,.0f} extensions tried in the written order, {model.events_read:,.0f} events offered"
 
 
