@@ -172,6 +172,32 @@ def test_blocks_whose_codes_miss_the_condition_are_cut_from_the_ranges():
     assert idx.scope(b.con, "v BETWEEN 150 AND 260 AND w < 900", '"ts"', None, False)[0].count("rowid") == 1
 
 
+def test_phase_one_searches_every_run_at_once_as_run_by_run():
+    """Phase one's one search over the position keys finds the ranges the search per type run
+    finds (NULL keys at the end of a run kept for pulls, covers outside the keys, empty runs)."""
+    data = _table(np.random.default_rng(11), 2000)
+    _, b = _services(data, ["i"])
+    idx = b.indexes.get(b.con, "ev", b._version("ev"))
+    keyed = idx._keys(b.con, KEY)
+    assert keyed is not None and keyed[4] is not None
+    ts = np.sort(np.array([t for t in data.column("ts").cast(pa.int64()).to_pylist() if t is not None]))
+    rng = np.random.default_rng(4)
+    for k in range(16):
+        m = int(rng.choice([1, 5, 40]))
+        lo = np.sort(rng.integers(int(ts[0]) - 10**9, int(ts[-1]) + 10**9, m))
+        lo = np.unique(lo)
+        hi = np.minimum(lo + rng.integers(0, 10**9, len(lo)), np.r_[lo[1:] - 1, lo[-1] + 10**9])
+        cover = (lo.astype(np.int64), hi.astype(np.int64))
+        cond = ["type = 'b'", "TRUE", "type IN ('c', 'é') AND i > 0", "type = 'zz'"][k % 4]
+        for keyless in (False, True):
+            idx.keys[KEY] = keyed
+            fast = idx._search_runs(b.con, idx._tree(cond), KEY, cover, keyless)
+            idx.keys[KEY] = keyed[:4] + (None,)  # without position keys: the search run by run
+            slow = idx._search_runs(b.con, idx._tree(cond), KEY, cover, keyless)
+            assert np.array_equal(fast[0], slow[0]) and np.array_equal(fast[1], slow[1]), (cond, keyless)
+    idx.keys[KEY] = keyed
+
+
 def test_bit_sliced_comparisons_and_equal_depth_bins(monkeypatch):
     rng = np.random.default_rng(2)
     n = 3000

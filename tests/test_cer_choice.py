@@ -76,7 +76,7 @@ def test_an_and_of_rare_types_goes_to_a_lazy_nfa(con):
     cands = candidates(text)
     assert chosen(text) in ("chain", "tree"), text
     assert cands[chosen(text)] == min(c for c in cands.values() if c is not None)
-    assert cands["batch"] > cands["chain"] + 0.02 and "over 24 alternative(s)" in text, text
+    assert cands["batch"] > 3 * cands["chain"] and "over 24 alternative(s)" in text, text
     assert "least estimated cost" in text
 
 

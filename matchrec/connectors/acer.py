@@ -29,7 +29,8 @@ the index does not know keeps every row), so:
 
 * a ``candidates`` request whose condition the bitmaps decide exactly, and whose candidates the
   code books expect to be at most ``EXACT_SHARE`` of the table, is answered from the index alone
-  (the key and partition hash of every row are cached by the node, 8 bytes a row each);
+  (the key, its position key for phase one and the partition hash of every row are cached by
+  the node, 8 bytes a row each);
 * otherwise DuckDB scans with the condition, restricted to at most ``MAX_RANGES`` row-id ranges
   that cover every row the index let through; phase two runs for it only when the code books
   expect few rows. When those ranges would cover more than ``SCAN_SHARE`` of the table, DuckDB
@@ -508,13 +509,15 @@ class TableIndex:
         self.hashes: dict[tuple, np.ndarray] = {}
         self.literals: dict[tuple, int | None] = {}
         self.trees: dict[str, object] = {}
+        self._last_phase_one = None
         self._con = con
 
     # the per-row columns an exact answer reads, cached per node
 
     def _keys(self, con, key_sql: str):
-        """(key per row, non-NULL mask, first NULL key per type run, key type) when every type
-        run's keys are sorted with NULLs last (then a time cover maps to row ranges), else None."""
+        """(key per row, non-NULL mask, first NULL key per type run, key type, position keys or
+        None) when every type run's keys are sorted with NULLs last (then a time cover maps to row
+        ranges), else None."""
         with self.lock:
             if key_sql in self.keys:
                 return self.keys[key_sql]
@@ -539,7 +542,7 @@ class TableIndex:
                     break
                 first_null[i] = a + nv
             if ok:
-                out = (keys, valid, first_null, k.type)
+                out = (keys, valid, first_null, k.type, _positions(keys, valid, self.run_lo, self.run_hi, first_null))
         with self.lock:
             self.keys[key_sql] = out
         return out
@@ -614,7 +617,17 @@ class TableIndex:
 
     def _phase_one(self, con, tree, key_sql: str, cover, keep_keyless: bool):
         """(first, last) row ranges of the allowed runs whose time lies in ``cover``; with the
-        keys when they map the cover to rows (None: no time phase)."""
+        keys when they map the cover to rows (None: no time phase). The last answer is kept: a
+        candidates request the index cannot answer alone asks again for its scan."""
+        ask = (key_sql, keep_keyless, None if cover is None else (cover[0].tobytes(), cover[1].tobytes()))
+        last = self._last_phase_one
+        if last is not None and last[0] is tree and last[1] == ask:
+            return last[2]
+        out = self._search_runs(con, tree, key_sql, cover, keep_keyless)
+        self._last_phase_one = (tree, ask, out)
+        return out
+
+    def _search_runs(self, con, tree, key_sql: str, cover, keep_keyless: bool):
         runs = self._runs(tree)
         lo, hi = self.run_lo[runs], self.run_hi[runs]
         n_runs = int(runs.sum())
@@ -623,8 +636,24 @@ class TableIndex:
         keyed = self._keys(con, key_sql)
         if keyed is None:
             return lo, hi, None
-        keys, _, first_null, _ = keyed
+        keys, _, first_null, _, pos = keyed
         c_lo, c_hi = cover
+        if pos is not None:  # every run's searches in two calls: planning must stay small next to a scan
+            comp, kmin, span = pos
+            r = np.flatnonzero(runs).astype(np.int64)[:, None] * span
+            q_lo = (r + (np.clip(c_lo, kmin, kmin + span - 1) - kmin)[None, :]).ravel()
+            q_hi = (r + (np.clip(c_hi, kmin - 1, kmin + span - 2) - kmin)[None, :]).ravel()
+            i0, i1 = np.searchsorted(comp, q_lo, "left"), np.searchsorted(comp, q_hi, "right")
+            m = i1 > i0
+            s, e = i0[m].astype(np.int64), i1[m].astype(np.int64) - 1  # in row order: runs, then intervals
+            if keep_keyless:
+                fn = first_null[runs]
+                kl = fn <= hi
+                if kl.any():
+                    s, e = np.r_[s, fn[kl]], np.r_[e, hi[kl]]
+                    order = np.argsort(s, kind="stable")
+                    s, e = s[order], e[order]
+            return s, e, keyed
         starts, ends = [], []
         for a, b, fn in zip(lo, hi, first_null[runs]):
             seg = keys[a:fn]
@@ -821,13 +850,34 @@ class TableIndex:
             ids = self._rows(tree, con, starts, ends)
         else:
             ids = _expand(starts, ends)
-        keys, valid, _, key_type = keyed
+        keys, valid, _, key_type, _ = keyed
         ids = ids[valid[ids]]
         if partition_sql:
             pk = (self._hashes(con, tuple(partition_sql))[ids] >> np.uint64(64 - pk_bits)).astype(np.int64)
         else:
             pk = np.zeros(len(ids), np.int64)
         return pa.table({"pk": pk, "t": pa.array(keys[ids]).cast(key_type)})  # as DuckDB would type it
+
+
+def _positions(keys: np.ndarray, valid: np.ndarray, run_lo, run_hi, first_null):
+    """(position key per row, smallest key, span): run number times span plus the key's offset,
+    NULL keys at the top of their run, so the position keys of the whole table are sorted and one
+    search finds a key range inside every run. None when they would not fit in 64 bits."""
+    if not valid.any():
+        return None
+    kmin, kmax = int(keys[valid].min()), int(keys[valid].max())
+    span = kmax - kmin + 2  # offsets 0 .. span - 2 for keys, span - 1 for NULL
+    if len(run_lo) * span >= 1 << 62 or kmin - 1 < -(1 << 63):
+        return None
+    lengths = run_hi - run_lo + 1
+    if int(lengths.sum()) != len(keys):
+        return None
+    run = np.repeat(np.arange(len(run_lo), dtype=np.int64), lengths)
+    off = np.where(valid, keys - kmin, span - 1)
+    comp = run * span + off
+    if len(comp) > 1 and (np.diff(comp) < 0).any():
+        return None
+    return comp, kmin, span
 
 
 def _expand(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

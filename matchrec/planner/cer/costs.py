@@ -21,7 +21,12 @@ elements:
   (under skip-till-next-match a partial match takes one event, under strict contiguity the next row).
 
 The constants are seconds per unit fitted to the times of ``bench.cer_choice`` on a loaded
-2-core machine (so they are high in absolute terms); only their ratios matter for the choice.
+2-core machine (so they are high in absolute terms); only their ratios matter for the choice. The
+batch operator's fixed costs (per statement, per alternative) were fitted on patterns with almost
+no partial matches (very rare types: its time is then those costs alone), its cost per partial
+match on the uniform and drifting rates; fitted higher, they made the lazy NFAs look several times
+cheaper than the batch operator on an AND of rare types where they measure about even. The
+mechanisms in Python have a fixed cost too (``PY_FIXED``), measured on the same very rare types.
 """
 from __future__ import annotations
 
@@ -32,16 +37,17 @@ from dataclasses import dataclass
 from matchrec.operators.cer_reference import alternatives, orders
 
 PY_STEP = 1.2e-5  # a partial match tried one at a time in Python (chain, tree)
+PY_FIXED = 1e-3  # a mechanism in Python (chain, tree, rcep, eager): its buffers and partitions per statement
 STRATEGY_CHECK = 2.0  # chain and tree under next / strict: every candidate also checked exactly at the end
 EAGER_STEP = 1e-5  # an extension tried by the eager NFA
 EAGER_EVENT = 5e-6  # an event read and offered to the eager NFA's states
 TREE_PLAN = 1e-5  # re-planning one instance of the tree
 RCEP_STEP = 1e-5  # a partial match built backwards by recomputation
 RCEP_BUFFER = 1e-6  # an event buffered by recomputation
-BATCH_FIXED = 0.01  # the batch operator's preparation (classes, stream, plan search)
-BATCH_ALTERNATIVE = 1.5e-3  # each alternative (unit) of the batch operator: compiled, planned, evaluated
+BATCH_FIXED = 0.002  # the batch operator's preparation (classes, stream, plan search)
+BATCH_ALTERNATIVE = 4e-4  # each alternative (unit) of the batch operator: compiled, planned, evaluated
 BATCH_EVENT = 1.5e-7  # an event read by the batch operator
-BATCH_STEP = 5e-7  # a partial match in a batch array
+BATCH_STEP = 3e-7  # a partial match in a batch array
 BATCH_BLOCK = 1e-4  # one step of one alternative over one stretch of the stream
 BATCH_SLICE = 20_000  # events per stretch of the batch operator
 MAX_COST = 1e30
@@ -188,7 +194,7 @@ def cost_chain(model: Model, root) -> tuple[float, str]:
         order = rarest_order(model, elements, pos)
         total += sum(order_work(model, h, elements, before, order) for h in range(2))
     factor = 1.0 if model.strategy == "any" else STRATEGY_CHECK
-    return PY_STEP * factor * total, f"{total:,.0f} partial matches tried, rarest element first"
+    return PY_FIXED + PY_STEP * factor * total, f"{total:,.0f} partial matches tried, rarest element first"
 
 
 def cost_tree(model: Model, root) -> tuple[float, str]:
@@ -201,7 +207,7 @@ def cost_tree(model: Model, root) -> tuple[float, str]:
             if anchor is not None:
                 instances += model.n[h].get(elements[anchor].var, 0.0)
     factor = 1.0 if model.strategy == "any" else STRATEGY_CHECK
-    return PY_STEP * factor * total + TREE_PLAN * instances, \
+    return PY_FIXED + PY_STEP * factor * total + TREE_PLAN * instances, \
         f"{total:,.0f} partial matches tried, the order re-planned for {instances:,.0f} instances"
 
 
@@ -231,7 +237,7 @@ def cost_rcep(model: Model, root) -> tuple[float, str]:
                         and elements[pos[n + 1]].kleene is None)
         total += sum(order_work(model, h, elements, before, order, kleene_counted=counted) for h in range(2))
         buffered += sum(model.n[h].get(elements[i].var, 0.0) for i in pos for h in range(2))
-    return RCEP_STEP * total + RCEP_BUFFER * buffered, \
+    return PY_FIXED + RCEP_STEP * total + RCEP_BUFFER * buffered, \
         f"{total:,.0f} partial matches tried backwards from each match's last event"
 
 
@@ -239,7 +245,7 @@ def cost_eager(model: Model, root) -> tuple[float, str]:
     total = 0.0
     for elements, before, pos in _alts(root, False, model.strategy):
         total += sum(order_work(model, h, elements, before, pos, attempts_eager=True) for h in range(2))
-    secs = EAGER_STEP * total + EAGER_EVENT * model.events_read
+    secs = PY_FIXED + EAGER_STEP * total + EAGER_EVENT * model.events_read
     return secs, f"{total:,.0f} extensions tried in the written order, {model.events_read:,.0f} events offered"
 
 
