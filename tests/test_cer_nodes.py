@@ -427,3 +427,62 @@ def test_random_equality_statements_on_three_nodes_equal_the_local_run(three):
 def test_random_equality_statements_on_three_nodes_wide(three):
     matched, joined = join_differential(three, range(100, 300))
     assert matched > 60 and joined > 150, (matched, joined)
+
+
+# ---------------------------------------------------------------- run_many's final pulls over the nodes
+def group_differential(pair: Pair, seeds, per_group: int = 4, every_split: bool = True) -> tuple[int, set]:
+    """For each seed: the table of one random equality case and the statements of ``per_group``
+    others (one schema), run as one ``run_many`` group on the nodes with its final pulls split at
+    random (one shared, one per statement, some statements alone) and by the cost model, against
+    the local run (``every_split`` False: the cost model's and one random split only); returns the groups that matched something and the splits the cost model chose."""
+    from functools import partial
+
+    from matchrec.engine import cer_remote
+    matched, chosen = 0, set()
+    real = cer_remote._pull_plans
+    for i in seeds:
+        rng = random.Random(i)
+        pair.put("cer_diff", _JoinCase(rng).table)
+        statements = []
+        while len(statements) < per_group:
+            case = _JoinCase(rng)
+            if case.window is None:
+                continue  # without WITHIN the group pulls by the row filters alone (no final-pull choice)
+            positive = [v for v, kind in case.vars.items() if kind != "negated"]
+            sql = case.text(", ".join(f"{v}.id" if case.vars[v] == "single" else f"count({v}) AS n_{v}"
+                                      for v in positive))
+            try:
+                pair.local.cursor().execute(sql)
+            except matchrec.NotSupportedError:
+                continue
+            statements.append(sql)
+        want = matchrec.run_many(pair.local, statements)
+        cur = pair.remote.cursor()
+        cur.execute(f"SET pull_strategy = {rng.choice(['dfs', 'naive_dfs', 'auto'])}")
+        cur.execute(f"SET matchrec_round_trips = {'always' if rng.random() < 0.8 else 'auto'}")
+        splits = ["auto", frozenset(rng.sample(range(per_group), rng.randint(1, per_group - 1)))]
+        splits += ["shared", "each"] if every_split else []
+        for final in splits:
+            cer_remote._pull_plans = partial(real, final=final)
+            try:
+                got = matchrec.run_many(pair.remote, statements)
+            finally:
+                cer_remote._pull_plans = real
+            for sql, g, w in zip(statements, got, want):
+                assert _multiset([tuple(r.values()) for r in g.to_pylist()]) == \
+                    _multiset([tuple(r.values()) for r in w.to_pylist()]), (i, final, sql)
+            if final == "auto":
+                chosen |= {line.strip() for line in got.report if line.strip().startswith("final pull:")}
+        matched += any(w.num_rows for w in want)
+    return matched, chosen
+
+
+def test_run_many_final_pulls_equal_the_local_run(three):
+    matched, chosen = group_differential(three, [7], every_split=False)
+    assert matched == 1 and chosen, (matched, chosen)
+
+
+@pytest.mark.slow
+def test_run_many_final_pulls_equal_the_local_run_wide(three):
+    matched, chosen = group_differential(three, range(500, 560), per_group=5)
+    assert matched > 40 and len({c.split(" ~")[0].split("(")[0] for c in chosen}) >= 2, chosen

@@ -232,7 +232,7 @@ class _GroupPlan:
 
 
 def _pull_plans(remote, plans: list, strategy: str, round_trips: str, table: str, shared: bool = True,
-                final: str = "auto") -> _GroupPlan:
+                final="auto") -> _GroupPlan:
     """The pulls of ``table`` for several statements (``plans``). Without a time interval plan:
     one pull of the union of their columns and the OR of their row filters. With the dual-filtering
     strategies, the statements' time interval sets come from one set of rounds for the whole group
@@ -241,7 +241,8 @@ def _pull_plans(remote, plans: list, strategy: str, round_trips: str, table: str
     (``planner.cer_intervals``). Then the final pull: ``final`` "shared" sends the union of the
     sets once, with the union of the columns and the OR of the row filters; "each" gives every
     statement its own pull (its set, columns and row filter); "auto" lets ``_choose_final`` pick
-    the cheapest split from the estimated bytes and round trips."""
+    the cheapest split from the estimated bytes and round trips; a set of statement indices gives
+    those their own pulls."""
     rows = [row_filter(p)[0] for p in plans]
     where = None if any(r is None for r in rows) else " OR ".join(f"({r})" for r in dict.fromkeys(rows))
     notes = [f"row filter: {where}" if where else "no row filter: some statement looks at every row"]
@@ -300,6 +301,8 @@ def _pull_plans(remote, plans: list, strategy: str, round_trips: str, table: str
     mine: list[int] = []  # statements with a final pull of their own
     if final == "each" and shared:
         mine = list(range(len(plans)))
+    elif not isinstance(final, str) and shared:  # the statements named get their own (tests, benchmarks)
+        mine = sorted(k for k in final if 0 <= k < len(plans))
     elif estimate is not None:
         full = max(_width(schema, columns), 1.0)
 
