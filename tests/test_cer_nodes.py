@@ -442,7 +442,12 @@ def group_differential(pair: Pair, seeds, per_group: int = 4, every_split: bool 
     real = cer_remote._pull_plans
     for i in seeds:
         rng = random.Random(i)
-        pair.put("cer_diff", _JoinCase(rng).table)
+        table = _JoinCase(rng).table
+        # distinct keys: a strict-contiguity statement of another case would depend on the order of ties
+        ts = [rng.randint(1, 3) for _ in range(table.num_rows)]
+        table = table.set_column(table.schema.get_field_index("ts"), "ts",
+                                 pa.array([sum(ts[:j + 1]) for j in range(len(ts))], pa.int64()))
+        pair.put("cer_diff", table)
         statements = []
         while len(statements) < per_group:
             case = _JoinCase(rng)
