@@ -45,6 +45,8 @@ from matchrec.planner.cer_intervals import interval_plan, row_filter
 from matchrec.planner.intervals import VariableIntervals
 
 DFS_STRATEGIES = ("dfs", "naive_dfs", "dfs_stateful", "push_pull")
+# A run_many group's final pulls may move at most this many times the bytes of one pull per statement.
+BYTES_BOUND = 1.05
 
 
 def node_table(remote, source: str) -> str | None:
@@ -404,8 +406,11 @@ def _choose_final(remote, est: _Estimate, sets: list, bits: int | None, ips: lis
     interval payload sent to every node. A shared pull reads every row any of its statements
     needs once, but also each statement's rows inside the other statements' sets, and the union
     of the columns for all of them. The split searched: all shared, each alone, and greedy moves
-    of one statement from there; ties go to fewer pulls (the group evaluates shared statements
-    together). Returns the statements pulled alone and EXPLAIN's lines about the choice."""
+    of one statement from there. A split whose bytes exceed ``BYTES_BOUND`` times those of the
+    pulls per statement (about what the statements move one by one) is taken only when no split
+    stays under it: on a fast link the round trips would otherwise always win, and the group must
+    not move materially more than its statements alone. Ties go to fewer pulls (the group
+    evaluates the statements sharing a pull together). Returns the statements pulled alone and EXPLAIN's lines about the choice."""
     st = est.stats
     n = len(sets)
     sample = st.sample
@@ -439,36 +444,41 @@ def _choose_final(remote, est: _Estimate, sets: list, bits: int | None, ips: lis
             cache[group] = read * st.row_bytes * width_of(members) + shards * (sum(payload[k] for k in members) + 256)
         return cache[group]
 
-    def total(together: frozenset) -> float:
+    def split(together: frozenset) -> list[frozenset]:
         pulls = [together] if len(together) > 1 else []
-        pulls += [frozenset({k}) for k in range(n) if len(together) <= 1 or k not in together]
-        return sum(remote.rtt + pull_bytes(g) / bw for g in pulls)
+        return pulls + [frozenset({k}) for k in range(n) if len(together) <= 1 or k not in together]
+
+    each = sum(pull_bytes(frozenset({k})) for k in range(n))
+
+    def total(together: frozenset) -> tuple[float, float, int]:
+        pulls = split(together)
+        moved = sum(pull_bytes(g) for g in pulls)
+        # bytes over BYTES_BOUND x the pulls per statement first, then the time at the link's rate
+        return (max(0.0, moved / max(each, 1.0) - BYTES_BOUND), sum(remote.rtt + pull_bytes(g) / bw for g in pulls),
+                -len(together))
 
     everyone = frozenset(range(n))
-    best, best_cost = everyone, total(everyone)
+    best = everyone
     for start in (everyone, frozenset()):
         current = start
         while True:
-            moves = [current - {k} if k in current else current | {k} for k in range(n)]
-            cost, move = min(((total(m), m) for m in moves), key=lambda x: (x[0], -len(x[1])))
-            if cost >= total(current) - 1e-12:
+            move = min((current - {k} if k in current else current | {k} for k in range(n)), key=total)
+            if total(move) >= total(current):
                 break
             current = move
-        c = total(current)
-        if c < best_cost - 1e-12 or (abs(c - best_cost) <= 1e-12 and len(current) > len(best)):
-            best, best_cost = current, c
+        if total(current) < total(best):
+            best = current
     together = best if len(best) > 1 else frozenset()
     alone = [k for k in range(n) if k not in together]
     name = lambda k: f"{k + 1} ({texts[k][:40].strip()}{'...' if len(texts[k]) > 40 else ''})"  # noqa: E731
-    each = sum(pull_bytes(frozenset({k})) for k in range(n))
     lines = [f"final pull cost model ({'sampled rows' if use_sample else 'rows spread evenly'}, "
-             f"{bw / 1e6:.1f} MB/s, round trip {remote.rtt * 1000:.1f} ms): one shared pull ~{pull_bytes(everyone):,.0f} B, "
-             f"one per statement ~{each:,.0f} B"]
+             f"{bw / 1e6:.1f} MB/s, round trip {remote.rtt * 1000:.1f} ms, at most {BYTES_BOUND}x the bytes of "
+             f"pulls per statement): one shared pull ~{pull_bytes(everyone):,.0f} B, one per statement ~{each:,.0f} B"]
     if not alone:
-        lines.append("final pull: one for all statements (sharing it moves the fewest bytes)")
+        lines.append("final pull: one for all statements (the cheapest within the bytes bound)")
     elif not together:
-        lines.append("final pull: one per statement (each reads only its own rows and columns; rows another "
-                     "statement's set or row filter adds cost more than a shared pull saves)")
+        lines.append("final pull: one per statement (each reads only its own rows and columns; the rows and "
+                     "columns other statements add to a shared pull cost more than it saves)")
     else:
         lines.append(f"final pull: one for statements {', '.join(str(k + 1) for k in sorted(together))} "
                      f"~{pull_bytes(together):,.0f} B, and one each for the others")
@@ -562,6 +572,9 @@ def shared_rounds(remote, table: str, columns: list[str], ips: list, where: str 
     if left_out:
         stats.notes.append(f"shared rounds: {left_out} join filter(s) left out (not every statement a round "
                            "serves has them)")
+    # the elements that take part in a join filter of their statement (as consumer or source)
+    joined = [{v.label for v in ip.variables if v.joins} | {s for v in ip.variables for j in v.joins
+                                                              for s in j.sources} for ip in ips]
     bits = None
     base = {"table": table, "key_sql": key_sql, "partition_sql": partition_sql}
     if partition_sql:
@@ -590,7 +603,9 @@ def shared_rounds(remote, table: str, columns: list[str], ips: list, where: str 
         if round_trips == "auto":
             span = max(st.extent, 1)
             coverage = 1.0 if interest is None else min(1.0, interest.total_length() / span)
-            if usable or values:
+            if usable or values or any(u.variable.label in joined[u.statement] for u in served):
+                # judged as a statement alone judges its join rounds (by their bytes against the
+                # final pull): a shared round must not be skipped where the statement alone makes it
                 join_bytes = sum(2.5 * len(sources[(k[3], k[1], k[2])][0]) for k in usable)
                 why = skip_join_round(name, counts[c] * coverage * per_candidate + join_bytes * remote.shard_count,
                                       final_rows * coverage * st.row_bytes)
