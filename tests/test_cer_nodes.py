@@ -8,8 +8,10 @@ and on a local connection over the same table; the results must be the same mult
 Rounds are forced (``SET matchrec_round_trips = always``) in most runs: the cost model would skip
 them on tables this small, and then the interval filtering would go untested. A selective
 workload checks that the dual-filtering strategies pull fewer rows than ``push_down`` and
-``push_down`` fewer bytes than ``pull_all``; ``run_many`` on a compute node must pull each table
-once per flush and return what it returns locally.
+``push_down`` fewer bytes than ``pull_all``; ``run_many`` on a compute node must make one set of
+rounds per table and flush, and return what it returns locally whatever final pulls it makes
+(split at random and by the cost model), moving less than its statements one by one where they
+share their rows.
 """
 from __future__ import annotations
 
@@ -282,6 +284,16 @@ def test_run_many_final_pull_costs_no_more_than_one_by_one(pair):
         chosen = [x.strip() for x in got.report if x.strip().startswith("final pull:")]
         assert chosen and chosen[0].startswith("final pull: one for all") == shared, got.report
         assert group < alone if shared else group <= 1.1 * alone, (group, alone, got.report)
+    # one equality in both statements: the round of reset serves both and applies its join filter
+    joined = ["PATTERN SEQ(alarm a, reset r) FROM ev WHERE a.g = r.g WITHIN 40 RETURN a.id, r.id",
+              "PATTERN SEQ(alarm a, reset r, tock c) FROM ev WHERE a.g = r.g WITHIN 40 RETURN a.id, c.id"]
+    want = matchrec.run_many(pair.local, joined)
+    got = matchrec.run_many(pair.remote, joined)
+    for sql, g, w in zip(joined, got, want):
+        assert _multiset([tuple(r.values()) for r in g.to_pylist()]) == \
+            _multiset([tuple(r.values()) for r in w.to_pylist()]), sql
+    assert any("r (2 statements): time" in x and "join" in x.split("r (2 statements):")[1].split(";")[0]
+               for x in got.report), got.report
 
 
 def _plan(sql: str):
@@ -467,7 +479,8 @@ def group_differential(pair: Pair, seeds, per_group: int = 4, every_split: bool 
     """For each seed: the table of one random equality case and the statements of ``per_group``
     others (one schema), run as one ``run_many`` group on the nodes with its final pulls split at
     random (one shared, one per statement, some statements alone) and by the cost model, against
-    the local run (``every_split`` False: the cost model's and one random split only); returns the groups that matched something and the splits the cost model chose."""
+    the local run (``every_split`` False: the cost model's and one random split only); returns the
+    groups that matched something and the splits the cost model chose."""
     from functools import partial
 
     from matchrec.engine import cer_remote

@@ -410,7 +410,8 @@ def _choose_final(remote, est: _Estimate, sets: list, bits: int | None, ips: lis
     pulls per statement (about what the statements move one by one) is taken only when no split
     stays under it: on a fast link the round trips would otherwise always win, and the group must
     not move materially more than its statements alone. Ties go to fewer pulls (the group
-    evaluates the statements sharing a pull together). Returns the statements pulled alone and EXPLAIN's lines about the choice."""
+    evaluates the statements sharing a pull together). Returns the statements pulled alone and
+    the report's lines about the choice."""
     st = est.stats
     n = len(sets)
     sample = st.sample
