@@ -573,6 +573,32 @@ def shared_rounds(remote, table: str, columns: list[str], ips: list, where: str 
     if left_out:
         stats.notes.append(f"shared rounds: {left_out} join filter(s) left out (not every statement a round "
                            "serves has them)")
+    # the other way ("precede"): a round whose elements each take one row and are the source of a
+    # join is made again once the consumers' values arrived, probing the source's own column for an
+    # equal consumer value after it. Every element served must have such a join on that column; the
+    # filter holds the consumers' values of all of them (a weaker filter for each, still true of
+    # every match it binds in)
+    precede_of: dict[str, list[tuple]] = {}
+    for cond, served in users.items():
+        by_column: dict[tuple, list[set]] = {}
+        for u in served:
+            if not u.variable.at_most_once:
+                by_column = {}
+                break
+            mine: dict[tuple, set] = {}
+            for cv in ips[u.statement].variables:
+                for j in cv.joins:
+                    if j.sources == frozenset({u.variable.label}) and cv.condition in position:
+                        mine.setdefault((j.other_sql, j.common_type), set()).add((cv.condition, j.current_sql))
+            for column, keys in mine.items():
+                by_column.setdefault(column, []).append(keys)
+        for column, per_user in by_column.items():
+            if len(per_user) == len(served):
+                precede_of.setdefault(cond, []).append((column, per_user))
+                for consumer, current_sql in set.union(*per_user):
+                    wanted = values_of.setdefault(consumer, [])
+                    if (current_sql, column[1]) not in wanted:
+                        wanted.append((current_sql, column[1]))
     # the elements that take part in a join filter of their statement (as consumer or source)
     joined = [{v.label for v in ip.variables if v.joins} | {s for v in ip.variables for j in v.joins
                                                               for s in j.sources} for ip in ips]
@@ -587,10 +613,23 @@ def shared_rounds(remote, table: str, columns: list[str], ips: list, where: str 
     sources: dict[tuple, tuple] = {}  # (source condition, value SQL, type) -> pk, value hash, slot
     per_candidate = 4.0
     one_by_one = 0  # the rounds' bytes paid again for every statement a round serves
-    for c in rarest:
+    made: set[str] = set()
+    for c, again in [(c, False) for c in rarest] + [(c, True) for c in rarest if conds[c] in precede_of]:
         cond, served = conds[c], users[conds[c]]
         name = ", ".join(dict.fromkeys(u.variable.name for u in served))
         name = f"{name} ({len({u.statement for u in served})} statements)" if len(served) > 1 else name
+        precede = []
+        if again:  # the columns whose consumers' values arrived for every element served
+            if cond not in made:
+                continue
+            for (value_sql, common), per_user in precede_of[cond]:
+                arrived = [[(consumer, current) for consumer, current in keys if (consumer, current, common) in sources]
+                           for keys in per_user]
+                if all(arrived):
+                    precede.append((value_sql, common, sorted(set().union(*arrived))))
+            if not precede:
+                continue
+            name += " (joins)"
         if round_trips == "never":
             stats.rounds_skipped.append(f"{name} (round trips off)")
             continue
@@ -599,12 +638,12 @@ def shared_rounds(remote, table: str, columns: list[str], ips: list, where: str 
         if all(sets[k] is not None for k in mine_stmts):
             interest = IntervalSet._merged(*(np.concatenate(x) for x in zip(
                 *[(sets[k].pk, sets[k].lo, sets[k].hi) for k in mine_stmts])))
-        usable = [key for key in joins_of[cond] if (key[3], key[1], key[2]) in sources]
-        values = values_of.get(cond, [])
+        usable = [key for key in joins_of[cond] if (key[3], key[1], key[2]) in sources] if not again else []
+        values = values_of.get(cond, []) if not again else []
         if round_trips == "auto":
             span = max(st.extent, 1)
             coverage = 1.0 if interest is None else min(1.0, interest.total_length() / span)
-            if usable or values or any(u.variable.label in joined[u.statement] for u in served):
+            if usable or values or precede or any(u.variable.label in joined[u.statement] for u in served):
                 # judged as a statement alone judges its join rounds (by their bytes against the
                 # final pull): a shared round must not be skipped where the statement alone makes it
                 join_bytes = sum(2.5 * len(sources[(k[3], k[1], k[2])][0]) for k in usable)
@@ -640,6 +679,17 @@ def shared_rounds(remote, table: str, columns: list[str], ips: list, where: str 
                                      "direction": "follow", "window": reach})
             sent.append(f"join {kind} {len(blob)} B (follow)")
             blobs.append(blob)
+        for value_sql, common, keys in precede:
+            pk, val, slot = (np.concatenate(x) for x in zip(*[sources[(consumer, current, common)]
+                                                               for consumer, current in keys]))
+            if interest is not None:
+                inside = interest.overlaps(pk, slot * quantum, slot * quantum + (quantum - 1))
+                pk, val, slot = pk[inside], val[inside], slot[inside]
+            kind, blob = join_payload(pk, val, slot, quantum, reach, exact)
+            request["joins"].append({"value_sql": value_sql, "type": common, "blob": len(blobs), "kind": kind,
+                                     "direction": "precede", "window": reach})
+            sent.append(f"join {kind} {len(blob)} B (precede)")
+            blobs.append(blob)
         parts = remote.call_all(request, blobs, stats)
         got = unpack_candidates(parts, (["pk"] if partition_sql else []) + [f"v{i}" for i in range(len(values))]
                                 + ["s"], remote.max_reply)
@@ -648,6 +698,7 @@ def shared_rounds(remote, table: str, columns: list[str], ips: list, where: str 
         stats.candidates[name] = len(slots)
         if len(slots):
             per_candidate = max(0.5, sum(p.nbytes for p in parts) / len(slots))
+        made.add(cond)
         for i, (value_sql, common) in enumerate(values):
             sources[(cond, value_sql, common)] = (pk, got[f"v{i}"], slots)
         for u in served:
