@@ -284,7 +284,8 @@ def test_run_many_final_pull_costs_no_more_than_one_by_one(pair):
         chosen = [x.strip() for x in got.report if x.strip().startswith("final pull:")]
         assert chosen and chosen[0].startswith("final pull: one for all") == shared, got.report
         assert group < alone if shared else group <= 1.1 * alone, (group, alone, got.report)
-    # one equality in both statements: the round of reset serves both and applies its join filter
+    # one equality in both statements: the round of reset serves both and applies its join filter,
+    # and the round of alarm is made again with the filter the other way
     joined = ["PATTERN SEQ(alarm a, reset r) FROM ev WHERE a.g = r.g WITHIN 40 RETURN a.id, r.id",
               "PATTERN SEQ(alarm a, reset r, tock c) FROM ev WHERE a.g = r.g WITHIN 40 RETURN a.id, c.id"]
     want = matchrec.run_many(pair.local, joined)
@@ -294,6 +295,7 @@ def test_run_many_final_pull_costs_no_more_than_one_by_one(pair):
             _multiset([tuple(r.values()) for r in w.to_pylist()]), sql
     assert any("r (2 statements): time" in x and "join" in x.split("r (2 statements):")[1].split(";")[0]
                for x in got.report), got.report
+    assert any("a (2 statements) (joins): time" in x and "(precede)" in x for x in got.report), got.report
 
 
 def _plan(sql: str):

@@ -522,6 +522,10 @@ def shared_rounds(remote, table: str, columns: list[str], ips: list, where: str 
     filter then drops only candidates that bind in no match of any statement served (each admits
     it; the window is the largest of theirs, a weaker filter for the others). Joins that some
     element of the round lacks are left out: the filter would drop that statement's candidates.
+    The other way: a round whose elements each take one row and are each the source of a join on
+    one column is made again, after the first pass, with a "precede" filter holding the values of
+    every served statement's consumers (an equal value within the window after the row), as a
+    statement alone repeats its source's round.
 
     With ``row_filters`` (each statement's, None: every row) the statistics also sample where the
     rows of each lie, for the final pull's cost model (``_choose_final``). Returns the sets, the
