@@ -8,8 +8,10 @@ and on a local connection over the same table; the results must be the same mult
 Rounds are forced (``SET matchrec_round_trips = always``) in most runs: the cost model would skip
 them on tables this small, and then the interval filtering would go untested. A selective
 workload checks that the dual-filtering strategies pull fewer rows than ``push_down`` and
-``push_down`` fewer bytes than ``pull_all``; ``run_many`` on a compute node must pull each table
-once per flush and return what it returns locally.
+``push_down`` fewer bytes than ``pull_all``; ``run_many`` on a compute node must make one set of
+rounds per table and flush, and return what it returns locally whatever final pulls it makes
+(split at random and by the cost model), moving less than its statements one by one where they
+share their rows.
 """
 from __future__ import annotations
 
@@ -251,6 +253,51 @@ def test_run_many_pulls_each_table_once_and_equals_the_local_run(pair):
             assert len(shared) == 2 and "3 round(s) for 4 statements and 8 element rounds" in shared[0], got.report
 
 
+
+def test_run_many_final_pull_costs_no_more_than_one_by_one(pair):
+    """Statements sharing a rare anchor and row filter share one final pull and move less than one
+    by one; a statement whose rows (``tick``, ``noise``) another's pull would carry gets its own."""
+    pair.put("ev", sparse_events(10000))
+    cur = pair.remote.cursor()
+    cur.execute("SET pull_strategy = dfs")
+    cur.execute("SET matchrec_round_trips = always")
+    overlapping = ["PATTERN SEQ(alarm a, reset r) FROM ev WITHIN 40 RETURN a.id, r.id",
+                   "PATTERN SEQ(alarm a, reset r) FROM ev WHERE r.v > 50 WITHIN 40 RETURN a.id, r.id",
+                   "PATTERN SEQ(alarm a, reset r, reset s) FROM ev WITHIN 40 RETURN a.id, s.id"]
+    different = ["PATTERN SEQ(alarm a, reset r) FROM ev WITHIN 40 RETURN a.id, r.id",
+                 "PATTERN SEQ(alarm a, ~tick t, reset r) FROM ev WITHIN 400 RETURN a.id, r.id",
+                 "PATTERN SEQ(reset r, noise n) FROM ev WITHIN 3 RETURN r.id, n.id"]
+    for workload, shared in ((overlapping, True), (different, False)):
+        want = matchrec.run_many(pair.local, workload)
+        got = matchrec.run_many(pair.remote, workload)
+        for sql, g, w in zip(workload, got, want):
+            assert _multiset([tuple(r.values()) for r in g.to_pylist()]) == \
+                _multiset([tuple(r.values()) for r in w.to_pylist()]), sql
+        line = next(x for x in got.report if "bytes received" in x)
+        group = int(line.split(" bytes sent")[0].rsplit(" ", 1)[1]) + \
+            int(line.split(" bytes received")[0].rsplit(" ", 1)[1])
+        alone = 0
+        for sql in workload:
+            cur.execute(sql)
+            stats = cur.cer_run.info["pull"]
+            alone += stats.bytes_sent + stats.bytes_received
+        chosen = [x.strip() for x in got.report if x.strip().startswith("final pull:")]
+        assert chosen and chosen[0].startswith("final pull: one for all") == shared, got.report
+        assert group < alone if shared else group <= 1.1 * alone, (group, alone, got.report)
+    # one equality in both statements: the round of reset serves both and applies its join filter,
+    # and the round of alarm is made again with the filter the other way
+    joined = ["PATTERN SEQ(alarm a, reset r) FROM ev WHERE a.g = r.g WITHIN 40 RETURN a.id, r.id",
+              "PATTERN SEQ(alarm a, reset r, tock c) FROM ev WHERE a.g = r.g WITHIN 40 RETURN a.id, c.id"]
+    want = matchrec.run_many(pair.local, joined)
+    got = matchrec.run_many(pair.remote, joined)
+    for sql, g, w in zip(joined, got, want):
+        assert _multiset([tuple(r.values()) for r in g.to_pylist()]) == \
+            _multiset([tuple(r.values()) for r in w.to_pylist()]), sql
+    assert any("r (2 statements): time" in x and "join" in x.split("r (2 statements):")[1].split(";")[0]
+               for x in got.report), got.report
+    assert any("a (2 statements) (joins): time" in x and "(precede)" in x for x in got.report), got.report
+
+
 def _plan(sql: str):
     from matchrec.parser import sase
     from matchrec.planner.cer import CerSettings
@@ -427,3 +474,68 @@ def test_random_equality_statements_on_three_nodes_equal_the_local_run(three):
 def test_random_equality_statements_on_three_nodes_wide(three):
     matched, joined = join_differential(three, range(100, 300))
     assert matched > 60 and joined > 150, (matched, joined)
+
+
+# ---------------------------------------------------------------- run_many's final pulls over the nodes
+def group_differential(pair: Pair, seeds, per_group: int = 4, every_split: bool = True) -> tuple[int, set]:
+    """For each seed: the table of one random equality case and the statements of ``per_group``
+    others (one schema), run as one ``run_many`` group on the nodes with its final pulls split at
+    random (one shared, one per statement, some statements alone) and by the cost model, against
+    the local run (``every_split`` False: the cost model's and one random split only); returns the
+    groups that matched something and the splits the cost model chose."""
+    from functools import partial
+
+    from matchrec.engine import cer_remote
+    matched, chosen = 0, set()
+    real = cer_remote._pull_plans
+    for i in seeds:
+        rng = random.Random(i)
+        table = _JoinCase(rng).table
+        # distinct keys: a strict-contiguity statement of another case would depend on the order of ties
+        ts = [rng.randint(1, 3) for _ in range(table.num_rows)]
+        table = table.set_column(table.schema.get_field_index("ts"), "ts",
+                                 pa.array([sum(ts[:j + 1]) for j in range(len(ts))], pa.int64()))
+        pair.put("cer_diff", table)
+        statements = []
+        while len(statements) < per_group:
+            case = _JoinCase(rng)
+            if case.window is None:
+                continue  # without WITHIN the group pulls by the row filters alone (no final-pull choice)
+            positive = [v for v, kind in case.vars.items() if kind != "negated"]
+            sql = case.text(", ".join(f"{v}.id" if case.vars[v] == "single" else f"count({v}) AS n_{v}"
+                                      for v in positive))
+            try:
+                pair.local.cursor().execute(sql)
+            except matchrec.NotSupportedError:
+                continue
+            statements.append(sql)
+        want = matchrec.run_many(pair.local, statements)
+        cur = pair.remote.cursor()
+        cur.execute(f"SET pull_strategy = {rng.choice(['dfs', 'naive_dfs', 'auto'])}")
+        cur.execute(f"SET matchrec_round_trips = {'always' if rng.random() < 0.8 else 'auto'}")
+        splits = ["auto", frozenset(rng.sample(range(per_group), rng.randint(1, per_group - 1)))]
+        splits += ["shared", "each"] if every_split else []
+        for final in splits:
+            cer_remote._pull_plans = partial(real, final=final)
+            try:
+                got = matchrec.run_many(pair.remote, statements)
+            finally:
+                cer_remote._pull_plans = real
+            for sql, g, w in zip(statements, got, want):
+                assert _multiset([tuple(r.values()) for r in g.to_pylist()]) == \
+                    _multiset([tuple(r.values()) for r in w.to_pylist()]), (i, final, sql)
+            if final == "auto":
+                chosen |= {line.strip() for line in got.report if line.strip().startswith("final pull:")}
+        matched += any(w.num_rows for w in want)
+    return matched, chosen
+
+
+def test_run_many_final_pulls_equal_the_local_run(three):
+    matched, chosen = group_differential(three, [7], per_group=3, every_split=False)
+    assert matched == 1 and chosen, (matched, chosen)
+
+
+@pytest.mark.slow
+def test_run_many_final_pulls_equal_the_local_run_wide(three):
+    matched, chosen = group_differential(three, range(500, 560), per_group=5)
+    assert matched > 40 and chosen, (matched, chosen)

@@ -189,6 +189,10 @@ class _Run:
             from matchrec.engine import cer_remote
             with cer_remote.group_pull(self.con, [statements[i] for i in pending], _parse) as pulls:
                 self.report += cer_remote.pull_report(pulls)
+                for i in pending:  # statements the pull's cost model gave rows of their own ran over them
+                    if statements[i] in pulls.alone:
+                        tables[i] = pulls.alone[statements[i]]
+                pending = [i for i in pending if statements[i] not in pulls.alone]
                 return self._flush(statements, pending, tables, classified)
         self._flush(statements, pending, tables, classified)
 
