@@ -169,6 +169,7 @@ class Workload:
         self.units = units
         self._canon: dict = {}
         self._ids: dict = {}
+        self._unit_nodes: dict = {}
         self.by_class: dict = {}
         for u, unit in enumerate(units):
             for c in set(unit.classes):
@@ -192,6 +193,17 @@ class Workload:
     def node_keys(self, u: int, order: tuple, cut: int) -> list:
         return [self.canon(u, order[:k]) if k <= cut else ("own", u, order[:k], cut) for k in range(1, len(order) + 1)]
 
+    def unit_nodes(self, u: int, order: tuple, cut: int) -> list:
+        """(node key, prefix, parent's key) of each node of unit ``u`` in ``order``: independent of the
+        rates, so kept here for every cost model of the workload (one per re-plan)."""
+        k = (u, order, cut)
+        got = self._unit_nodes.get(k)
+        if got is None:
+            keys = self.node_keys(u, order, cut)
+            got = [(key, order[:i + 1], keys[i - 1] if i else None) for i, key in enumerate(keys)]
+            self._unit_nodes[k] = got
+        return got
+
 
 class CostModel:
     def __init__(self, work: Workload, rates: Rates):
@@ -201,7 +213,6 @@ class CostModel:
         self._base: dict = {}
         self._set: dict = {}
         self._node: dict = {}
-        self._unit_nodes: dict = {}
 
     def base(self, u: int, prefix: tuple) -> tuple[float, float]:
         """(partial matches per window^(k-1), selectivity of the conditions the last element adds)."""
@@ -244,13 +255,7 @@ class CostModel:
         return NODE_COST + SEARCH_COST * self.pm(u, prefix[:-1], parent_w) + CANDIDATE_COST * examined
 
     def unit_nodes(self, u: int, order: tuple, cut: int) -> list:
-        k = (u, order, cut)
-        got = self._unit_nodes.get(k)
-        if got is None:
-            keys = self.work.node_keys(u, order, cut)
-            got = [(key, order[:i + 1], keys[i - 1] if i else None) for i, key in enumerate(keys)]
-            self._unit_nodes[k] = got
-        return got
+        return self.work.unit_nodes(u, order, cut)
 
     def cost(self, plan: Plan) -> float:
         entries: dict = {}
@@ -718,7 +723,9 @@ def estimate_selectivity(stream: O.Stream, cond: O.Cond, classes: dict, window: 
     rows0 = stream.rows[classes[first]]
     pool = pools.get(classes[first]) if pools is not None else None
     if pool is None:
-        pool = np.intersect1d(sample, rows0, assume_unique=True)
+        # both sorted and unique: a binary search per sampled row, not a sort of the class's rows
+        at = np.minimum(np.searchsorted(rows0, sample), max(len(rows0) - 1, 0))
+        pool = sample[rows0[at] == sample] if len(rows0) else rows0
         if len(pool) == 0:
             pool = rows0
         if pools is not None:
