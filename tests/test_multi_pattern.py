@@ -643,3 +643,16 @@ def test_the_group_read_keeps_exactly_the_rows_some_element_can_take(con):
         assert t.equals(alone(con, s))
     r = matchrec.run_many(con, stmts + ["PATTERN SEQ(A a, B b) FROM kinds USE strict-contiguity WITHIN 9 RETURN COUNT(*)"])
     assert r.stats["events_read"] == 60  # strict contiguity looks at every row
+
+
+def test_greedy_order_takes_the_fewest_candidates_then_the_most_selective_link():
+    # positions 0..3 of classes 0..3; a condition counts once all its other positions are bound
+    cond = lambda vars_, sel: SH.CondModel(frozenset(vars_), ("c",), sel)  # noqa: E731
+    unit = SH.UnitModel([0, 1, 2, 3], [cond({0, 2}, 0.01), cond({3}, 0.001), cond({1, 2, 3}, 0.5)], 10)
+    work = SH.Workload([unit])
+    model = SH.CostModel(work, SH.Rates([100, 5, 50, 50], 1000))
+    # 1 (5 candidates); 2 and 3 tie at 50 (3's own filter is no link): the lower position; then 0
+    # (100 x 0.01) before 3 (50 x 0.5)
+    assert SH.greedy_order(work, model, 0) == (1, 2, 0, 3)
+    model = SH.CostModel(work, SH.Rates([100, 5, 50, 40], 1000))
+    assert SH.greedy_order(work, model, 0) == (1, 3, 2, 0)

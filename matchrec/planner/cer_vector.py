@@ -50,16 +50,18 @@ class VectorColumns:
         ``nulls``), or None when it is not a numeric one."""
         if name not in self.cache:
             arr = self.table.column(name)
-            values, nullable = python_column(arr)
             mask = None
             t = arr.type
-            if nullable and (pa.types.is_integer(t) or pa.types.is_floating(t)
-                             or (pa.types.is_decimal(t) and t.scale > 0)) and not pa.types.is_uint64(t):
-                # the same numbers as the Python function reads, NULL marked apart (three-valued logic)
+            if arr.null_count > 0 and (pa.types.is_integer(t) or pa.types.is_floating(t)
+                                       or (pa.types.is_decimal(t) and t.scale > 0)) and not pa.types.is_uint64(t):
+                # the same numbers as the Python function reads, NULL marked apart (three-valued logic);
+                # never through python_column, whose object array of such a column is not needed here
                 arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
                 mask = arr.is_null().to_numpy(zero_copy_only=False)
                 kind = pa.int64() if pa.types.is_integer(arr.type) else pa.float64()
                 values = arr.cast(kind).fill_null(0).to_numpy()
+            else:
+                values, _ = python_column(arr)
             ok = values.dtype.kind in "if"
             self.cache[name] = values if ok else None
             self.cache[("nulls", name)] = mask if ok else None

@@ -169,6 +169,7 @@ class Workload:
         self.units = units
         self._canon: dict = {}
         self._ids: dict = {}
+        self._unit_nodes: dict = {}
         self.by_class: dict = {}
         for u, unit in enumerate(units):
             for c in set(unit.classes):
@@ -192,6 +193,17 @@ class Workload:
     def node_keys(self, u: int, order: tuple, cut: int) -> list:
         return [self.canon(u, order[:k]) if k <= cut else ("own", u, order[:k], cut) for k in range(1, len(order) + 1)]
 
+    def unit_nodes(self, u: int, order: tuple, cut: int) -> list:
+        """(node key, prefix, parent's key) of each node of unit ``u`` in ``order``: independent of the
+        rates, so kept here for every cost model of the workload (one per re-plan)."""
+        k = (u, order, cut)
+        got = self._unit_nodes.get(k)
+        if got is None:
+            keys = self.node_keys(u, order, cut)
+            got = [(key, order[:i + 1], keys[i - 1] if i else None) for i, key in enumerate(keys)]
+            self._unit_nodes[k] = got
+        return got
+
 
 class CostModel:
     def __init__(self, work: Workload, rates: Rates):
@@ -201,7 +213,7 @@ class CostModel:
         self._base: dict = {}
         self._set: dict = {}
         self._node: dict = {}
-        self._unit_nodes: dict = {}
+        self._conds: dict = {}
 
     def base(self, u: int, prefix: tuple) -> tuple[float, float]:
         """(partial matches per window^(k-1), selectivity of the conditions the last element adds)."""
@@ -214,22 +226,30 @@ class CostModel:
         if got is not None:
             return got
         value = self._set.get((u, mask))
-        unit = self.work.units[u]
+        conds = self.conds(u)
         if value is None:
-            n = [self.counts[unit.classes[p]] for p in prefix]
+            classes = self.work.units[u].classes
+            n = [self.counts[classes[p]] for p in prefix]
             value = n[0]
             for x in n[1:]:
                 value *= x / self.span
             value /= math.factorial(len(prefix) - 1)
-            for c in unit.conds:
-                if c.mask & mask == c.mask:
-                    value *= c.sel
+            for cm, sel in conds:
+                if cm & mask == cm:
+                    value *= sel
             self._set[(u, mask)] = value
         new = 1.0
-        for c in unit.conds:
-            if c.mask & mask == c.mask and c.mask >> last & 1:
-                new *= c.sel
+        for cm, sel in conds:
+            if cm & mask == cm and cm >> last & 1:
+                new *= sel
         got = self._base[k] = (value, new)
+        return got
+
+    def conds(self, u: int) -> list:
+        """Unit ``u``'s conditions as (bit set of positions, selectivity), taken once per model."""
+        got = self._conds.get(u)
+        if got is None:
+            got = self._conds[u] = [(c.mask, c.sel) for c in self.work.units[u].conds]
         return got
 
     def pm(self, u: int, prefix: tuple, w: float) -> float:
@@ -244,13 +264,7 @@ class CostModel:
         return NODE_COST + SEARCH_COST * self.pm(u, prefix[:-1], parent_w) + CANDIDATE_COST * examined
 
     def unit_nodes(self, u: int, order: tuple, cut: int) -> list:
-        k = (u, order, cut)
-        got = self._unit_nodes.get(k)
-        if got is None:
-            keys = self.work.node_keys(u, order, cut)
-            got = [(key, order[:i + 1], keys[i - 1] if i else None) for i, key in enumerate(keys)]
-            self._unit_nodes[k] = got
-        return got
+        return self.work.unit_nodes(u, order, cut)
 
     def cost(self, plan: Plan) -> float:
         entries: dict = {}
@@ -283,20 +297,25 @@ def greedy_order(work: Workload, model: CostModel, u: int) -> tuple:
     """The lazy order: first the element with the fewest candidates, then repeatedly the one whose
     candidates times the selectivity of the conditions linking it to what is bound is smallest."""
     unit = work.units[u]
+    conds = model.conds(u)
+    counts = [model.counts[c] for c in unit.classes]
     left = list(range(len(unit.classes)))
     out: list = []
+    bound = 0  # the bound positions as a bit set
     while left:
-        bound = set(out)
-
-        def score(p):
-            s = model.counts[unit.classes[p]]
-            for c in unit.conds:
-                if p in c.vars and c.vars - {p} and c.vars - {p} <= bound:
-                    s *= c.sel
-            return (s, p)
-        p = min(left, key=score)
+        best = None
+        for p in left:
+            bit = 1 << p
+            s = counts[p]
+            for cm, sel in conds:  # a condition linking p to elements all bound already
+                if cm & bit and cm != bit and cm & ~bit & ~bound == 0:
+                    s *= sel
+            if best is None or (s, p) < best:
+                best = (s, p)
+        p = best[1]
         out.append(p)
         left.remove(p)
+        bound |= 1 << p
     return tuple(out)
 
 
@@ -718,7 +737,9 @@ def estimate_selectivity(stream: O.Stream, cond: O.Cond, classes: dict, window: 
     rows0 = stream.rows[classes[first]]
     pool = pools.get(classes[first]) if pools is not None else None
     if pool is None:
-        pool = np.intersect1d(sample, rows0, assume_unique=True)
+        # both sorted and unique: a binary search per sampled row, not a sort of the class's rows
+        at = np.minimum(np.searchsorted(rows0, sample), max(len(rows0) - 1, 0))
+        pool = sample[rows0[at] == sample] if len(rows0) else rows0
         if len(pool) == 0:
             pool = rows0
         if pools is not None:

@@ -270,10 +270,16 @@ class PyCompiler:
                 return "float"
             return (e.value, e.value) if isinstance(e.value, int) else None
         if isinstance(e, S.Col):
-            values, nullable = self.converted_column(self.res.col(e))
+            name = self.res.col(e)
+            values, nullable = self.converted_column(name)
             if values.dtype.kind == "f":
                 return "float"
-            return None if nullable or e.var in self.kleene else int_bounds(values)
+            if nullable or e.var in self.kleene:
+                return None
+            key = ("bounds", name)  # one pass over the column for every condition of the workload reading it
+            if key not in self.converted:
+                self.converted[key] = int_bounds(values)
+            return self.converted[key]
         if isinstance(e, S.Call) and e.name in ("min", "max", "first", "last") and len(e.args) == 1:
             return self.bounds(e.args[0]) if not isinstance(e.args[0], S.Var) else None
         if isinstance(e, S.Call) and e.name == "avg":
