@@ -296,16 +296,16 @@ PHASES = [
     ("matchrec.engine.statement", "describe", "DESCRIBE of the input"),  # where it was looked up before
     ("matchrec.connectors.duckdb_source", "describe", "DESCRIBE of the input"),
     ("matchrec.engine.statement", "build_plan", "build_plan (resolve, type probes)"),
-    ("matchrec.engine.reading", "fast_plan", "  fast_plan"),
-    ("matchrec.engine.reading", "probe_types", "  probe_types (read query LIMIT 0)"),
+    ("matchrec.engine.reading", "fast_plan", "in plan_clause: fast_plan"),
+    ("matchrec.engine.reading", "probe_types", "in plan_clause: probe_types (read query LIMIT 0)"),
     ("matchrec.engine.reading", "plan_clause", "plan_clause (physical plan)"),
     ("matchrec.engine.reading", "null_row", "null row"),
     ("matchrec.engine.statement", "read_batches", "start the read (DuckDB sorts)"),
     ("matchrec.engine.reading", "compiled_matcher", "compiled matcher setup"),
     ("matchrec.engine.statement", "run_plan", "run_plan (read, arrays, kernel, output)"),
-    ("matchrec.engine.fast", "CompiledMatcher._arrays", "  Arrow -> numpy arrays"),
-    ("matchrec.engine.fast", "CompiledMatcher._in_workers", "  kernel (on a worker thread)"),
-    ("matchrec.engine.executor", "PartitionRunner.result", "  output assembly"),
+    ("matchrec.engine.fast", "CompiledMatcher._arrays", "in run_plan: Arrow -> numpy arrays"),
+    ("matchrec.engine.fast", "CompiledMatcher._in_workers", "in run_plan: kernel (on a worker thread)"),
+    ("matchrec.engine.executor", "PartitionRunner.result", "in run_plan: output assembly"),
     ("matchrec.engine.session", "Session._duck_execute", "the statement over the result in DuckDB"),
 ]
 
