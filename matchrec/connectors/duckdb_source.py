@@ -96,7 +96,8 @@ def own_change(con, action):
     finally:
         after = _catalog_version_of(con)
         kept = _ANSWERS.get(con) if before is not None else None
-        if kept is not None and kept.version == before and after is not None:
+        # one step: this action alone (another cursor's DDL in between moves it further)
+        if kept is not None and kept.version == before and after == before + 1:
             kept.version = after
 
 
