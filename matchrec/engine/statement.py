@@ -17,7 +17,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from matchrec.connectors.duckdb_source import DuckDBOracle, FallbackEvaluator, describe, quote_ident, read_batches
+from matchrec.connectors.duckdb_source import DuckDBOracle, FallbackEvaluator, own_change, quote_ident, read_batches
 from matchrec.engine.errors import map_duckdb_error
 from matchrec.engine.executor import Settings, run_plan
 from matchrec.engine import reading
@@ -201,12 +201,12 @@ class StatementRunner:
             bare = self.remote.bare_table(clause.input_text) if not prefixes.get(clause.placeholder) else None
             if bare is None and not dry:
                 self.materialize(input_sql)
+        oracle = DuckDBOracle(self.con)
         try:
-            columns = describe(self.con, input_sql)
+            columns = oracle.columns(input_sql)
         except duckdb.Error as err:
             raise map_duckdb_error(err, source, clause.input_span.start,
                                    "The input of MATCH_RECOGNIZE cannot be read") from None
-        oracle = DuckDBOracle(self.con)
         plan = build_plan(clause.spec, columns, oracle)
         pull_name = f"__matchrec_pulled_{tag}_{len(prepared.registered)}" if bare is not None else ""
         physical = reading.plan_clause(plan, input_sql, self.con, oracle, self.settings,
@@ -255,7 +255,7 @@ class StatementRunner:
         if rows_before_filter is not None:
             stats.extra["rows before the DuckDB row filter"] = rows_before_filter
         name = f"__matchrec_result_{tag}_{len(prepared.registered)}"
-        self.con.register(name, table)
+        own_change(self.con, lambda: self.con.register(name, table))  # a new name: kept answers stay valid
         prepared.registered.append(name)
         select = ", ".join(f"CAST(c{k} AS {col.type}) AS {quote_ident(col.name)}" for k, col in enumerate(plan.output))
         view = f"(SELECT {select} FROM {name})"
