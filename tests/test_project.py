@@ -573,8 +573,10 @@ def test_a_run_on_storage_nodes_equals_the_local_run(tmp_path, node_cluster, cap
     nodes = ",".join(u.removeprefix("grpc://") for u in node_cluster)  # host:port is enough
     assert main(["run", str(root), "--db", db, "--threads", "2", "--nodes", nodes, "--token", TOKEN]) == 0
     out = capsys.readouterr().out
-    assert "6 OK, 0 ERROR" in out and "storage nodes: table proj_ev pulled once" in out, out
-    assert "shared rounds:" in out, out
+    # one set of rounds for the group; its final pulls (one shared, or split) are the cost model's choice,
+    # which reads the measured link
+    assert "6 OK, 0 ERROR" in out and "storage nodes: table proj_ev pulled" in out, out
+    assert ("pulled once" in out or "one set of rounds" in out) and "shared rounds:" in out, out
     local = matchrec.connect()
     local.session.duck.register("src", events)
     local.cursor().execute("CREATE TABLE proj_ev AS SELECT * FROM src")
