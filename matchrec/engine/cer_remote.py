@@ -673,27 +673,23 @@ def shared_rounds(remote, table: str, columns: list[str], ips: list, where: str 
             blobs.append(blob)
             sent.append(f"time {kind} {len(blob)} B")
         reach = max(ips[k].window for k in mine_stmts)
-        for current_sql, other_sql, common, source in usable:
-            pk, val, slot = sources[(source, other_sql, common)]
+
+        def add_join(value_sql, common, pk, val, slot, direction):
             if interest is not None:  # a source outside every served set binds in no match of theirs
                 inside = interest.overlaps(pk, slot * quantum, slot * quantum + (quantum - 1))
                 pk, val, slot = pk[inside], val[inside], slot[inside]
             kind, blob = join_payload(pk, val, slot, quantum, reach, exact)
-            request["joins"].append({"value_sql": current_sql, "type": common, "blob": len(blobs), "kind": kind,
-                                     "direction": "follow", "window": reach})
-            sent.append(f"join {kind} {len(blob)} B (follow)")
-            blobs.append(blob)
-        for value_sql, common, keys in precede:
-            pk, val, slot = (np.concatenate(x) for x in zip(*[sources[(consumer, current, common)]
-                                                               for consumer, current in keys]))
-            if interest is not None:
-                inside = interest.overlaps(pk, slot * quantum, slot * quantum + (quantum - 1))
-                pk, val, slot = pk[inside], val[inside], slot[inside]
-            kind, blob = join_payload(pk, val, slot, quantum, reach, exact)
             request["joins"].append({"value_sql": value_sql, "type": common, "blob": len(blobs), "kind": kind,
-                                     "direction": "precede", "window": reach})
-            sent.append(f"join {kind} {len(blob)} B (precede)")
+                                     "direction": direction, "window": reach})
+            sent.append(f"join {kind} {len(blob)} B ({direction})")
             blobs.append(blob)
+
+        for current_sql, other_sql, common, source in usable:
+            add_join(current_sql, common, *sources[(source, other_sql, common)], "follow")
+        for value_sql, common, keys in precede:
+            add_join(value_sql, common, *(np.concatenate(x) for x in zip(*[sources[(consumer, current, common)]
+                                                                           for consumer, current in keys])),
+                     "precede")
         parts = remote.call_all(request, blobs, stats)
         got = unpack_candidates(parts, (["pk"] if partition_sql else []) + [f"v{i}" for i in range(len(values))]
                                 + ["s"], remote.max_reply)
