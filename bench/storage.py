@@ -130,6 +130,7 @@ def teardown_link() -> None:
 def start_nodes(data_dir: str, shaped: bool, n: int = 3) -> tuple[list[subprocess.Popen], list[str]]:
     procs, uris = [], []
     host = NODE_IP if shaped else "127.0.0.1"
+    os.makedirs(data_dir, exist_ok=True)  # a fresh checkout has no dataset cache yet
     for i in range(n):
         db = os.path.join(data_dir, f"storage-node-{i}.duckdb")
         for stale in (db, db + ".wal"):
