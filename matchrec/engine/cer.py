@@ -76,7 +76,7 @@ def _execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSe
         if query.returns == "count":
             n = m.count(plan.mechanism, pattern, events, **opts) if len(events) else 0
         else:
-            matches = m.run(plan.mechanism, pattern, events, max_matches=settings.max_matches, **opts) \
+            matches = m.run_columns(plan.mechanism, pattern, events, max_matches=settings.max_matches, **opts) \
                 if len(events) else []
     if query.returns == "count":
         run.info["matches"] = n

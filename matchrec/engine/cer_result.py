@@ -1,5 +1,12 @@
 """A CER statement's matches as an Arrow table: the matched events (one row per match, a column per
-variable and source column, Kleene variables as lists) or the RETURN projections."""
+variable and source column, Kleene variables as lists) or the RETURN projections.
+
+Built column-wise from ``operators.cer_columns.MatchColumns`` (every mechanism's matches go
+through it; a list of match tuples is converted first): a variable's column is one Arrow take of
+its rows, a Kleene variable's list column one take of its distinct sequences' lists; a projection
+reading one variable is evaluated once per distinct row or sequence (an aggregate over a Kleene
+variable once per sequence, however many matches share it) and spread by a take; only a
+projection reading several variables is evaluated match by match."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,42 +14,52 @@ import pyarrow as pa
 
 from matchrec.engine.output import int128_array
 from matchrec.errors import DataError
+from matchrec.operators.cer_columns import ABSENT, MatchColumns, Sequences, from_tuples
 from matchrec.parser import sase as S
 from matchrec.planner import cer as P
 
 
-def _ordered(matches: list) -> list[dict]:
-    """Matches as dicts, in the order of their first event (rows are in partition, key order)."""
-    def first(m):
-        return min(r if isinstance(r, int) else min(r) for _, r in m)
-    return [dict(m) for m in sorted(matches, key=lambda m: (first(m), m))]
+def _indices(idx: np.ndarray) -> pa.Array:
+    """Take indices, NULL where the variable is unbound."""
+    absent = idx == ABSENT
+    return pa.array(idx, pa.int64(), mask=absent) if absent.any() else pa.array(idx, pa.int64())
 
 
-def _take(column: pa.ChunkedArray, rows: list) -> pa.Array:
-    return column.take(pa.array(rows, pa.int64())).combine_chunks() if len(column) else \
-        pa.nulls(len(rows), column.type)
+def _take(column: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
+    if not len(column):
+        return pa.nulls(len(rows), column.type)
+    return column.take(_indices(rows)).combine_chunks()
 
 
-def _list_column(column: pa.ChunkedArray, groups: list) -> pa.Array:
-    offsets, flat = [0], []
-    for g in groups:
-        if g is not None:
-            flat.extend(g)
-        offsets.append(len(flat))
-    values = _take(column, flat)
-    mask = pa.array([g is None for g in groups], pa.bool_())
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, mask=mask)
+def _lists(column: pa.ChunkedArray, seqs: Sequences) -> pa.Array:
+    """The distinct sequences' values as one list array."""
+    values = _take(column, seqs.flat)
+    return pa.ListArray.from_arrays(pa.array(seqs.offsets, pa.int32()), values)
 
 
-def _var_column(plan: P.CerPlan, table: pa.Table, var: str, name: str, matches: list[dict]) -> pa.Array:
+def _kleene(ms: MatchColumns, var: str) -> tuple[np.ndarray, Sequences] | None:
+    """(sequence id per match, the sequences) of Kleene variable ``var``, or None when no match binds it."""
+    if var in ms.ids:
+        return ms.ids[var], ms.seqs[var]
+    if var in ms.rows:  # bound by single rows: sequences of one event
+        r = ms.rows[var]
+        u, inv = np.unique(r[r != ABSENT], return_inverse=True)
+        ids = np.full(ms.n, ABSENT, np.int64)
+        ids[r != ABSENT] = inv
+        return ids, Sequences(u.astype(np.int64), np.arange(len(u) + 1, dtype=np.int64))
+    return None
+
+
+def _var_column(plan: P.CerPlan, table: pa.Table, var: str, name: str, ms: MatchColumns) -> pa.Array:
     column = table.column(name)
     if plan.query.elements[var].kleene is not None:
-        return _list_column(column, [list(_rows(m[var])) if var in m else None for m in matches])
-    return _take(column, [m.get(var) for m in matches])
-
-
-def _rows(x):
-    return x if isinstance(x, tuple) else (x,)
+        got = _kleene(ms, var)
+        if got is None:
+            return pa.nulls(ms.n, pa.list_(column.type))
+        ids, seqs = got
+        return _lists(column, seqs).take(_indices(ids))
+    rows = ms.rows.get(var)
+    return _take(column, rows if rows is not None else np.full(ms.n, ABSENT, np.int64))
 
 
 def _unique(names: list[str]) -> list[str]:
@@ -57,9 +74,11 @@ def _unique(names: list[str]) -> list[str]:
     return out
 
 
-def build_result(plan: P.CerPlan, table: pa.Table, matches: list) -> pa.Table:
+def build_result(plan: P.CerPlan, table: pa.Table, matches) -> pa.Table:
+    """``matches``: a ``MatchColumns`` or a list of match tuples (``reference_matches``' format).
+    Rows come in the order of each match's first event, then its events variable by variable."""
     q = plan.query
-    ms = _ordered(matches)
+    ms = (matches if isinstance(matches, MatchColumns) else from_tuples(matches)).ordered()
     names, arrays = [], []
     if q.returns == "events":
         for var in q.positive:
@@ -74,20 +93,61 @@ def build_result(plan: P.CerPlan, table: pa.Table, matches: list) -> pa.Table:
         if isinstance(e, S.Col):
             arrays.append(_var_column(plan, table, e.var, res.col(e), ms))
             continue
-        values = [_python(fn(m)) if needs <= m.keys() else None for m in ms]
-        try:
-            arrays.append(pa.array(values))
-        except OverflowError:
-            # exact integer arithmetic went past 64 bits: HUGEINT, as DuckDB would type it
-            if not all(v is None or type(v) is int for v in values):
-                raise DataError(f"RETURN {proj.name}: the values do not share one type") from None
-            try:
-                arrays.append(int128_array(values))
-            except OverflowError:
-                raise DataError(f"RETURN {proj.name}: a value is out of the range of HUGEINT") from None
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as err:
-            raise DataError(f"RETURN {proj.name}: the values do not share one type ({err})") from None
+        arrays.append(_projection(proj.name, needs, fn, ms))
     return pa.table(dict(zip(_unique(names), arrays)))
+
+
+def _projection(name: str, needs: frozenset, fn, ms: MatchColumns) -> pa.Array:
+    if len(needs) == 1:
+        (var,) = needs
+        if var in ms.ids:  # once per distinct sequence
+            seqs = ms.seqs[var]
+            values = [_python(fn({var: seqs.rows(k)})) for k in range(len(seqs))]
+            return _array(name, values).take(_indices(ms.ids[var]))
+        if var in ms.rows:  # once per distinct row
+            r = ms.rows[var]
+            bound = r != ABSENT
+            u, inv = np.unique(r[bound], return_inverse=True)
+            values = [_python(fn({var: x})) for x in u.tolist()]
+            idx = np.full(ms.n, ABSENT, np.int64)
+            idx[bound] = inv
+            return _array(name, values).take(_indices(idx))
+        return _array(name, [None] * ms.n)
+    if not needs:
+        return _array(name, [_python(fn({}))]).take(pa.array(np.zeros(ms.n, np.int64)))
+    # several variables: one binding per match, of the variables read only
+    columns = []
+    for var in sorted(needs):
+        if var in ms.ids:
+            seqs = ms.seqs[var]
+            rows = [seqs.rows(k) for k in range(len(seqs))]
+            columns.append((var, [None if k == ABSENT else rows[k] for k in ms.ids[var].tolist()]))
+        elif var in ms.rows:
+            columns.append((var, [None if x == ABSENT else x for x in ms.rows[var].tolist()]))
+        else:
+            return _array(name, [None] * ms.n)
+    values = []
+    for vals in zip(*(c for _, c in columns)):
+        if None in vals:
+            values.append(None)
+        else:
+            values.append(_python(fn({var: v for (var, _), v in zip(columns, vals)})))
+    return _array(name, values)
+
+
+def _array(name: str, values: list) -> pa.Array:
+    try:
+        return pa.array(values)
+    except OverflowError:
+        # exact integer arithmetic went past 64 bits: HUGEINT, as DuckDB would type it
+        if not all(v is None or type(v) is int for v in values):
+            raise DataError(f"RETURN {name}: the values do not share one type") from None
+        try:
+            return int128_array(values)
+        except OverflowError:
+            raise DataError(f"RETURN {name}: a value is out of the range of HUGEINT") from None
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as err:
+        raise DataError(f"RETURN {name}: the values do not share one type ({err})") from None
 
 
 def _python(v):

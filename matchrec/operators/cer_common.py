@@ -24,6 +24,7 @@ import numpy as np
 from matchrec import budget
 from matchrec.errors import OperationalError
 from matchrec.operators.cer_reference import Condition, Element, Events, Order, Pattern, alternatives, orders
+from matchrec.operators import cer_columns
 
 
 _CHUNK = 1 << 15  # matches a sink materializes between two looks at the statement's budget
@@ -460,6 +461,7 @@ class Sink:
         self.max_partial = max_partial
         self.n = 0
         self.kept: list = []
+        self.products: list = []  # (binding items, choices) of add_product: every combination is a match
         self.sets: dict = {}
         # the statement's step budget: a mechanism charges what it binds or extends (matchrec.budget)
         self.spend = budget.current().spend
@@ -487,9 +489,9 @@ class Sink:
 
     def add_product(self, chain: ChainPlan, binding: dict, choices: list) -> None:
         """One match per combination of ``choices`` ((variable, its values) each) with the other
-        variables bound as in ``binding``: the same as ``add`` once per combination, built as
-        one product of the sorted (variable, value) items, no dict nor sort per match (the
-        events before a closure times the closure's sequences, listed together)."""
+        variables bound as in ``binding``: the same as ``add`` once per combination, kept as one
+        product (the events before a closure times the closure's sequences, listed together)
+        and expanded only by ``matches`` or, without an object per match, ``columns``."""
         n = math.prod(len(values) for _, values in choices)
         if self.counting and not chain.shared:
             self.n += n
@@ -508,14 +510,10 @@ class Sink:
             return
         if self.max is not None and self.n + n > self.max:
             raise too_many(self.max)
-        chosen = dict(choices)
-        items = [[(var, v) for v in chosen[var]] if var in chosen else ((var, binding[var]),)
-                 for var in sorted(binding.keys() | chosen.keys())]
-        product = itertools.product(*items)  # its tuples are the matches: (variable, value) in variable order
-        kept = self.kept
-        for _ in range(0, n, _CHUNK):  # a stop for memory or an interrupt need not wait for it all
-            kept.extend(itertools.islice(product, _CHUNK))
-            self.spend(0)
+        # kept as one product, expanded column-wise (cer_columns) or into tuples (matches) at the end
+        chosen = {var for var, _ in choices}
+        self.products.append((tuple(sorted((v, x) for v, x in binding.items() if v not in chosen)),
+                              [(var, values) for var, values in choices]))
         self.n += n
 
     def add_count(self, chain: ChainPlan, n: int) -> None:
@@ -525,10 +523,30 @@ class Sink:
 
     def matches(self) -> list[tuple]:
         out = self.kept
+        for items, choices in self.products:
+            order = sorted(set(dict(items)) | {var for var, _ in choices})
+            chosen, fixed = dict(choices), dict(items)
+            product = itertools.product(*([(var, v) for v in chosen[var]] if var in chosen else ((var, fixed[var]),)
+                                          for var in order))
+            while True:  # a stop for memory or an interrupt need not wait for it all
+                chunk = list(itertools.islice(product, _CHUNK))
+                if not chunk:
+                    break
+                out.extend(chunk)
+                self.spend(0)
+        self.products = []
         for s in self.sets.values():
             out.extend(s)
         out.sort()
         return out
+
+    def columns(self) -> "cer_columns.MatchColumns":
+        """The matches column-wise (``cer_columns``), in no particular order: the products are
+        expanded with numpy, never into one tuple per match."""
+        kept = self.kept
+        for s in self.sets.values():
+            kept = kept + list(s)
+        return cer_columns.build(kept, self.products, self.spend)
 
     def total(self) -> int:
         return self.n

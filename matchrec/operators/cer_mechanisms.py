@@ -28,10 +28,11 @@ from matchrec.errors import NotSupportedError
 from matchrec.operators import cer_eager, cer_kleene, cer_lazy
 # AttributeEquality is part of this module's interface: the planner builds it, the mechanisms use it
 from matchrec.operators.cer_common import AttributeEquality, Prepared, Sink  # noqa: F401
+from matchrec.operators.cer_columns import MatchColumns
 from matchrec.operators.cer_reference import Events, Pattern, orders
 from matchrec.parser.cer_tree import STRATEGIES
 
-__all__ = ["MECHANISMS", "Mechanism", "run", "count", "supports", "AttributeEquality", "label"]
+__all__ = ["MECHANISMS", "Mechanism", "run", "run_columns", "count", "supports", "AttributeEquality", "label"]
 
 label = "evaluation mechanisms (eager NFA, lazy chain NFA, tree NFA, recomputation)"
 
@@ -103,6 +104,19 @@ def run(name: str, pattern: Pattern, events: Events, *, order=None, max_matches:
     if len(events):
         mech.evaluate(prep, sink, order, options)
     return sink.matches()
+
+
+def run_columns(name: str, pattern: Pattern, events: Events, *, order=None, max_matches: int | None = None,
+                max_partial: int | None = None, options: dict | None = None,
+                conjunction: str = "linear") -> "MatchColumns":
+    """``run``'s matches column-wise (``cer_columns.MatchColumns``, in no particular order): what
+    the result builder reads, without a tuple per match where the mechanism lists in bulk."""
+    mech = _mechanism(name, pattern)
+    prep = Prepared(pattern, events, partial=_partial(mech, conjunction))
+    sink = Sink(prep, counting=False, max_matches=max_matches, max_partial=max_partial)
+    if len(events):
+        mech.evaluate(prep, sink, order, options)
+    return sink.columns()
 
 
 def count(name: str, pattern: Pattern, events: Events, *, order=None, max_matches: int | None = None,
