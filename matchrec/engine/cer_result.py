@@ -93,8 +93,60 @@ def build_result(plan: P.CerPlan, table: pa.Table, matches) -> pa.Table:
         if isinstance(e, S.Col):
             arrays.append(_var_column(plan, table, e.var, res.col(e), ms))
             continue
-        arrays.append(_projection(proj.name, needs, fn, ms))
+        fast = _aggregate(e, res, table, ms)
+        arrays.append(fast if fast is not None else _projection(proj.name, needs, fn, ms))
     return pa.table(dict(zip(_unique(names), arrays)))
+
+
+_REDUCE = {"min": np.minimum, "max": np.maximum, "sum": np.add}
+
+
+def _aggregate(e: S.Expr, res, table: pa.Table, ms: MatchColumns) -> pa.Array | None:
+    """An aggregate over a Kleene variable's column by numpy over its sequences (segments of the
+    flat rows: lengths, first and last by offsets, min / max / integer sum by ``reduceat``), or
+    None where the Python evaluation must decide: NULLs or NaN in the column, other types, a
+    float sum (its rounding is Python's left-to-right one) or an integer sum that could pass 64 bits."""
+    if not (isinstance(e, S.Call) and e.name in ("count", "first", "last", "min", "max", "sum")
+            and len(e.args) == 1):
+        return None
+    arg = e.args[0]
+    if isinstance(arg, S.Var):
+        var, column = arg.var, None
+    elif isinstance(arg, S.Col) and arg.index is None:
+        var, column = arg.var, table.column(res.col(arg))
+    else:
+        return None
+    if var not in ms.ids:
+        return None
+    seqs = ms.seqs[var]
+    lengths = np.diff(seqs.offsets)
+    if not len(seqs) or not lengths.all():
+        return None
+    if e.name == "count" and (column is None or column.null_count == 0):
+        out = lengths
+    else:
+        if column is None or column.null_count or not (pa.types.is_integer(column.type)
+                                                        or pa.types.is_floating(column.type)):
+            return None
+        if pa.types.is_uint64(column.type):
+            return None
+        values = column.to_numpy()[seqs.flat]
+        if values.dtype.kind == "f":
+            if np.isnan(values).any() or e.name == "sum":
+                return None
+        else:
+            values = values.astype(np.int64)
+        starts = seqs.offsets[:-1]
+        if e.name == "first":
+            out = values[starts]
+        elif e.name == "last":
+            out = values[seqs.offsets[1:] - 1]
+        else:
+            if e.name == "sum" and max(-int(values.min()), int(values.max())) * int(lengths.max()) >= 2 ** 63:
+                return None
+            out = _REDUCE[e.name].reduceat(values, starts)
+    out = pa.array(out.astype(np.float64 if out.dtype.kind == "f" else np.int64))
+    return out.take(_indices(ms.ids[var]))
 
 
 def _projection(name: str, needs: frozenset, fn, ms: MatchColumns) -> pa.Array:
@@ -102,7 +154,7 @@ def _projection(name: str, needs: frozenset, fn, ms: MatchColumns) -> pa.Array:
         (var,) = needs
         if var in ms.ids:  # once per distinct sequence
             seqs = ms.seqs[var]
-            values = [_python(fn({var: seqs.rows(k)})) for k in range(len(seqs))]
+            values = [_python(fn({var: rows})) for rows in seqs.all_rows()]
             return _array(name, values).take(_indices(ms.ids[var]))
         if var in ms.rows:  # once per distinct row
             r = ms.rows[var]
@@ -120,7 +172,7 @@ def _projection(name: str, needs: frozenset, fn, ms: MatchColumns) -> pa.Array:
     for var in sorted(needs):
         if var in ms.ids:
             seqs = ms.seqs[var]
-            rows = [seqs.rows(k) for k in range(len(seqs))]
+            rows = seqs.all_rows()
             columns.append((var, [None if k == ABSENT else rows[k] for k in ms.ids[var].tolist()]))
         elif var in ms.rows:
             columns.append((var, [None if x == ABSENT else x for x in ms.rows[var].tolist()]))

@@ -28,8 +28,19 @@ class Sequences:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    tuples: list | None = None  # sequence k as a tuple of rows, when the builder kept them
+
     def rows(self, k: int) -> tuple:
+        if self.tuples is not None:
+            return self.tuples[k]
         return tuple(int(x) for x in self.flat[self.offsets[k]:self.offsets[k + 1]])
+
+    def all_rows(self) -> list:
+        """Every sequence as a tuple of rows, in id order."""
+        if self.tuples is None:
+            flat, off = self.flat.tolist(), self.offsets.tolist()
+            self.tuples = [tuple(flat[off[k]:off[k + 1]]) for k in range(len(self))]
+        return self.tuples
 
 
 @dataclass
@@ -87,7 +98,7 @@ class MatchColumns:
             first = np.minimum(first, np.where(ids == ABSENT, first, heads))
             # the sequences' order as tuples of rows: one sort of the distinct sequences
             rank = np.empty(len(seqs), np.int64)
-            rank[sorted(range(len(seqs)), key=seqs.rows)] = np.arange(len(seqs))
+            rank[sorted(range(len(seqs)), key=seqs.all_rows().__getitem__)] = np.arange(len(seqs))
             keys.append(np.where(ids == ABSENT, ABSENT, rank[np.maximum(ids, 0)] if len(seqs) else ABSENT))
         order = np.lexsort(tuple(reversed(keys)) + (first,)) if keys else np.arange(self.n)
         return self.take(order)
@@ -110,7 +121,7 @@ class _Table:
         return k
 
     def done(self) -> Sequences:
-        return Sequences(np.array(self.flat, np.int64), np.array(self.offsets, np.int64))
+        return Sequences(np.array(self.flat, np.int64), np.array(self.offsets, np.int64), list(self.index))
 
 
 def from_tuples(matches: list) -> MatchColumns:
@@ -161,30 +172,66 @@ def build(matches: list, products: list, spend=None) -> MatchColumns:
                     lst[j] = v
         for var, lst in lists.items():
             column(var)[:n_tuples] = lst
-    at = n_tuples
-    coded: dict = {}  # id(values list) -> its values as ids (lists are shared between products)
-    for (items, choices), size in zip(products, sizes):
-        if spend is not None:
-            spend(0)
-        if not size:
-            continue
-        end = at + size
-        for var, v in items:
-            column(var)[at:end] = tables[var].id(v if type(v) is tuple else (v,)) if var in tables else v
-        inner = size
-        for var, values in choices:  # itertools.product's order: the last choice varies fastest
-            key = (var, id(values))
-            arr = coded.get(key)
-            if arr is None:
-                if var in tables:
-                    t = tables[var]
-                    arr = np.array([t.id(v if type(v) is tuple else (v,)) for v in values], np.int64)
-                else:
-                    arr = np.array(values, np.int64)
-                coded[key] = arr
-            inner //= len(values)
-            column(var)[at:end] = np.tile(np.repeat(arr, inner), size // (len(values) * inner))
-        at = end
+    if products:
+        _expand(products, sizes, tables, column, n_tuples, spend)
     rows = {v: c for v, c in cols.items() if v not in tables}
     ids = {v: c for v, c in cols.items() if v in tables}
     return MatchColumns(n, rows, ids, {v: t.done() for v, t in tables.items()})
+
+
+def _expand(products: list, sizes: list, tables: dict, column, at: int, spend) -> None:
+    """Every product's matches into the columns from row ``at`` on, vectorized over the products:
+    match m of a product takes, for a choice of length L repeated ``inner`` times per value
+    (itertools.product's order: the last choice varies fastest), the value (m // inner) % L."""
+    p = len(products)
+    fixed: dict = {}  # var -> its value (row or sequence id) per product
+    chosen: dict = {}  # var -> ([inner], [length], [base into the var's coded values]) per product
+    coded: dict = {}  # (var, id(values)) -> base: a values list shared between products is coded once
+    pools: dict = {}  # var -> [coded arrays], their total length
+    for k, ((items, choices), size) in enumerate(zip(products, sizes)):
+        if not k & 1023 and spend is not None:
+            spend(0)
+        for var, v in items:
+            f = fixed.get(var)
+            if f is None:
+                f = fixed[var] = [ABSENT] * p
+            f[k] = tables[var].id(v if type(v) is tuple else (v,)) if var in tables else v
+        inner = size
+        for var, values in choices:
+            length = len(values)
+            if not length:
+                break
+            inner //= length
+            c = chosen.get(var)
+            if c is None:
+                c = chosen[var] = ([1] * p, [1] * p, [ABSENT] * p)
+                pools[var] = [[], 0]
+            key = (var, id(values))
+            base = coded.get(key)
+            if base is None:
+                pool = pools[var]
+                if var in tables:
+                    t = tables[var]
+                    arr = [t.id(v if type(v) is tuple else (v,)) for v in values]
+                else:
+                    arr = values
+                base = coded[key] = pool[1]
+                pool[0].append(arr)
+                pool[1] += length
+            c[0][k], c[1][k], c[2][k] = inner, length, base
+    sizes_a = np.asarray(sizes, np.int64)
+    total = int(sizes_a.sum())
+    if not total:
+        return
+    owner = np.repeat(np.arange(p), sizes_a)  # the product of each match
+    starts = np.cumsum(sizes_a) - sizes_a
+    local = np.arange(total, dtype=np.int64) - starts[owner]
+    end = at + total
+    for var, f in fixed.items():
+        column(var)[at:end] = np.asarray(f, np.int64)[owner]
+    for var, (inner, length, base) in chosen.items():
+        values = np.fromiter((x for arr in pools[var][0] for x in arr), np.int64, pools[var][1])
+        b = np.asarray(base, np.int64)[owner]
+        idx = (local // np.asarray(inner, np.int64)[owner]) % np.asarray(length, np.int64)[owner] + b
+        target = column(var)
+        target[at:end] = np.where(b == ABSENT, target[at:end], values[np.maximum(idx, 0)])
