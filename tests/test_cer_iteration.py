@@ -440,3 +440,14 @@ def test_result_table_is_built_column_wise_as_per_match(seed):
         ran += 1
     assert ran >= 2 and want
     con.close()
+
+
+def test_float_sums_round_as_python_sum():
+    """A Kleene variable's float sum is added left to right, as the per-match evaluation's sum()
+    (numpy's add.reduceat adds pairwise and rounds differently on long segments)."""
+    from matchrec.engine.cer_result import _float_sums
+    rng = random.Random(3)
+    segs = [[rng.choice([0.1, 1e16, -3.3, 2.5e-3, 7.0, 1 / 3]) for _ in range(rng.randint(1, 25))] for _ in range(500)]
+    lengths = np.array([len(s) for s in segs])
+    flat = np.array([x for s in segs for x in s])
+    assert _float_sums(flat, np.r_[0, np.cumsum(lengths)[:-1]], lengths).tolist() == [sum(s) for s in segs]

@@ -9,6 +9,8 @@ variable once per sequence, however many matches share it) and spread by a take;
 projection reading several variables is evaluated match by match."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pyarrow as pa
 
@@ -105,8 +107,9 @@ def _aggregate(e: S.Expr, res, table: pa.Table, ms: MatchColumns) -> pa.Array | 
     """An aggregate over a Kleene variable's column by numpy over its sequences (segments of the
     flat rows: lengths, first and last by offsets, min / max / integer sum by ``reduceat``), or
     None where the Python evaluation must decide: NULLs or NaN in the column, other types, a
-    float sum (its rounding is Python's left-to-right one) or an integer sum that could pass 64 bits."""
-    if not (isinstance(e, S.Call) and e.name in ("count", "first", "last", "min", "max", "sum")
+    an integer sum that could pass 64 bits, an integer average. A float sum is added left to right
+    as Python's ``sum`` does (``_float_sums``)."""
+    if not (isinstance(e, S.Call) and e.name in ("count", "first", "last", "min", "max", "sum", "avg")
             and len(e.args) == 1):
         return None
     arg = e.args[0]
@@ -131,13 +134,23 @@ def _aggregate(e: S.Expr, res, table: pa.Table, ms: MatchColumns) -> pa.Array | 
         if pa.types.is_uint64(column.type):
             return None
         values = column.to_numpy()[seqs.flat]
-        if values.dtype.kind == "f":
-            if np.isnan(values).any() or e.name == "sum":
+        floats = values.dtype.kind == "f"
+        if floats:
+            if np.isnan(values).any():
                 return None
+            values = values.astype(np.float64)
         else:
             values = values.astype(np.int64)
         starts = seqs.offsets[:-1]
-        if e.name == "first":
+        if floats and e.name in ("sum", "avg"):
+            if sys.version_info >= (3, 12):  # Python's float sum compensates its rounding from 3.12 on
+                return None
+            out = _float_sums(values, starts, lengths)
+            if e.name == "avg":
+                out = out / lengths
+        elif e.name == "avg":
+            return None
+        elif e.name == "first":
             out = values[starts]
         elif e.name == "last":
             out = values[seqs.offsets[1:] - 1]
@@ -147,6 +160,19 @@ def _aggregate(e: S.Expr, res, table: pa.Table, ms: MatchColumns) -> pa.Array | 
             out = _REDUCE[e.name].reduceat(values, starts)
     out = pa.array(out.astype(np.float64 if out.dtype.kind == "f" else np.int64))
     return out.take(_indices(ms.ids[var]))
+
+
+def _float_sums(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Each segment's sum added left to right, as Python's ``sum`` rounds it (numpy's reductions
+    add pairwise): one vectorized addition per position, over the segments that long."""
+    acc = values[starts].copy()
+    order = np.argsort(-lengths, kind="stable")  # the segments longer than t are a prefix of this order
+    longest = int(lengths[order[0]]) if len(order) else 0
+    sorted_len = lengths[order]
+    for t in range(1, longest):
+        live = order[:int(np.searchsorted(-sorted_len, -t, side="left"))]
+        acc[live] += values[starts[live] + t]
+    return acc
 
 
 def _projection(name: str, needs: frozenset, fn, ms: MatchColumns) -> pa.Array:
