@@ -10,6 +10,7 @@ evaluates what reads one Kleene variable once per sequence and spreads it with o
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -120,6 +121,19 @@ class _Table:
             self.offsets.append(len(self.flat))
         return k
 
+    def ids(self, seqs: list) -> np.ndarray:
+        """The ids of many sequences at once (new ones added), without a Python step per sequence
+        already known."""
+        index = self.index
+        missing = [t for t in dict.fromkeys(seqs) if t not in index]
+        if missing:
+            start = len(index)
+            index.update(zip(missing, range(start, start + len(missing))))
+            self.flat.extend(itertools.chain.from_iterable(missing))
+            self.offsets.extend(itertools.accumulate(map(len, missing), initial=self.offsets[-1]))
+            del self.offsets[-len(missing) - 1]  # accumulate repeated the last offset first
+        return np.fromiter(map(index.__getitem__, seqs), np.int64, len(seqs))
+
     def done(self) -> Sequences:
         return Sequences(np.array(self.flat, np.int64), np.array(self.offsets, np.int64), list(self.index))
 
@@ -210,13 +224,10 @@ def _expand(products: list, sizes: list, tables: dict, column, at: int, spend) -
             base = coded.get(key)
             if base is None:
                 pool = pools[var]
-                if var in tables:
-                    t = tables[var]
-                    arr = [t.id(v if type(v) is tuple else (v,)) for v in values]
-                else:
-                    arr = values
+                if var in tables and type(values[0]) is not tuple:
+                    values = [v if type(v) is tuple else (v,) for v in values]
                 base = coded[key] = pool[1]
-                pool[0].append(arr)
+                pool[0].append(values)
                 pool[1] += length
             c[0][k], c[1][k], c[2][k] = inner, length, base
     sizes_a = np.asarray(sizes, np.int64)
@@ -230,7 +241,8 @@ def _expand(products: list, sizes: list, tables: dict, column, at: int, spend) -
     for var, f in fixed.items():
         column(var)[at:end] = np.asarray(f, np.int64)[owner]
     for var, (inner, length, base) in chosen.items():
-        values = np.fromiter((x for arr in pools[var][0] for x in arr), np.int64, pools[var][1])
+        flat = itertools.chain.from_iterable(pools[var][0])
+        values = tables[var].ids(list(flat)) if var in tables else np.fromiter(flat, np.int64, pools[var][1])
         b = np.asarray(base, np.int64)[owner]
         idx = (local // np.asarray(inner, np.int64)[owner]) % np.asarray(length, np.int64)[owner] + b
         target = column(var)

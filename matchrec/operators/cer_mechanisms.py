@@ -21,6 +21,8 @@ items) the permutations remain.
 """
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -102,7 +104,8 @@ def run(name: str, pattern: Pattern, events: Events, *, order=None, max_matches:
     prep = Prepared(pattern, events, partial=_partial(mech, conjunction))
     sink = Sink(prep, counting=False, max_matches=max_matches, max_partial=max_partial)
     if len(events):
-        mech.evaluate(prep, sink, order, options)
+        with collector_paused():
+            mech.evaluate(prep, sink, order, options)
     return sink.matches()
 
 
@@ -115,7 +118,9 @@ def run_columns(name: str, pattern: Pattern, events: Events, *, order=None, max_
     prep = Prepared(pattern, events, partial=_partial(mech, conjunction))
     sink = Sink(prep, counting=False, max_matches=max_matches, max_partial=max_partial)
     if len(events):
-        mech.evaluate(prep, sink, order, options)
+        with collector_paused():
+            mech.evaluate(prep, sink, order, options)
+            return sink.columns()
     return sink.columns()
 
 
@@ -127,8 +132,26 @@ def count(name: str, pattern: Pattern, events: Events, *, order=None, max_matche
     prep = Prepared(pattern, events, partial=_partial(mech, conjunction))
     sink = Sink(prep, counting=True, max_matches=max_matches, max_partial=max_partial)
     if len(events):
-        mech.evaluate(prep, sink, order, options)
+        with collector_paused():
+            mech.evaluate(prep, sink, order, options)
     return sink.total()
+
+
+@contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector paused for a mechanism's run: the mechanisms allocate
+    many small objects that hold no cycle (row tuples, lists of sequences, partial matches),
+    and the collector's passes over them, triggered by the allocations alone, took 30 to 40% of
+    a run while freeing nothing. Reference counting still frees everything; a cycle made
+    meanwhile is collected after."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _partial(mech: Mechanism, conjunction: str) -> bool:
