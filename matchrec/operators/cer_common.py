@@ -511,9 +511,12 @@ class Sink:
         if self.max is not None and self.n + n > self.max:
             raise too_many(self.max)
         # kept as one product, expanded column-wise (cer_columns) or into tuples (matches) at the end
-        chosen = {var for var, _ in choices}
-        self.products.append((tuple(sorted((v, x) for v, x in binding.items() if v not in chosen)),
-                              [(var, values) for var, values in choices]))
+        if any(var in binding for var, _ in choices):
+            chosen = {var for var, _ in choices}
+            items = tuple((v, x) for v, x in binding.items() if v not in chosen)
+        else:
+            items = tuple(binding.items())
+        self.products.append((items, list(choices)))
         self.n += n
 
     def add_count(self, chain: ChainPlan, n: int) -> None:
