@@ -352,15 +352,17 @@ def test_columns_of_products_are_their_combinations():
     chosen, lists shared between products, variables absent from some products, empty products."""
     from matchrec.operators import cer_columns as C
     rng = random.Random(11)
+    def seq(most: int) -> tuple:
+        return tuple(sorted(rng.sample(range(40), rng.randint(1, most))))
     for _ in range(200):
-        shared = [tuple(sorted(rng.sample(range(40), rng.randint(1, 4)))) for _ in range(rng.randint(1, 4))]
+        shared = [seq(4) for _ in range(rng.randint(1, 4))]
         products, want = [], []
         for _ in range(rng.randint(0, 5)):
             items = {"a": rng.randrange(40)} if rng.random() < 0.7 else {}
             choices = []
             if rng.random() < 0.8:
                 choices.append(("b", shared if rng.random() < 0.5 else
-                                [tuple(sorted(rng.sample(range(40), rng.randint(1, 3)))) for _ in range(rng.randint(0, 3))]))
+                                [seq(3) for _ in range(rng.randint(0, 3))]))
             else:
                 items["b"] = rng.choice(shared)
             if rng.random() < 0.6:
@@ -368,7 +370,7 @@ def test_columns_of_products_are_their_combinations():
             products.append((tuple(sorted(items.items())), choices))
             for combo in itertools.product(*(vs for _, vs in choices)):
                 want.append(tuple(sorted({**items, **{v: x for (v, _), x in zip(choices, combo)}}.items())))
-        tuples = [tuple(sorted({"a": rng.randrange(40), "b": rng.choice(shared)}.items())) for _ in range(rng.randint(0, 3))]
+        tuples = [(("a", rng.randrange(40)), ("b", rng.choice(shared))) for _ in range(rng.randint(0, 3))]
         got = C.build(tuples, products)
         assert sorted(got.tuples()) == sorted(tuples + want)
         assert sorted(got.ordered().tuples()) == sorted(tuples + want)
