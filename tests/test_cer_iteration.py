@@ -154,7 +154,7 @@ def check_seeds(seeds) -> dict:
                 continue
             got = M.run(name, pattern, ev)
             assert got == want, f"seed {seed}: {name}\n{pattern}\nwant {want}\ngot  {got}"
-            if seed % 3 == 0:  # column-wise too (a third of the cases: the default run stays short)
+            if seed % 10 == 0:  # column-wise too (a tenth of the cases: the default run stays short)
                 assert sorted(M.run_columns(name, pattern, ev).tuples()) == want, f"seed {seed}: {name} columns"
             assert M.count(name, pattern, ev) == len(want), f"seed {seed}: {name} count"
             checked[name] = checked.get(name, 0) + bool(want)
