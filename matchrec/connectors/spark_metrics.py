@@ -22,6 +22,7 @@ class Shuffle:
     read: int = 0
     records: int = 0
     stages: int = 0
+    jobs: int = 0  # Spark jobs started (classic: by job id; Connect: the actions matchrec ran)
 
 
 def is_connect(spark) -> bool:
@@ -43,6 +44,12 @@ def _totals(spark) -> dict[tuple[int, int], tuple[int, int, int]]:
     return out
 
 
+def _last_job(spark) -> int:
+    """The highest job id the application has started (-1: none): ids rise by one per job."""
+    ids = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
+    return max(ids, default=-1)
+
+
 _OPEN: list["ShuffleMeter"] = []  # Connect meters taking what actions report
 
 
@@ -55,6 +62,7 @@ class ShuffleMeter:
             _OPEN.append(self)
         else:
             self.before = _totals(spark)
+            self.job0 = _last_job(spark)
 
     def delta(self) -> Shuffle:
         if self.connect:
@@ -62,7 +70,7 @@ class ShuffleMeter:
                 _OPEN.remove(self)
             return self.seen
         after = _totals(self.spark)
-        s = Shuffle()
+        s = Shuffle(jobs=_last_job(self.spark) - self.job0)
         for key, (w, r, n) in after.items():
             w0, r0, n0 = self.before.get(key, (0, 0, 0))
             if (w, r, n) != (w0, r0, n0):
@@ -76,6 +84,8 @@ class ShuffleMeter:
 def _observe(df) -> None:
     if not _OPEN:
         return
+    for meter in _OPEN:
+        meter.seen.jobs += 1
     info = getattr(df, "executionInfo", None)
     metrics = info.metrics if info is not None else None
     if metrics is None:
