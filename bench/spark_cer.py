@@ -5,7 +5,9 @@ its departure delay, keyed by scheduled departure) as a Spark table on ``local[2
 table. For each statement: the DuckDB path's time (``matchrec.connect()`` cursor, warm), and
 ``matchrec.spark.sql`` with interval filtering off and on: wall time (DataFrame built and
 collected as Arrow), rows and bytes shuffled (Spark's status store), and whether the rows equal
-the DuckDB path's. Then ``ms.run_many`` over the three statements against the three one by one.
+the DuckDB path's. Then ``ms.run_many`` over the three statements: interval filtering off, with each
+statement's own rounds, and with one set of rounds for each group sharing a shuffle (Spark jobs
+counted by job id; the shuffle figures are per run).
 Prints a Markdown table; the figures of a run go to bench/RESULTS.md by hand.
 """
 from __future__ import annotations
@@ -81,18 +83,29 @@ def main(argv=None) -> None:
               f"{m0.written:,} | {t1:.2f} / {m1.records:,} / {m1.written:,} | {t1 / td:.0f}x | {equal} |")
         if r1.filtering is not None:
             print("    " + r1.filtering.reason)
-    for mode in ("off", "on"):
+    from matchrec.connectors.spark_filtering import GROUP_ROUNDS
+    print("\n| `ms.run_many` over the three | Spark jobs | s | rows shuffled | bytes shuffled (rounds' jobs included) "
+          "| equal to the DuckDB path |")
+    print("|---|---|---|---|---|---|")
+    notes = []
+    for mode, rounds, label in (("off", "shared", "interval filtering off"),
+                                ("on", "each", "interval filtering, each statement's own rounds"),
+                                ("on", "shared", "interval filtering, one set of rounds for the group")):
+        spark.conf.set(GROUP_ROUNDS, rounds)
         meter = ShuffleMeter(spark)
         t_many, frames = best(lambda: [f.toArrow() for f in ms.run_many(spark, FLIGHT_QUERIES, interval_filter=mode)])
         moved = meter.delta()
         ms.release()
         equal = all(_rows(w) == _rows(g) for w, g in zip(want_all, frames))
-        print(f"\nms.run_many over the three, interval filtering {mode}: {t_many:.2f} s, {moved.records:,} rows / "
-              f"{moved.written:,} bytes shuffled (the rounds' jobs included), equal to the DuckDB path: {equal}")
+        print(f"| {label} | {moved.jobs / args.runs:.0f} | {t_many:.2f} | {moved.records // args.runs:,} | "
+              f"{moved.written // args.runs:,} | {'yes' if equal else 'NO'} |")
         for r in ms.last_runs():
-            print("  " + r.mode)
-            print("".join(f"    {line}\n" for line in r.lines if "interval filtering" in line or "final pull" in line),
-                  end="")
+            notes.append(f"{label}: {r.mode}")
+            notes += [f"    {line}" for line in r.lines
+                      if "interval" in line or "final pull" in line or "rounds" in line]
+    spark.conf.unset(GROUP_ROUNDS)
+    print(f"\nload average after: {os.getloadavg()[0]:.1f}")
+    print("\n".join(notes))
     spark.stop()
 
 

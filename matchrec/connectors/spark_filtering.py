@@ -8,6 +8,13 @@ Spark job (DataFrame operations only, so it runs under Spark Connect too): its r
 payloads travel with the task function, the small replies come back to the driver. The final pull is not collected: it is a ``mapInArrow`` over the cached input that
 keeps only rows inside the final time interval set, and only those rows are shuffled to the
 matching stage.
+
+A group of statements sharing one shuffle (``run_many``) makes one set of rounds for the whole
+group by default (``GroupRounds``): a single Spark job in which every partition loads its rows
+once and answers the statistics and the candidates of each distinct element condition of the
+group; each statement's set is derived from those replies on the driver, and one final pull keeps
+the rows inside the union of the sets. Spark's per-job cost dwarfs the candidates' bytes, so
+the job trades the rounds' shrinking filters for fewer jobs.
 """
 from __future__ import annotations
 

@@ -1,15 +1,16 @@
-"""Shuffle bytes of the Spark jobs matchrec runs, for EXPLAIN ANALYZE, and the report of what one
-statement did on Spark (``ClauseReport``).
+"""Shuffle bytes and job counts of the Spark jobs matchrec runs, for EXPLAIN ANALYZE and the
+benchmarks, and the report of what one statement did on Spark (``ClauseReport``).
 
 On a classic session a meter reads the application's status store (works with the UI off): it
 takes the totals of every stage Spark has recorded when it is created, and ``delta()`` gives
-what the stages completed since then wrote and read; jobs of other threads in the same
-application in the meantime would be counted too. A Spark Connect client has no status store:
-there every action matchrec runs goes through ``collect``/``count``/``to_arrow`` here, which add
-the shuffle metrics of the executed plan (its Exchange nodes) to the meters open at the time.
-Those metrics stop at a cached DataFrame (its plan runs inside the scan of the cache), so while a
-Connect meter is open ``before_cache`` runs each DataFrame matchrec is about to cache once on its
-own, and the meter sees its shuffles: both sides of a comparison then pay and count the same work.
+what the stages completed since then wrote and read, and how many jobs started (job ids rise by
+one); jobs of other threads in the same application in the meantime would be counted too. A
+Spark Connect client has no status store: there every action matchrec runs goes through
+``collect``/``count``/``to_arrow`` here, which add the shuffle metrics of the executed plan (its
+Exchange nodes) to the meters open at the time, and one to their job count. Those metrics stop
+at a cached DataFrame (its plan runs inside the scan of the cache), so while a Connect meter is
+open ``before_cache`` runs each DataFrame matchrec is about to cache once on its own, and the
+meter sees its shuffles: both sides of a comparison then pay and count the same work.
 """
 from __future__ import annotations
 
