@@ -7,7 +7,7 @@ table. For each statement: the DuckDB path's time (``matchrec.connect()`` cursor
 collected as Arrow), rows and bytes shuffled (Spark's status store), and whether the rows equal
 the DuckDB path's. Then ``ms.run_many`` over the three statements: interval filtering off, with each
 statement's own rounds, and with one set of rounds for each group sharing a shuffle (Spark jobs
-counted by job id; the shuffle figures are per run).
+counted by job id; with ``--runs`` the figures of the fastest run).
 Prints a Markdown table; the figures of a run go to bench/RESULTS.md by hand.
 """
 from __future__ import annotations
@@ -92,13 +92,17 @@ def main(argv=None) -> None:
                                 ("on", "each", "interval filtering, each statement's own rounds"),
                                 ("on", "shared", "interval filtering, one set of rounds for the group")):
         spark.conf.set(GROUP_ROUNDS, rounds)
-        meter = ShuffleMeter(spark)
-        t_many, frames = best(lambda: [f.toArrow() for f in ms.run_many(spark, FLIGHT_QUERIES, interval_filter=mode)])
-        moved = meter.delta()
-        ms.release()
-        equal = all(_rows(w) == _rows(g) for w, g in zip(want_all, frames))
-        print(f"| {label} | {moved.jobs / args.runs:.0f} | {t_many:.2f} | {moved.records // args.runs:,} | "
-              f"{moved.written // args.runs:,} | {'yes' if equal else 'NO'} |")
+        runs = []  # (seconds, shuffle and jobs, frames) of each run; the fastest is shown
+        for _ in range(args.runs):
+            meter = ShuffleMeter(spark)
+            t0 = time.perf_counter()
+            frames = [f.toArrow() for f in ms.run_many(spark, FLIGHT_QUERIES, interval_filter=mode)]
+            runs.append((time.perf_counter() - t0, meter.delta(), frames))
+            ms.release()
+        t_many, moved, frames = min(runs, key=lambda r: r[0])
+        equal = all(_rows(w) == _rows(g) for _, _, got in runs for w, g in zip(want_all, got))
+        print(f"| {label} | {moved.jobs} | {t_many:.2f} | {moved.records:,} | {moved.written:,} | "
+              f"{'yes' if equal else 'NO'} |")
         for r in ms.last_runs():
             notes.append(f"{label}: {r.mode}")
             notes += [f"    {line}" for line in r.lines

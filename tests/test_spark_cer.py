@@ -191,22 +191,26 @@ def test_group_rounds_keep_every_row_a_match_needs():
         con.register("half", half)
         con.execute(f"CREATE TABLE {TABLE} AS SELECT * FROM half")
         cons.append(con)
-    replies = [answer_batch(con, rounds.requests) for con in cons]
-    found = rounds.sets([[r[i] for r in replies] for i in range(len(rounds.requests))])
-    assert found.rows == data.num_rows and all(s is not None for s in found.sets)
-    request, blobs = rounds.pull(found, numbered.column_names)
-    kept = pa.concat_tables([ShardService(con, 1 << 26).answer(request, blobs) for con in cons])
-    kept = kept.sort_by("rid").drop_columns(["rid"]).cast(data.schema)
-    assert 0 < kept.num_rows < data.num_rows // 2, kept.num_rows
+    kept = []
+    # then with frequent conditions skipped (b and c: a quarter of the rows each): only a's intervals
+    for skip in (None, (0.2, 0)):
+        replies = [answer_batch(con, rounds.requests, skip) for con in cons]
+        found = rounds.sets([[r[i] for r in replies] for i in range(len(rounds.requests))])
+        assert found.rows == data.num_rows and all(s is not None for s in found.sets)
+        assert len(found.skipped) == (0 if skip is None else 2), found.skipped
+        request, blobs = rounds.pull(found, numbered.column_names)
+        rows = pa.concat_tables([ShardService(con, 1 << 26).answer(request, blobs) for con in cons])
+        kept.append(rows.sort_by("rid").drop_columns(["rid"]).cast(data.schema))
+    assert 0 < kept[0].num_rows < kept[1].num_rows < data.num_rows // 2, [t.num_rows for t in kept]
     results = []
-    for table in (data, kept):
+    for table in (data, *kept):
         con = _duck(table)
         try:
             results.append(matchrec.run_many(con, GROUP).tables)
         finally:
             con.close()
-    for sql, want, got in zip(GROUP, *results):
-        assert want.num_rows and _rows(want) == _rows(got), sql
+    for sql, want, got, got_skipping in zip(GROUP, *results):
+        assert want.num_rows and _rows(want) == _rows(got) == _rows(got_skipping), sql
 
 
 @pytest.mark.slow

@@ -223,6 +223,7 @@ def pull_any_task(requests: list[tuple[str, list[bytes]]], schema: pa.Schema, ri
     return run
 
 
+FREQUENT = (0.25, 50_000)  # auto mode: shared rounds skip conditions above this share and count of rows
 GROUP_ROUNDS = "spark.matchrec.groupRounds"  # the session conf choosing a group's rounds: shared | each
 
 
@@ -276,20 +277,35 @@ def filter_by_plans(df, schema: pa.Schema, ips: list, mode: str, rid: str, round
     return cached.mapInArrow(pull_any_task(requests, schema, rid), cached.schema), reports
 
 
-def answer_batch(con, requests: list[dict]) -> list[pa.Table]:
-    """The replies of one partition (its rows in ``con``'s table ``TABLE``) to several requests."""
+def answer_batch(con, requests: list[dict], skip: tuple[float, int] | None = None) -> list[pa.Table]:
+    """The replies of one partition (its rows in ``con``'s table ``TABLE``) to several requests.
+    With ``skip`` (share, rows) and a statistics request first, a candidates request whose
+    condition holds on more than that share of the partition's rows and more than ``rows`` rows
+    gets the reply ``{"skipped": [count]}`` instead: its intervals would cover nearly everything,
+    and its candidates would be the bulk of the job's reply."""
     service = ShardService(con, DEFAULT_MAX_PAYLOAD_MB << 20)
-    return [service.answer(r, []) for r in requests]
+    replies, counts, n = [], {}, 0
+    for r in requests:
+        count = counts.get(r.get("condition")) if r["op"] == "candidates" else None
+        if skip is not None and count is not None and count > max(skip[0] * n, skip[1]):
+            replies.append(pa.table({"skipped": pa.array([count], pa.int64())}))
+            continue
+        reply = service.answer(r, [])
+        if r["op"] == "stats":
+            counts = {c: int(reply.column(f"c{i}")[0].as_py() or 0) for i, c in enumerate(r["conditions"])}
+            n = int(reply.column("n")[0].as_py() or 0)
+        replies.append(reply)
+    return replies
 
 
-def batch_task(requests_json: str, schema: pa.Schema):
-    """A ``mapInArrow`` function: the partition answers several requests over one load of its rows;
-    one row per reply (its request's index, the reply as Arrow IPC bytes)."""
+def batch_task(requests_json: str, schema: pa.Schema, skip: tuple[float, int] | None = None):
+    """A ``mapInArrow`` function: the partition answers several requests over one load of its rows
+    (``answer_batch``); one row per reply (its request's index, the reply as Arrow IPC bytes)."""
 
     def run(batches):
         con = _load(batches, schema)
         try:
-            replies = answer_batch(con, json.loads(requests_json))
+            replies = answer_batch(con, json.loads(requests_json), skip)
         finally:
             con.close()
         out = []
@@ -343,7 +359,10 @@ class GroupRounds:
             found = max((int(p.column("parts")[0].as_py() or 1) for p in stats), default=1)
             bits = int(min(32, math.ceil(math.log2(found + 1)) + 1))
         slots_of, pk_of = {}, {}
+        skipped = [c for c, got in zip(conds, parts[1:]) if any("skipped" in p.column_names for p in got)]
         for c, got in zip(conds, parts[1:]):
+            if c in skipped:  # some partition found it frequent: no statement intersects its intervals
+                continue
             cand = unpack_candidates(got, (["pk"] if self.partition_sql else []) + ["s"], Source.max_reply)
             slots_of[c] = cand["s"]
             # the replies' hashes have 32 bits: their top ``bits`` name the partition as the final pull's do
@@ -352,7 +371,8 @@ class GroupRounds:
         q = self.quantum
         for ip in self.ips:
             tis, points = None, {}
-            for i in sorted(range(len(ip.variables)), key=lambda i: counts[conds.index(ip.variables[i].condition)]):
+            mine = [i for i, v in enumerate(ip.variables) if v.condition in slots_of]
+            for i in sorted(mine, key=lambda i: counts[conds.index(ip.variables[i].condition)]):
                 v = ip.variables[i]
                 pk, slots = pk_of[v.condition], slots_of[v.condition]
                 new = IntervalSet.around_slots(pk, slots, q, v.before, v.after)
@@ -360,7 +380,7 @@ class GroupRounds:
                 tis = new if tis is None else tis.intersect(new)
                 tis = _refine(tis, points, ip)
             sets.append(tis)
-        return SharedSets(sets, bits, n, len(stats), {c: len(slots_of[c]) for c in conds}, received)
+        return SharedSets(sets, bits, n, len(stats), {c: len(slots_of[c]) for c in slots_of}, received, skipped)
 
     def pull(self, found: "SharedSets", columns: list[str]) -> tuple[dict, list[bytes]]:
         """The final pull: the rows inside the union of the statements' sets that meet any of their
@@ -381,8 +401,8 @@ class GroupRounds:
 
 @dataclass
 class SharedSets:
-    """What one set of rounds for a group found: each statement's time interval set (None: it has
-    no element with a row-level condition), the partition-hash bits they are keyed by (None: no
+    """What one set of rounds for a group found: each statement's time interval set (None: none of
+    its elements had candidates asked), the partition-hash bits they are keyed by (None: no
     partitions), the input's rows and partitions, candidate slots per condition, reply bytes."""
     sets: list
     bits: int | None
@@ -390,13 +410,15 @@ class SharedSets:
     partitions: int
     candidates: dict
     received: int
+    skipped: list = field(default_factory=list)  # conditions some partition found too frequent to ask
     union: object = None
 
 
-def shared_sets(df, schema: pa.Schema, rounds: GroupRounds) -> SharedSets:
+def shared_sets(df, schema: pa.Schema, rounds: GroupRounds, skip: tuple[float, int] | None = None) -> SharedSets:
     """The statements' time interval sets from ONE Spark job over ``df``: every partition loads its
-    rows once and answers all of ``rounds``' requests."""
-    rows = collect(df.mapInArrow(batch_task(json.dumps(rounds.requests), schema), "i int, reply binary"))
+    rows once and answers all of ``rounds``' requests (``answer_batch``, with ``skip``)."""
+    task = batch_task(json.dumps(rounds.requests), schema, skip)
+    rows = collect(df.mapInArrow(task, "i int, reply binary"))
     parts: list[list[pa.Table]] = [[] for _ in rounds.requests]
     for r in rows:
         parts[r["i"]].append(pa.ipc.open_stream(pa.py_buffer(r["reply"])).read_all())
@@ -410,7 +432,9 @@ def _shared_filter(df, schema: pa.Schema, ips: list, mode: str, rid: str, report
     cached = cache(df)
     t0 = time.perf_counter()
     rounds = GroupRounds.of(ips)
-    found = shared_sets(cached, schema, rounds)
+    # auto: a condition on more than a quarter of a partition's rows (and 50,000 of them) is not
+    # asked, its candidates would be the bulk of the reply for little shrinking; on: all are asked
+    found = shared_sets(cached, schema, rounds, FREQUENT if mode == "auto" else None)
     seconds = time.perf_counter() - t0
     for r in reports:
         r.rows_in = found.rows
@@ -421,12 +445,14 @@ def _shared_filter(df, schema: pa.Schema, ips: list, mode: str, rid: str, report
         return None, reports
     if any(s is None for s in found.sets):
         for r in reports:
-            r.reason = "not used (a statement has no element with a row-level condition: it needs every row)"
+            r.reason = ("not used (a statement's element conditions were all too frequent to ask: it needs "
+                        "every row)")
         cached.unpersist()
         return None, reports
     request, blobs = rounds.pull(found, list(schema.names))
     shuffle = meter.delta()
-    conditions = ", ".join(f"{n:,}" for n in found.candidates.values())
+    conditions = ", ".join(f"{n:,}" for n in found.candidates.values()) + \
+        (f"; {len(found.skipped)} too frequent, not asked" if found.skipped else "")
     for k, (ip, tis, report) in enumerate(zip(ips, found.sets, reports)):
         report.used = True
         report.reason = "used: " + "; ".join(ip.describe()[:1])
