@@ -7,7 +7,8 @@ table. For each statement: the DuckDB path's time (``matchrec.connect()`` cursor
 collected as Arrow), rows and bytes shuffled (Spark's status store), and whether the rows equal
 the DuckDB path's. Then ``ms.run_many`` over the three statements: interval filtering off, with each
 statement's own rounds, and with one set of rounds for each group sharing a shuffle (Spark jobs
-counted by job id; with ``--runs`` the figures of the fastest run).
+counted by job id; the modes interleaved ``--runs`` times, after one warm-up run, the figures of
+each mode's fastest run).
 Prints a Markdown table; the figures of a run go to bench/RESULTS.md by hand.
 """
 from __future__ import annotations
@@ -84,29 +85,34 @@ def main(argv=None) -> None:
         if r1.filtering is not None:
             print("    " + r1.filtering.reason)
     from matchrec.connectors.spark_filtering import GROUP_ROUNDS
-    print("\n| `ms.run_many` over the three | Spark jobs | s | rows shuffled | bytes shuffled (rounds' jobs included) "
-          "| equal to the DuckDB path |")
+    print("\n| `ms.run_many` over the three | Spark jobs | s, fastest (every run) | rows shuffled | bytes shuffled "
+          "(rounds' jobs included) | equal to the DuckDB path |")
     print("|---|---|---|---|---|---|")
     notes = []
-    for mode, rounds, label in (("off", "shared", "interval filtering off"),
-                                ("on", "each", "interval filtering, each statement's own rounds"),
-                                ("on", "shared", "interval filtering, one set of rounds for the group")):
-        spark.conf.set(GROUP_ROUNDS, rounds)
-        runs = []  # (seconds, shuffle and jobs, frames) of each run; the fastest is shown
-        for _ in range(args.runs):
+    modes = (("off", "shared", "interval filtering off"),
+             ("on", "each", "interval filtering, each statement's own rounds"),
+             ("on", "shared", "interval filtering, one set of rounds for the group"))
+    runs: dict[str, list] = {label: [] for _, _, label in modes}  # (seconds, shuffle and jobs, frames)
+    ms.run_many(spark, FLIGHT_QUERIES[:1], interval_filter="off")[0].toArrow()  # the workers' first imports
+    ms.release()
+    for _ in range(args.runs):  # the modes interleaved, so that the machine's load drifts over all alike
+        for mode, rounds, label in modes:
+            spark.conf.set(GROUP_ROUNDS, rounds)
             meter = ShuffleMeter(spark)
             t0 = time.perf_counter()
             frames = [f.toArrow() for f in ms.run_many(spark, FLIGHT_QUERIES, interval_filter=mode)]
-            runs.append((time.perf_counter() - t0, meter.delta(), frames))
+            runs[label].append((time.perf_counter() - t0, meter.delta(), frames))
             ms.release()
-        t_many, moved, frames = min(runs, key=lambda r: r[0])
-        equal = all(_rows(w) == _rows(g) for _, _, got in runs for w, g in zip(want_all, got))
-        print(f"| {label} | {moved.jobs} | {t_many:.2f} | {moved.records:,} | {moved.written:,} | "
+            for r in ms.last_runs():
+                notes.append(f"{label}: {r.mode}")
+                notes += [f"    {line}" for line in r.lines
+                          if "interval" in line or "final pull" in line or "rounds" in line]
+    for label, done in runs.items():
+        t_many, moved, _ = min(done, key=lambda r: r[0])  # the fastest run's figures
+        equal = all(_rows(w) == _rows(g) for _, _, got in done for w, g in zip(want_all, got))
+        times = " / ".join(f"{t:.1f}" for t, _, _ in done)
+        print(f"| {label} | {moved.jobs} | {t_many:.2f} ({times}) | {moved.records:,} | {moved.written:,} | "
               f"{'yes' if equal else 'NO'} |")
-        for r in ms.last_runs():
-            notes.append(f"{label}: {r.mode}")
-            notes += [f"    {line}" for line in r.lines
-                      if "interval" in line or "final pull" in line or "rounds" in line]
     spark.conf.unset(GROUP_ROUNDS)
     print(f"\nload average after: {os.getloadavg()[0]:.1f}")
     print("\n".join(notes))
