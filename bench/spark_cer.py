@@ -31,6 +31,8 @@ def main(argv=None) -> None:
     ap.add_argument("--rows", type=int, default=0, help="only the first N departures (0: all)")
     ap.add_argument("--runs", type=int, default=1, help="timed runs per measurement (the best is shown)")
     ap.add_argument("--many-only", action="store_true", help="only ms.run_many, with and without interval filtering")
+    ap.add_argument("--rounds-only", action="store_true",
+                    help="only the interval-filter rounds of run_many's shared shuffle: each statement's vs shared")
     args = ap.parse_args(argv)
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
     import matchrec.spark as ms
@@ -49,6 +51,11 @@ def main(argv=None) -> None:
     spark = spark_session("local[2]")
     spark.createDataFrame(data).createOrReplaceTempView("ev")
     print(f"{data.num_rows} departures; Spark local[2], load average {os.getloadavg()[0]:.1f}")
+
+    if args.rounds_only:
+        group_rounds(spark, max(args.runs, 1))
+        spark.stop()
+        return
 
     def best(fn):
         times, out = [], None
@@ -117,6 +124,51 @@ def main(argv=None) -> None:
     print(f"\nload average after: {os.getloadavg()[0]:.1f}")
     print("\n".join(notes))
     spark.stop()
+
+
+def group_rounds(spark, runs: int) -> None:
+    """The rounds of the group that shares a shuffle in ``ms.run_many`` (the two statements
+    partitioned by tailnum) alone, over its input already cached as run_many caches it: each
+    statement's own rounds against one set for the group, interleaved ``runs`` times. Rounds:
+    Spark jobs and seconds until the final pull is defined; final pull: the seconds of counting
+    the rows it keeps (one more job)."""
+    from pyspark.sql import functions as F
+
+    import matchrec.spark as ms
+    from matchrec.connectors.spark_common import cache
+    from matchrec.connectors.spark_filtering import filter_by_plans
+    from matchrec.connectors.spark_metrics import ShuffleMeter, count
+    from matchrec.planner.cer_intervals import interval_plan
+    from matchrec.spark_cer import RID, analyze, base_frame, naive, needed_columns
+    ms._prepare(spark)  # the workers' Python (ms.run_many does this first too)
+    group = [q for q in FLIGHT_QUERIES if "PARTITION BY tailnum" in q]
+    df = spark.table("ev")
+    plans = [analyze(q, naive(ms._arrow_schema(df.schema)), []).plan for q in group]
+    ips = [interval_plan(p)[0] for p in plans]
+    base = cache(base_frame(df, needed_columns(plans)))
+    src = cache(base.where(F.col(plans[0].key_column).isNotNull()))
+    n = count(src)  # both caches built before any measurement
+    schema = ms._arrow_schema(src.schema)
+    print(f"\nThe rounds of the {len(group)} statements sharing a shuffle, over {n:,} cached rows "
+          f"(load average {os.getloadavg()[0]:.1f})")
+    print("| rounds | Spark jobs (rounds) | rounds s, fastest (every run) | final pull s, fastest | rows kept |")
+    print("|---|---|---|---|---|")
+    got: dict[str, list] = {"each": [], "shared": []}
+    for _ in range(runs):
+        for rounds in got:
+            meter = ShuffleMeter(spark)
+            t0 = time.perf_counter()
+            filtered, _ = filter_by_plans(src, schema, ips, "on", RID, rounds)
+            t1 = time.perf_counter()
+            jobs = meter.delta().jobs
+            kept = count(filtered)
+            got[rounds].append((t1 - t0, time.perf_counter() - t1, jobs, kept))
+    for rounds, done in got.items():
+        every = " / ".join(f"{r[0]:.1f}" for r in done)
+        print(f"| {rounds} | {done[0][2]} | {min(r[0] for r in done):.2f} ({every}) | "
+              f"{min(r[1] for r in done):.2f} | {done[0][3]:,} |")
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    ms.release()
 
 
 if __name__ == "__main__":
