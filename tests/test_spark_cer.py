@@ -179,14 +179,14 @@ def test_group_rounds_keep_every_row_a_match_needs():
     from matchrec.connectors.spark_filtering import TABLE, GroupRounds, answer_batch
     from matchrec.planner.cer_intervals import interval_plan
     from matchrec.spark_cer import analyze
-    data = events(n=3000, keys=4, seed=9)
+    data = events(n=2000, keys=4, seed=9)
     ips = [interval_plan(analyze(sql, data.schema, []).plan)[0] for sql in GROUP]
     rounds = GroupRounds.of(ips)
     # 7 elements with a row-level condition, 3 distinct conditions: one request each, plus the statistics
     assert sum(len(ip.variables) for ip in ips) == 7 and len(rounds.requests) == 1 + 3, rounds.conds
     numbered = data.append_column("rid", pa.array(range(data.num_rows), pa.int64()))
     cons = []
-    for half in (numbered.slice(0, 1500), numbered.slice(1500)):
+    for half in (numbered.slice(0, 1000), numbered.slice(1000)):
         con = duckdb.connect()
         con.register("half", half)
         con.execute(f"CREATE TABLE {TABLE} AS SELECT * FROM half")
