@@ -5,7 +5,10 @@ its departure delay, keyed by scheduled departure) as a Spark table on ``local[2
 table. For each statement: the DuckDB path's time (``matchrec.connect()`` cursor, warm), and
 ``matchrec.spark.sql`` with interval filtering off and on: wall time (DataFrame built and
 collected as Arrow), rows and bytes shuffled (Spark's status store), and whether the rows equal
-the DuckDB path's. Then ``ms.run_many`` over the three statements against the three one by one.
+the DuckDB path's. Then ``ms.run_many`` over the three statements: interval filtering off, with each
+statement's own rounds, and with one set of rounds for each group sharing a shuffle (Spark jobs
+counted by job id; the modes interleaved ``--runs`` times, after one warm-up run, the figures of
+each mode's fastest run).
 Prints a Markdown table; the figures of a run go to bench/RESULTS.md by hand.
 """
 from __future__ import annotations
@@ -28,6 +31,8 @@ def main(argv=None) -> None:
     ap.add_argument("--rows", type=int, default=0, help="only the first N departures (0: all)")
     ap.add_argument("--runs", type=int, default=1, help="timed runs per measurement (the best is shown)")
     ap.add_argument("--many-only", action="store_true", help="only ms.run_many, with and without interval filtering")
+    ap.add_argument("--rounds-only", action="store_true",
+                    help="only the interval-filter rounds of run_many's shared shuffle: each statement's vs shared")
     args = ap.parse_args(argv)
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
     import matchrec.spark as ms
@@ -46,6 +51,11 @@ def main(argv=None) -> None:
     spark = spark_session("local[2]")
     spark.createDataFrame(data).createOrReplaceTempView("ev")
     print(f"{data.num_rows} departures; Spark local[2], load average {os.getloadavg()[0]:.1f}")
+
+    if args.rounds_only:
+        group_rounds(spark, max(args.runs, 1))
+        spark.stop()
+        return
 
     def best(fn):
         times, out = [], None
@@ -81,19 +91,84 @@ def main(argv=None) -> None:
               f"{m0.written:,} | {t1:.2f} / {m1.records:,} / {m1.written:,} | {t1 / td:.0f}x | {equal} |")
         if r1.filtering is not None:
             print("    " + r1.filtering.reason)
-    for mode in ("off", "on"):
-        meter = ShuffleMeter(spark)
-        t_many, frames = best(lambda: [f.toArrow() for f in ms.run_many(spark, FLIGHT_QUERIES, interval_filter=mode)])
-        moved = meter.delta()
-        ms.release()
-        equal = all(_rows(w) == _rows(g) for w, g in zip(want_all, frames))
-        print(f"\nms.run_many over the three, interval filtering {mode}: {t_many:.2f} s, {moved.records:,} rows / "
-              f"{moved.written:,} bytes shuffled (the rounds' jobs included), equal to the DuckDB path: {equal}")
-        for r in ms.last_runs():
-            print("  " + r.mode)
-            print("".join(f"    {line}\n" for line in r.lines if "interval filtering" in line or "final pull" in line),
-                  end="")
+    from matchrec.connectors.spark_filtering import GROUP_ROUNDS
+    print("\n| `ms.run_many` over the three | Spark jobs | s, fastest (every run) | rows shuffled | bytes shuffled "
+          "(rounds' jobs included) | equal to the DuckDB path |")
+    print("|---|---|---|---|---|---|")
+    notes = []
+    modes = (("off", "shared", "interval filtering off"),
+             ("on", "each", "interval filtering, each statement's own rounds"),
+             ("on", "shared", "interval filtering, one set of rounds for the group"))
+    runs: dict[str, list] = {label: [] for _, _, label in modes}  # (seconds, shuffle and jobs, frames)
+    ms.run_many(spark, FLIGHT_QUERIES[:1], interval_filter="off")[0].toArrow()  # the workers' first imports
+    ms.release()
+    for _ in range(args.runs):  # the modes interleaved, so that the machine's load drifts over all alike
+        for mode, rounds, label in modes:
+            spark.conf.set(GROUP_ROUNDS, rounds)
+            meter = ShuffleMeter(spark)
+            t0 = time.perf_counter()
+            frames = [f.toArrow() for f in ms.run_many(spark, FLIGHT_QUERIES, interval_filter=mode)]
+            runs[label].append((time.perf_counter() - t0, meter.delta(), frames))
+            ms.release()
+            for r in ms.last_runs():
+                notes.append(f"{label}: {r.mode}")
+                notes += [f"    {line}" for line in r.lines
+                          if "interval" in line or "final pull" in line or "rounds" in line]
+    for label, done in runs.items():
+        t_many, moved, _ = min(done, key=lambda r: r[0])  # the fastest run's figures
+        equal = all(_rows(w) == _rows(g) for _, _, got in done for w, g in zip(want_all, got))
+        times = " / ".join(f"{t:.1f}" for t, _, _ in done)
+        print(f"| {label} | {moved.jobs} | {t_many:.2f} ({times}) | {moved.records:,} | {moved.written:,} | "
+              f"{'yes' if equal else 'NO'} |")
+    spark.conf.unset(GROUP_ROUNDS)
+    print(f"\nload average after: {os.getloadavg()[0]:.1f}")
+    print("\n".join(notes))
     spark.stop()
+
+
+def group_rounds(spark, runs: int) -> None:
+    """The rounds of the group that shares a shuffle in ``ms.run_many`` (the two statements
+    partitioned by tailnum) alone, over its input already cached as run_many caches it: each
+    statement's own rounds against one set for the group, interleaved ``runs`` times. Rounds:
+    Spark jobs and seconds until the final pull is defined; final pull: the seconds of counting
+    the rows it keeps (one more job)."""
+    from pyspark.sql import functions as F
+
+    import matchrec.spark as ms
+    from matchrec.connectors.spark_common import cache
+    from matchrec.connectors.spark_filtering import filter_by_plans
+    from matchrec.connectors.spark_metrics import ShuffleMeter, count
+    from matchrec.planner.cer_intervals import interval_plan
+    from matchrec.spark_cer import RID, analyze, base_frame, naive, needed_columns
+    ms._prepare(spark)  # the workers' Python (ms.run_many does this first too)
+    group = [q for q in FLIGHT_QUERIES if "PARTITION BY tailnum" in q]
+    df = spark.table("ev")
+    plans = [analyze(q, naive(ms._arrow_schema(df.schema)), []).plan for q in group]
+    ips = [interval_plan(p)[0] for p in plans]
+    base = cache(base_frame(df, needed_columns(plans)))
+    src = cache(base.where(F.col(plans[0].key_column).isNotNull()))
+    n = count(src)  # both caches built before any measurement
+    schema = ms._arrow_schema(src.schema)
+    print(f"\nThe rounds of the {len(group)} statements sharing a shuffle, over {n:,} cached rows "
+          f"(load average {os.getloadavg()[0]:.1f})")
+    print("| rounds | Spark jobs (rounds) | rounds s, fastest (every run) | final pull s, fastest | rows kept |")
+    print("|---|---|---|---|---|")
+    got: dict[str, list] = {"each": [], "shared": []}
+    for _ in range(runs):
+        for rounds in got:
+            meter = ShuffleMeter(spark)
+            t0 = time.perf_counter()
+            filtered, _ = filter_by_plans(src, schema, ips, "on", RID, rounds)
+            t1 = time.perf_counter()
+            jobs = meter.delta().jobs
+            kept = count(filtered)
+            got[rounds].append((t1 - t0, time.perf_counter() - t1, jobs, kept))
+    for rounds, done in got.items():
+        every = " / ".join(f"{r[0]:.1f}" for r in done)
+        print(f"| {rounds} | {done[0][2]} | {min(r[0] for r in done):.2f} ({every}) | "
+              f"{min(r[1] for r in done):.2f} | {done[0][3]:,} |")
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    ms.release()
 
 
 if __name__ == "__main__":

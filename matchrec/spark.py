@@ -529,7 +529,9 @@ def run_many(spark, statements: list[str], *, interval_filter: str = "auto") -> 
     ``matchrec.run_many`` returns for it on DuckDB over the same rows. Statements over one table
     share one scan; those with the same PARTITION BY column share one shuffle, each task running
     ``matchrec.run_many`` over its rows. ``interval_filter`` (auto | on | off), as for ``sql``: before
-    a shared shuffle, only rows inside any of its statements' time interval sets are kept."""
+    a shared shuffle, only rows inside any of its statements' time interval sets are kept; one Spark
+    job finds the sets of all of them (the session conf ``spark.matchrec.groupRounds=each`` makes
+    each statement's own rounds instead, several jobs per statement)."""
     from matchrec import spark_cer
     _LAST.clear()
     try:

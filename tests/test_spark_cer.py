@@ -162,6 +162,92 @@ def test_run_many_equals_duckdb(spark):
     assert sum("one final pull for the 2 statements" in line for line in shared[0].lines) == 2, shared[0].lines
 
 
+GROUP = [
+    "PATTERN SEQ(a x, b y) FROM ev PARTITION BY k WHERE x.v >= 46 WITHIN 4 RETURN x.ts, y.ts",
+    "PATTERN SEQ(b x, a y, c z) FROM ev PARTITION BY k WHERE y.v >= 46 WITHIN 6 RETURN COUNT(*)",
+    "PATTERN SEQ(a x, c+ y) FROM ev PARTITION BY k WHERE x.v >= 46 WITHIN 3 RETURN x.ts, COUNT(y) AS n",
+]
+
+
+def test_group_rounds_keep_every_row_a_match_needs():
+    """The shared rounds of a run_many group without Spark: each partition's replies come from the
+    ShardService its task runs (two halves of the rows), the group's final pull keeps fewer rows,
+    and matching over them gives every statement's result over all rows."""
+    import duckdb
+
+    from matchrec.connectors.shard import ShardService
+    from matchrec.connectors.spark_filtering import TABLE, GroupRounds, answer_batch
+    from matchrec.planner.cer_intervals import interval_plan
+    from matchrec.spark_cer import analyze
+    data = events(n=2000, keys=4, seed=9)
+    ips = [interval_plan(analyze(sql, data.schema, []).plan)[0] for sql in GROUP]
+    rounds = GroupRounds.of(ips)
+    # 7 elements with a row-level condition, 3 distinct conditions: one request each, plus the statistics
+    assert sum(len(ip.variables) for ip in ips) == 7 and len(rounds.requests) == 1 + 3, rounds.conds
+    numbered = data.append_column("rid", pa.array(range(data.num_rows), pa.int64()))
+    cons = []
+    for half in (numbered.slice(0, 1000), numbered.slice(1000)):
+        con = duckdb.connect()
+        con.register("half", half)
+        con.execute(f"CREATE TABLE {TABLE} AS SELECT * FROM half")
+        cons.append(con)
+    kept = []
+    # then with frequent conditions skipped (b and c: a quarter of the rows each): only a's intervals
+    for skip in (None, (0.2, 0)):
+        replies = [answer_batch(con, rounds.requests, skip) for con in cons]
+        found = rounds.sets([[r[i] for r in replies] for i in range(len(rounds.requests))])
+        assert found.rows == data.num_rows and all(s is not None for s in found.sets)
+        assert len(found.skipped) == (0 if skip is None else 2), found.skipped
+        request, blobs = rounds.pull(found, numbered.column_names)
+        rows = pa.concat_tables([ShardService(con, 1 << 26).answer(request, blobs) for con in cons])
+        kept.append(rows.sort_by("rid").drop_columns(["rid"]).cast(data.schema))
+    assert 0 < kept[0].num_rows < kept[1].num_rows < data.num_rows // 2, [t.num_rows for t in kept]
+    results = []
+    for table in (data, *kept):
+        con = _duck(table)
+        try:
+            results.append(matchrec.run_many(con, GROUP).tables)
+        finally:
+            con.close()
+    for sql, want, got, got_skipping in zip(GROUP, *results):
+        assert want.num_rows and _rows(want) == _rows(got) == _rows(got_skipping), sql
+
+
+@pytest.mark.slow
+def test_run_many_shares_one_set_of_rounds(spark):
+    """A group of statements with shared element conditions: one job finds every statement's time
+    interval set; fewer Spark jobs than each statement's own rounds, the same rows as DuckDB."""
+    from matchrec.connectors.spark_filtering import GROUP_ROUNDS
+    from matchrec.connectors.spark_metrics import ShuffleMeter
+    data = events(n=300, seed=8)
+    spark.createDataFrame(data).createOrReplaceTempView("ev")
+    workload = [
+        "PATTERN SEQ(a x, b y) FROM ev PARTITION BY k WHERE x.v >= 45 WITHIN 4 RETURN x.ts, y.ts",
+        "PATTERN SEQ(b x, a y, c z) FROM ev PARTITION BY k WHERE y.v >= 45 WITHIN 6 RETURN COUNT(*)",
+    ]
+    con = _duck(data)
+    try:
+        want = matchrec.run_many(con, workload).tables
+    finally:
+        con.close()
+    jobs, lines = {}, {}
+    try:
+        for rounds in ("each", "shared"):
+            spark.conf.set(GROUP_ROUNDS, rounds)
+            meter = ShuffleMeter(spark)
+            got = ms.run_many(spark, workload, interval_filter="on")
+            for sql, w, g in zip(workload, want, got):
+                assert rows_match(_rows(w), g.collect()), (rounds, sql)
+            jobs[rounds] = meter.delta().jobs
+            lines[rounds] = "\n".join(line for r in ms.last_runs() for line in r.lines)
+            ms.release()
+    finally:
+        spark.conf.unset(GROUP_ROUNDS)
+    assert "shared rounds: 1 Spark job" in lines["shared"], lines["shared"]
+    assert "shared rounds" not in lines["each"], lines["each"]
+    assert 0 < jobs["shared"] < jobs["each"], jobs
+
+
 def test_errors_point_into_the_statement(spark):
     spark.createDataFrame(events(n=20)).createOrReplaceTempView("ev")
     with pytest.raises(matchrec.ProgrammingError) as info:

@@ -8,23 +8,34 @@ Spark job (DataFrame operations only, so it runs under Spark Connect too): its r
 payloads travel with the task function, the small replies come back to the driver. The final pull is not collected: it is a ``mapInArrow`` over the cached input that
 keeps only rows inside the final time interval set, and only those rows are shuffled to the
 matching stage.
+
+A group of statements sharing one shuffle (``run_many``) makes one set of rounds for the whole
+group by default (``GroupRounds``): a single Spark job in which every partition loads its rows
+once and answers the statistics and the candidates of each distinct element condition of the
+group; each statement's set is derived from those replies on the driver, and one final pull keeps
+the rows inside the union of the sets. Spark's per-job cost dwarfs the candidates' bytes, so
+the job trades the rounds' shrinking filters for fewer jobs.
 """
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
+from matchrec.connectors.dual_filtering import _refine, tis_payload
 from matchrec.connectors.duckdb_source import DuckDBOracle
 from matchrec.connectors.remote import NodeTraffic, PullStats, RemoteStore
-from matchrec.connectors.shard import DEFAULT_MAX_PAYLOAD_MB, ShardService
+from matchrec.connectors.shard import DEFAULT_MAX_PAYLOAD_MB, ShardService, unpack_candidates
 from matchrec.connectors.source import Source
 from matchrec.connectors.spark_common import cache
 from matchrec.connectors.spark_matching import conform
 from matchrec.connectors.spark_metrics import ShuffleMeter, collect
+from matchrec.operators.intervals import IntervalSet
 from matchrec.parser import hidden as H
 from matchrec.planner.fastpath import fast_plan
 from matchrec.planner.intervals import interval_plan
@@ -212,10 +223,17 @@ def pull_any_task(requests: list[tuple[str, list[bytes]]], schema: pa.Schema, ri
     return run
 
 
-def filter_by_plans(df, schema: pa.Schema, ips: list, mode: str, rid: str):
-    """Interval filtering for a group of statements over one DataFrame (``matchrec.spark.run_many``):
-    each statement's own rounds (``filter_by_plan``'s), then ONE final pull keeping a row when any
-    statement's final interval set holds it, so the group's shuffle carries each row once.
+FREQUENT = (0.25, 50_000)  # auto mode: shared rounds skip conditions above this share and count of rows
+GROUP_ROUNDS = "spark.matchrec.groupRounds"  # the session conf choosing a group's rounds: shared | each
+
+
+def filter_by_plans(df, schema: pa.Schema, ips: list, mode: str, rid: str, rounds: str | None = None):
+    """Interval filtering for a group of statements over one DataFrame (``matchrec.spark.run_many``),
+    then ONE final pull keeping a row when any statement's final interval set holds it, so the
+    group's shuffle carries each row once. ``rounds`` (default: the session conf
+    ``spark.matchrec.groupRounds``, else "shared"): "shared" finds every statement's set with one
+    Spark job for the whole group (``shared_sets``); "each" makes each statement's own rounds
+    (``filter_by_plan``'s, several jobs per statement), kept to measure what sharing saves.
     (DataFrame or None, [FilterReport per statement]); None when a statement cannot be filtered
     (it needs every row) or, in auto mode, the input is too small for the rounds to pay."""
     reports = [FilterReport() for _ in ips]
@@ -223,6 +241,13 @@ def filter_by_plans(df, schema: pa.Schema, ips: list, mode: str, rid: str):
         for r in reports:
             r.reason = "not used (a statement of the group needs every row)"
         return None, reports
+    if rounds is None:
+        rounds = df.sparkSession.conf.get(GROUP_ROUNDS, None) or "shared"
+    if rounds not in ("shared", "each"):
+        from matchrec.errors import ProgrammingError
+        raise ProgrammingError(f"{GROUP_ROUNDS} must be shared or each, not {rounds!r}")
+    if rounds == "shared" and len({ip.key_sql for ip in ips}) == 1:
+        return _shared_filter(df, schema, ips, mode, rid, reports)
     cached = cache(df)
     sizes = collect(cached.mapInArrow(rows_task(), "n long"))
     rows = sum(r[0] for r in sizes)
@@ -250,6 +275,198 @@ def filter_by_plans(df, schema: pa.Schema, ips: list, mode: str, rid: str):
                             f"pull for the {len(ips)} statements of the shuffle keeps rows inside any of their time "
                             "interval sets")
     return cached.mapInArrow(pull_any_task(requests, schema, rid), cached.schema), reports
+
+
+def answer_batch(con, requests: list[dict], skip: tuple[float, int] | None = None) -> list[pa.Table]:
+    """The replies of one partition (its rows in ``con``'s table ``TABLE``) to several requests.
+    With ``skip`` (share, rows) and a statistics request first, a candidates request whose
+    condition holds on more than that share of the partition's rows and more than ``rows`` rows
+    gets the reply ``{"skipped": [count]}`` instead: its intervals would cover nearly everything,
+    and its candidates would be the bulk of the job's reply."""
+    service = ShardService(con, DEFAULT_MAX_PAYLOAD_MB << 20)
+    replies, counts, n = [], {}, 0
+    for r in requests:
+        count = counts.get(r.get("condition")) if r["op"] == "candidates" else None
+        if skip is not None and count is not None and count > max(skip[0] * n, skip[1]):
+            replies.append(pa.table({"skipped": pa.array([count], pa.int64())}))
+            continue
+        reply = service.answer(r, [])
+        if r["op"] == "stats":
+            counts = {c: int(reply.column(f"c{i}")[0].as_py() or 0) for i, c in enumerate(r["conditions"])}
+            n = int(reply.column("n")[0].as_py() or 0)
+        replies.append(reply)
+    return replies
+
+
+def batch_task(requests_json: str, schema: pa.Schema, skip: tuple[float, int] | None = None):
+    """A ``mapInArrow`` function: the partition answers several requests over one load of its rows
+    (``answer_batch``); one row per reply (its request's index, the reply as Arrow IPC bytes)."""
+
+    def run(batches):
+        con = _load(batches, schema)
+        try:
+            replies = answer_batch(con, json.loads(requests_json), skip)
+        finally:
+            con.close()
+        out = []
+        for reply in replies:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, reply.schema) as w:
+                w.write_table(reply)
+            out.append(sink.getvalue().to_pybytes())
+        yield pa.RecordBatch.from_pydict({"i": list(range(len(out))), "reply": out},
+                                         schema=pa.schema([("i", pa.int32()), ("reply", pa.binary())]))
+    return run
+
+
+@dataclass
+class GroupRounds:
+    """One set of rounds for a group of statements over one key (``ips``): the requests every
+    partition answers in one job (the statistics, then the candidates of each distinct element
+    condition, each asked once however many statements or elements have it)."""
+    ips: list
+    conds: list[str]
+    quantum: int
+    partition_sql: list[str]
+    requests: list[dict]
+
+    @classmethod
+    def of(cls, ips: list) -> "GroupRounds":
+        same = len({tuple(ip.partition_sql) for ip in ips}) == 1
+        # statements partitioned differently: their sets over all partitions at once (a superset of each)
+        partition_sql = list(ips[0].partition_sql) if same else []
+        base = {"table": TABLE, "key_sql": ips[0].key_sql, "partition_sql": partition_sql}
+        quantum = max(1, min(ip.window for ip in ips) // 20)
+        conds = list(dict.fromkeys(v.condition for ip in ips for v in ip.variables))
+        requests = [{"op": "stats", "conditions": conds, "columns": [], "sample": False, **base}]
+        requests += [{"op": "candidates", "condition": c, "packed": True, "quantum": quantum, "joins": [],
+                      "values": [], **base} for c in conds]
+        return cls(list(ips), conds, quantum, partition_sql, requests)
+
+    def sets(self, parts: list[list[pa.Table]], received: int = 0) -> "SharedSets":
+        """Each statement's time interval set from the replies (``parts[i]``: every partition's reply
+        to request ``i``): the intervals around the candidates of its elements intersected, rarest
+        first, dropping intervals around candidates that left the set (``dual_filtering._refine``),
+        as its own rounds would. No round waits for an earlier one's set to filter its candidates
+        (on Spark a job costs far more than the candidates it returns) and join filters are not
+        applied: each set holds every row its statement's matches look at."""
+        stats, conds = parts[0], self.conds
+        n = sum(int(p.column("n")[0].as_py() or 0) for p in stats)
+        counts = [sum(int(p.column(f"c{i}")[0].as_py() or 0) for p in stats) for i in range(len(conds))]
+        bits = None
+        if self.partition_sql:
+            # enough bits to tell the partitions apart (a shared hash only merges intervals, never loses rows)
+            found = max((int(p.column("parts")[0].as_py() or 1) for p in stats), default=1)
+            bits = int(min(32, math.ceil(math.log2(found + 1)) + 1))
+        slots_of, pk_of = {}, {}
+        skipped = [c for c, got in zip(conds, parts[1:]) if any("skipped" in p.column_names for p in got)]
+        for c, got in zip(conds, parts[1:]):
+            if c in skipped:  # some partition found it frequent: no statement intersects its intervals
+                continue
+            cand = unpack_candidates(got, (["pk"] if self.partition_sql else []) + ["s"], Source.max_reply)
+            slots_of[c] = cand["s"]
+            # the replies' hashes have 32 bits: their top ``bits`` name the partition as the final pull's do
+            pk_of[c] = cand["pk"] >> (32 - bits) if bits else np.zeros(len(cand["s"]), np.int64)
+        sets = []
+        q = self.quantum
+        for ip in self.ips:
+            tis, points = None, {}
+            mine = [i for i, v in enumerate(ip.variables) if v.condition in slots_of]
+            for i in sorted(mine, key=lambda i: counts[conds.index(ip.variables[i].condition)]):
+                v = ip.variables[i]
+                pk, slots = pk_of[v.condition], slots_of[v.condition]
+                new = IntervalSet.around_slots(pk, slots, q, v.before, v.after)
+                points[i] = (pk, slots * q, slots * q + (q - 1))
+                tis = new if tis is None else tis.intersect(new)
+                tis = _refine(tis, points, ip)
+            sets.append(tis)
+        return SharedSets(sets, bits, n, len(stats), {c: len(slots_of[c]) for c in slots_of}, received, skipped)
+
+    def pull(self, found: "SharedSets", columns: list[str]) -> tuple[dict, list[bytes]]:
+        """The final pull: the rows inside the union of the statements' sets that meet any of their
+        row filters (every row when a statement has none)."""
+        ips = self.ips
+        filters = [ip.row_filter for ip in ips]
+        where = None if any(f is None for f in filters) else " OR ".join(f"({f})" for f in dict.fromkeys(filters))
+        union = IntervalSet._merged(*(np.concatenate(x) for x in zip(*[(s.pk, s.lo, s.hi) for s in found.sets])))
+        kind, blob = tis_payload(union, max(ip.window for ip in ips), False)
+        request = {"op": "pull", "table": TABLE, "columns": columns, "where": where, "key_sql": ips[0].key_sql,
+                   "partition_sql": self.partition_sql, "filter": {"kind": kind, "blob": 0},
+                   "range": [int(union.lo.min()), int(union.hi.max())] if len(union) else [1, 0]}
+        if found.bits is not None:
+            request["pk_bits"] = found.bits
+        found.union = union
+        return request, [blob]
+
+
+@dataclass
+class SharedSets:
+    """What one set of rounds for a group found: each statement's time interval set (None: none of
+    its elements had candidates asked), the partition-hash bits they are keyed by (None: no
+    partitions), the input's rows and partitions, candidate slots per condition, reply bytes."""
+    sets: list
+    bits: int | None
+    rows: int
+    partitions: int
+    candidates: dict
+    received: int
+    skipped: list = field(default_factory=list)  # conditions some partition found too frequent to ask
+    union: object = None
+
+
+def shared_sets(df, schema: pa.Schema, rounds: GroupRounds, skip: tuple[float, int] | None = None) -> SharedSets:
+    """The statements' time interval sets from ONE Spark job over ``df``: every partition loads its
+    rows once and answers all of ``rounds``' requests (``answer_batch``, with ``skip``)."""
+    task = batch_task(json.dumps(rounds.requests), schema, skip)
+    rows = collect(df.mapInArrow(task, "i int, reply binary"))
+    parts: list[list[pa.Table]] = [[] for _ in rounds.requests]
+    for r in rows:
+        parts[r["i"]].append(pa.ipc.open_stream(pa.py_buffer(r["reply"])).read_all())
+    return rounds.sets(parts, sum(len(r["reply"]) for r in rows))
+
+
+def _shared_filter(df, schema: pa.Schema, ips: list, mode: str, rid: str, reports: list):
+    """``filter_by_plans`` with one set of rounds for the whole group (``GroupRounds``, one Spark
+    job), then the final pull of the rows inside the union of the sets."""
+    meter = ShuffleMeter(df.sparkSession)
+    cached = cache(df)
+    t0 = time.perf_counter()
+    rounds = GroupRounds.of(ips)
+    # auto: a condition on more than a quarter of a partition's rows (and 50,000 of them) is not
+    # asked, its candidates would be the bulk of the reply for little shrinking; on: all are asked
+    found = shared_sets(cached, schema, rounds, FREQUENT if mode == "auto" else None)
+    seconds = time.perf_counter() - t0
+    for r in reports:
+        r.rows_in = found.rows
+    if mode == "auto" and found.rows < MIN_ROWS:
+        for r in reports:
+            r.reason = f"not used ({found.rows} rows: below {MIN_ROWS}, the final pull would cost more)"
+        cached.unpersist()
+        return None, reports
+    if any(s is None for s in found.sets):
+        for r in reports:
+            r.reason = ("not used (a statement's element conditions were all too frequent to ask: it needs "
+                        "every row)")
+        cached.unpersist()
+        return None, reports
+    request, blobs = rounds.pull(found, list(schema.names))
+    shuffle = meter.delta()
+    conditions = ", ".join(f"{n:,}" for n in found.candidates.values()) + \
+        (f"; {len(found.skipped)} too frequent, not asked" if found.skipped else "")
+    for k, (ip, tis, report) in enumerate(zip(ips, found.sets, reports)):
+        report.used = True
+        report.reason = "used: " + "; ".join(ip.describe()[:1])
+        report.notes.append(f"time interval set: {len(tis)} intervals covering {tis.total_length()} key units; one "
+                            f"final pull for the {len(ips)} statements of the shuffle keeps rows inside any of "
+                            "their time interval sets")
+        if k == 0:
+            report.shuffle = shuffle
+            report.notes.append(f"shared rounds: 1 Spark job in {seconds:.3f} s for the {len(ips)} statements' "
+                                f"{len(found.candidates)} distinct element conditions ({conditions} candidate "
+                                f"slots, {found.received:,} bytes back) over {found.partitions} partitions; final "
+                                f"pull filter: time {request['filter']['kind']} {len(blobs[0]):,} B, "
+                                f"{len(found.union)} intervals")
+    return cached.mapInArrow(pull_any_task([(json.dumps(request), blobs)], schema, rid), cached.schema), reports
 
 
 class SparkSource(Source):

@@ -1,15 +1,16 @@
-"""Shuffle bytes of the Spark jobs matchrec runs, for EXPLAIN ANALYZE, and the report of what one
-statement did on Spark (``ClauseReport``).
+"""Shuffle bytes and job counts of the Spark jobs matchrec runs, for EXPLAIN ANALYZE and the
+benchmarks, and the report of what one statement did on Spark (``ClauseReport``).
 
 On a classic session a meter reads the application's status store (works with the UI off): it
 takes the totals of every stage Spark has recorded when it is created, and ``delta()`` gives
-what the stages completed since then wrote and read; jobs of other threads in the same
-application in the meantime would be counted too. A Spark Connect client has no status store:
-there every action matchrec runs goes through ``collect``/``count``/``to_arrow`` here, which add
-the shuffle metrics of the executed plan (its Exchange nodes) to the meters open at the time.
-Those metrics stop at a cached DataFrame (its plan runs inside the scan of the cache), so while a
-Connect meter is open ``before_cache`` runs each DataFrame matchrec is about to cache once on its
-own, and the meter sees its shuffles: both sides of a comparison then pay and count the same work.
+what the stages completed since then wrote and read, and how many jobs started (job ids rise by
+one); jobs of other threads in the same application in the meantime would be counted too. A
+Spark Connect client has no status store: there every action matchrec runs goes through
+``collect``/``count``/``to_arrow`` here, which add the shuffle metrics of the executed plan (its
+Exchange nodes) to the meters open at the time, and one to their job count. Those metrics stop
+at a cached DataFrame (its plan runs inside the scan of the cache), so while a Connect meter is
+open ``before_cache`` runs each DataFrame matchrec is about to cache once on its own, and the
+meter sees its shuffles: both sides of a comparison then pay and count the same work.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class Shuffle:
     read: int = 0
     records: int = 0
     stages: int = 0
+    jobs: int = 0  # Spark jobs started (classic: by job id; Connect: the actions matchrec ran)
 
 
 def is_connect(spark) -> bool:
@@ -43,6 +45,12 @@ def _totals(spark) -> dict[tuple[int, int], tuple[int, int, int]]:
     return out
 
 
+def _last_job(spark) -> int:
+    """The highest job id the application has started (-1: none): ids rise by one per job."""
+    ids = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
+    return max(ids, default=-1)
+
+
 _OPEN: list["ShuffleMeter"] = []  # Connect meters taking what actions report
 
 
@@ -55,6 +63,7 @@ class ShuffleMeter:
             _OPEN.append(self)
         else:
             self.before = _totals(spark)
+            self.job0 = _last_job(spark)
 
     def delta(self) -> Shuffle:
         if self.connect:
@@ -62,7 +71,7 @@ class ShuffleMeter:
                 _OPEN.remove(self)
             return self.seen
         after = _totals(self.spark)
-        s = Shuffle()
+        s = Shuffle(jobs=_last_job(self.spark) - self.job0)
         for key, (w, r, n) in after.items():
             w0, r0, n0 = self.before.get(key, (0, 0, 0))
             if (w, r, n) != (w0, r0, n0):
@@ -76,6 +85,8 @@ class ShuffleMeter:
 def _observe(df) -> None:
     if not _OPEN:
         return
+    for meter in _OPEN:
+        meter.seen.jobs += 1
     info = getattr(df, "executionInfo", None)
     metrics = info.metrics if info is not None else None
     if metrics is None:
