@@ -52,6 +52,7 @@ from matchrec.planner.intervals import IntervalPlan
 
 STRATEGIES = ("auto", "pull_all", "push_down", "naive_dfs", "dfs", "dfs_stateful", "push_pull")
 ROUND_TRIPS = ("auto", "always", "never")
+_FINGERPRINT_BYTES = 1.5  # the 12-bit fingerprint each window of a shrinking window filter stores
 
 
 def tis_payload(tis: IntervalSet, window: int, exact: bool) -> tuple[str, bytes]:
@@ -60,6 +61,12 @@ def tis_payload(tis: IntervalSet, window: int, exact: bool) -> tuple[str, bytes]
     if exact:
         return "exact", np.concatenate([tis.pk, tis.lo, tis.hi]).astype(np.int64).tobytes()
     packed = pack_intervals(tis)
+    # every window the set touches holds a hashed fingerprint in the filter, which zstd cannot
+    # shrink: when the packed intervals are no larger than those alone, the filter (whose cuckoo
+    # table costs far more time to build than the packing) cannot be the smaller
+    windows = len(ShrinkingWindowFilter._window_bitmaps(tis, window, 20)[0])
+    if len(packed) <= windows * _FINGERPRINT_BYTES:
+        return "intervals", packed
     swf = ShrinkingWindowFilter.build(tis, window).to_bytes()
     return ("swf", swf) if len(swf) < len(packed) else ("intervals", packed)
 

@@ -62,11 +62,15 @@ def check_type(name: str) -> str:
 class ShardService:
     """Answers requests against the tables of one DuckDB connection."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, max_payload: int):
+    def __init__(self, con: duckdb.DuckDBPyConnection, max_payload: int, keep_stats: bool = False):
         self.con = con
         self.max_payload = max_payload
         self.sessions = SessionStore()
         self.indexes = acer.IndexCache()
+        # a storage node, whose tables change only through loads (which forget them), keeps each
+        # table version's statistics: a statement's first request then scans only for conditions
+        # no earlier statement counted
+        self.kept_stats = StatsCache() if keep_stats else None
         self._request = threading.local()  # the running request's cursors, per serving thread
 
     def _cursor(self):
@@ -166,35 +170,65 @@ class ShardService:
                          "indexed": pa.array([n in indexed for n in names], pa.bool_())})
 
     def _stats(self, req: dict) -> pa.Table:
-        table = self._table(req.get("table"))
+        name = req.get("table")
+        table = self._table(name)
         conds = [check_fragment(c) for c in req.get("conditions", [])]
         pk, key = self._select_keys(req)
         cols = [quote_ident(c) for c in req.get("columns", [])] or ["*"]
         cur = self._cursor()
-        counts = ", ".join([f"count(*) FILTER (WHERE {c}) AS c{i}" for i, c in enumerate(conds)] + ["count(*) AS n"])
-        row = cur.sql(f"SELECT {counts}, approx_count_distinct({pk}) AS parts, min({key}) AS kmin, "
-                          f"max({key}) AS kmax FROM {table}").fetchall()[0]
+        kept = self.kept_stats.of(name, self._version(name)) if self.kept_stats is not None else {}
+        counts = [kept.get(("count", c)) for c in conds]
+        todo = list(dict.fromkeys(c for c, n in zip(conds, counts) if n is None))
+        shape = kept.get(("shape", pk, key))
+        exprs = [f"count_if({c})" for c in todo]
+        if shape is None:
+            exprs += ["count(*)", f"approx_count_distinct({pk})", f"min({key})", f"max({key})"]
+        row = cur.sql(f"SELECT {', '.join(exprs)} FROM {table}").fetchall()[0] if exprs else ()
+        if todo:  # the conditions not counted yet, all in the one scan
+            got = dict(zip(todo, row))
+            counts = [got[c] if n is None else n for c, n in zip(conds, counts)]
+            kept.update({("count", c): got[c] for c in todo})
+        if shape is None:
+            shape = list(row[len(todo):])
+            kmin, kmax = shape[2:]
+            active = (kmax - kmin + 1) if kmax is not None else 0
+            if req.get("partition_sql"):  # partitions live for a while, not over the whole time line
+                active = cur.sql(f"SELECT sum(hi - lo + 1) FROM (SELECT min({key}) AS lo, max({key}) AS hi FROM "
+                                 f"{table} WHERE {key} IS NOT NULL GROUP BY {pk})").fetchall()[0][0] or 0
+            shape.append(active)
+            kept[("shape", pk, key)] = shape
+        n, parts, kmin, kmax, active = shape
         # One sample of the table (the paper's 5,000 events) gives the bytes per row and, for the
-        # cost model, where the rows the final pull reads lie in time and which variables they are
+        # cost model, where the rows the final pull reads lie in time and which variables they are;
+        # a node keeps one per table version and marks it for each request
+        rows = kept.get("sample")
+        if rows is None:
+            rows = f"(SELECT * FROM {table} USING SAMPLE {SAMPLE_ROWS} ROWS)"
+            if self.kept_stats is not None:
+                rows = kept["sample"] = cur.sql(f"SELECT * FROM {rows}").to_arrow_table()
         bits = " | ".join(f"(CASE WHEN {c} THEN {1 << i} ELSE 0 END)" for i, c in enumerate(conds[:62])) or "0"
         final = conds[-1] if conds else "TRUE"
-        sample = cur.sql(f"SELECT {', '.join(cols)}, {pk} AS {H.PARTITION_HASH}, {key} AS {H.KEY}, "
-                         f"CAST({bits} AS BIGINT) AS {H.MARKS}, "
-                         f"{key} IS NOT NULL AND coalesce(({final}), false) AS {H.FINAL} "
-                         f"FROM (SELECT * FROM {table} USING SAMPLE {SAMPLE_ROWS} ROWS)").to_arrow_table()
+        marking = (f"SELECT {', '.join(cols)}, {pk} AS {H.PARTITION_HASH}, {key} AS {H.KEY}, "
+                   f"CAST({bits} AS BIGINT) AS {H.MARKS}, "
+                   f"{key} IS NOT NULL AND coalesce(({final}), false) AS {H.FINAL} FROM ")
+        if isinstance(rows, str):
+            sample = cur.sql(marking + rows).to_arrow_table()
+        else:  # the kept rows under the table's own name, so the fragments read them as they read the table
+            view = H.ids_view(id(rows))
+            cur.register(view, rows)
+            try:
+                sample = cur.sql(f"{marking}{view} AS {table}").to_arrow_table()
+            finally:
+                cur.unregister(view)
         marks = [H.PARTITION_HASH, H.KEY, H.MARKS, H.FINAL]
         per_row = sample.drop_columns(marks).nbytes / sample.num_rows if sample.num_rows else 0.0
-        active = (row[-1] - row[-2] + 1) if row[-1] is not None else 0
-        if req.get("partition_sql"):  # partitions live for a while, not over the whole time line
-            active = cur.sql(f"SELECT sum(hi - lo + 1) FROM (SELECT min({key}) AS lo, max({key}) AS hi FROM {table} "
-                             f"WHERE {key} IS NOT NULL GROUP BY {pk})").fetchall()[0][0] or 0
-        out = {f"c{i}": [row[i]] for i in range(len(conds))}
+        out = {f"c{i}": [counts[i]] for i in range(len(conds))}
         if req.get("sample"):
             got = sample.select(marks[:3]).filter(sample.column(H.FINAL))
             cols = [got.column(c).to_numpy().astype(np.int64) for c in marks[:3]]
             order = np.lexsort((cols[1], cols[0]))
             out["sample"] = [pack([np.diff(c[order], prepend=np.int64(0)) for c in cols[:2]] + [cols[2][order]])]
-        out.update({"n": [row[len(conds)]], "parts": [row[len(conds) + 1]], "kmin": [row[-2]], "kmax": [row[-1]],
+        out.update({"n": [n], "parts": [parts], "kmin": [kmin], "kmax": [kmax],
                     "row_bytes": [float(per_row)], "active": [int(active)]})
         return pa.table(out)
 
@@ -586,3 +620,30 @@ class _ExactJoin:
     def may_precede(self, pk, val, t):
         wid = np.floor_divide(t, self.window)
         return self._has(pk, val, wid) | self._has(pk, val, wid + 1)
+
+
+class StatsCache:
+    """A node's statistics per table version (catalog oid and size): per-condition counts, the
+    key's range and the partitions' lives per key and partition hash, and one sample of rows.
+    Statistics only steer the cost model (round order, skips, bits), never which rows a pull
+    returns, and a node's tables change only through loads, which ``forget`` them."""
+
+    MAX_TABLES = 64
+
+    def __init__(self):
+        self._by_table: dict[str, tuple[tuple, dict]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, table: str, version: tuple) -> dict:
+        """The statistics kept for ``table`` at ``version`` (a dict the caller fills)."""
+        with self._lock:
+            hit = self._by_table.get(table)
+            if hit is None or hit[0] != version:
+                if hit is None and len(self._by_table) >= self.MAX_TABLES:
+                    self._by_table.pop(next(iter(self._by_table)))
+                hit = self._by_table[table] = (version, {})
+            return hit[1]
+
+    def forget(self, table: str) -> None:
+        with self._lock:
+            self._by_table.pop(table, None)
