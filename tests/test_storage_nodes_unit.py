@@ -422,3 +422,34 @@ def test_node_statistics_kept_per_table_version_equal_fresh_ones():
     kept.kept_stats.of("ev", kept._version("ev"))[("count", "v = 1")] = -1
     kept.kept_stats.forget("ev")
     assert kept.answer(request(["v = 1"]), []).column("c0").to_pylist() == [4000 + 1000]
+
+
+def test_time_sets_joined_in_the_scan_answer_as_tested_row_by_row(monkeypatch):
+    """An exact time set with many partitions is semi-joined in the node's scan; candidates and
+    pulls (rows without a key included) equal those of the row-by-row test it replaces."""
+    from matchrec.connectors import shard
+    from matchrec.operators.packing import pack_intervals as packed
+    con = duckdb.connect()
+    con.execute("CREATE TABLE ev AS SELECT i AS id, CASE WHEN i % 97 = 0 THEN NULL ELSE (i * 37) % 50000 END AS ts, "
+                "i % 300 AS g, i % 7 AS v FROM range(30000) t(i)")
+    service = shard.ShardService(con, 1 << 24)
+    rng = np.random.default_rng(5)
+    pks = con.execute("SELECT DISTINCT CAST(hash(g) >> 44 AS BIGINT) FROM ev").fetchnumpy()
+    pk_all = np.sort(next(iter(pks.values())).astype(np.int64))
+    pick = rng.choice(pk_all, 200)
+    tis = IntervalSet.around(pick, rng.integers(0, 50000, 200), 300, 500)
+    base = {"table": "ev", "key_sql": "ts", "partition_sql": ["g"], "pk_bits": 20}
+    for kind, blob in (("intervals", packed(tis)),
+                       ("exact", np.concatenate([tis.pk, tis.lo, tis.hi]).astype(np.int64).tobytes())):
+        for req in ({"op": "candidates", "condition": "v < 3", "quantum": 10, **base},
+                    {"op": "pull", "columns": ["id", "ts", "g"], "where": "v <> 2", **base}):
+            req = {**req, "filter": {"kind": kind, "blob": 0}}
+            assert service._joinable(service._time_set(req["filter"], [blob])) is not None
+            joined = service.answer(dict(req), [blob])
+            monkeypatch.setattr(shard, "JOIN_INTERVALS_PER_PARTITION", 0)
+            tested = service.answer(dict(req), [blob])
+            monkeypatch.undo()
+            key = [(c, "ascending") for c in joined.column_names]
+            assert joined.sort_by(key).equals(tested.sort_by(key)) and joined.num_rows > 0
+            if req["op"] == "pull":
+                assert joined.column("ts").null_count > 0

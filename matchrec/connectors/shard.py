@@ -44,6 +44,7 @@ from matchrec.parser import hidden as H
 from matchrec.parser.names import quote_ident
 
 DEFAULT_MAX_PAYLOAD_MB = 256
+JOIN_INTERVALS_PER_PARTITION = 16  # at most this many per partition hash, a time set is joined in the scan
 SAMPLE_ROWS = 5000  # rows per node the statistics and the cost model are estimated from
 MAX_PROBE_BYTES = 16 << 20  # filler one bandwidth probe may ask for
 
@@ -234,23 +235,55 @@ class ShardService:
 
     def _time_filter(self, spec, blobs):
         """A callable (pk, t) -> keep mask from a request's filter spec, or None."""
+        found = self._time_set(spec, blobs)
+        return found.contains if found is not None else None
+
+    def _time_set(self, spec, blobs):
+        """The request's time filter: a ``ShrinkingWindowFilter`` or an ``IntervalSet``, or None."""
         if not spec:
             return None
         kind, idx = spec.get("kind"), spec.get("blob")
         if not isinstance(idx, int) or not 0 <= idx < len(blobs):
             raise RequestError("filter names a missing payload")
         if kind == "swf":
-            f = ShrinkingWindowFilter.from_bytes(blobs[idx], self.max_payload)
-            return f.contains
+            return ShrinkingWindowFilter.from_bytes(blobs[idx], self.max_payload)
         if kind == "intervals":
-            return unpack_intervals(blobs[idx], self.max_payload).contains
+            return unpack_intervals(blobs[idx], self.max_payload)
         if kind == "exact":
             arr = np.frombuffer(blobs[idx], np.int64) if len(blobs[idx]) % 24 == 0 else None
             if arr is None:
                 raise FilterPayloadError("exact interval payload has the wrong length")
             pk, lo, hi = arr.reshape(3, -1)
-            return IntervalSet(pk.copy(), lo.copy(), hi.copy()).contains
+            return IntervalSet(pk.copy(), lo.copy(), hi.copy())
         raise RequestError(f"unknown filter kind {kind}")
+
+    @staticmethod
+    def _joinable(found) -> pa.Table | None:
+        """An exact interval set as a table the scan can semi-join (partition hash equal, key
+        between the bounds) instead of testing each row it returns here, or None: a window
+        filter, or too few partitions for the join's per-partition test to stay short. The row
+        (-1, 0, 0) admits the rows without a key (partition hashes are never negative)."""
+        if not isinstance(found, IntervalSet) or not len(found):
+            return None
+        partitions = 1 + int(np.count_nonzero(found.pk[1:] != found.pk[:-1]))
+        if len(found) > JOIN_INTERVALS_PER_PARTITION * partitions:
+            return None
+        return pa.table({"pk": np.r_[np.int64(-1), found.pk], "lo": np.r_[np.int64(0), found.lo],
+                         "hi": np.r_[np.int64(0), found.hi]})
+
+    @contextmanager
+    def _joined(self, cur, found):
+        """The name of ``found``'s join table registered on ``cur`` for the block, or None."""
+        table = self._joinable(found)
+        if table is None:
+            yield None
+            return
+        view = H.ids_view(id(table))
+        cur.register(view, table)
+        try:
+            yield view
+        finally:
+            cur.unregister(view)
 
     def _select_keys(self, req) -> tuple[str, str]:
         key = check_fragment(req["key_sql"])
@@ -277,7 +310,8 @@ class ShardService:
         for j in joins:
             sql, typ = check_fragment(j["value_sql"]), check_type(j["type"])
             j["_col"] = value_hash(sql, typ)
-        tf = self._time_filter(req.get("filter"), blobs)
+        found = self._time_set(req.get("filter"), blobs)
+        tf = found.contains if found is not None else None
         if req.get("session") is not None:
             return self._session_candidates(req, blobs, name, table, cond, pk, key, values, joins, tf)
         idx = self.indexes.get(self.con, name, self._version(name)) if not values and not joins else None
@@ -290,8 +324,12 @@ class ShardService:
         with self._scope(name, cond, req, blobs, False) as (cur, scope, cond):
             for j in joins:
                 cond = f"({cond}) AND ({j['_col']}) IS NOT NULL"  # NULL never equals: such rows cannot match
-            rows = cur.sql(f"SELECT {', '.join(select)} FROM {table} "
-                           f"WHERE {scope} AND ({cond}) AND {key} IS NOT NULL").to_arrow_table()
+            scan = f"SELECT {', '.join(select)} FROM {table} WHERE {scope} AND ({cond}) AND {key} IS NOT NULL"
+            with self._joined(cur, found) as view:
+                if view is not None:  # phase one in the scan
+                    scan = f"SELECT q.* FROM ({scan}) q SEMI JOIN {view} f ON q.pk = f.pk AND q.t BETWEEN f.lo AND f.hi"
+                    tf = None
+                rows = cur.sql(scan).to_arrow_table()
         rows = rows.filter(pa.array(self._candidate_mask(rows, joins, blobs, tf)))
         return self._candidate_reply(req, rows, len(values))
 
@@ -465,7 +503,8 @@ class ShardService:
         table = self._table(name)
         columns = req.get("columns")
         where = check_fragment(req["where"]) if req.get("where") else "TRUE"
-        tf = self._time_filter(req.get("filter"), blobs)
+        found = self._time_set(req.get("filter"), blobs)
+        tf = found.contains if found is not None else None
         cur = self._cursor()
         cols = ", ".join(quote_ident(c) for c in columns) if columns else "*"
         if req.get("session") is not None:
@@ -483,8 +522,14 @@ class ShardService:
             if bounds:  # the TIS's hull as a range DuckDB's scan can use (zone maps)
                 lo, hi = int(bounds[0]), int(bounds[1])
                 where = f"({where}) AND ({key} IS NULL OR {key} BETWEEN {lo} AND {hi})"
-            rows = cur.sql(f"SELECT {cols}, {pk} AS {H.PARTITION_HASH}, {key} AS {H.KEY} FROM {table} "
-                           f"WHERE {scope} AND {where}").to_arrow_table()
+            scan = f"SELECT {cols}, {pk} AS {H.PARTITION_HASH}, {key} AS {H.KEY} FROM {table} WHERE {scope} AND {where}"
+            with self._joined(cur, found) as view:
+                if view is not None:  # the time filter in the scan; rows without a key join the row (-1, 0, 0)
+                    rows = cur.sql(f"SELECT q.* FROM ({scan}) q SEMI JOIN {view} f ON "
+                                   f"(CASE WHEN q.{H.KEY} IS NULL THEN -1 ELSE q.{H.PARTITION_HASH} END) = f.pk "
+                                   f"AND coalesce(q.{H.KEY}, 0) BETWEEN f.lo AND f.hi").to_arrow_table()
+                    return _compact(rows.drop_columns([H.PARTITION_HASH, H.KEY]))
+                rows = cur.sql(scan).to_arrow_table()
         t = rows.column(H.KEY)
         keep = np.ones(rows.num_rows, bool)  # rows without a key are kept: the engine decides on them
         valid = np.asarray(t.is_valid())
