@@ -379,7 +379,7 @@ def test_cost_model_makes_no_round_whose_candidates_are_what_the_final_pull_read
 def test_time_payload_is_the_smaller_encoding_without_always_building_the_window_filter():
     """The interval payload skips building the window filter when the packed intervals are no
     larger than its fingerprints alone; the choice must stay the one building both would make."""
-    from matchrec.connectors.dual_filtering import tis_payload
+    from matchrec.connectors.dual_filtering import _windows, tis_payload
     rng = np.random.default_rng(7)
     shortcuts = 0
     for _ in range(60):
@@ -390,6 +390,7 @@ def test_time_payload_is_the_smaller_encoding_without_always_building_the_window
         kind, blob = tis_payload(tis, w, False)
         assert (kind, blob) == (("swf", swf) if len(swf) < len(packed) else ("intervals", packed))
         windows = len(ShrinkingWindowFilter._window_bitmaps(tis, w, 20)[0])
+        assert _windows(tis, w) == windows
         shortcuts += len(packed) <= 1.5 * windows
     assert 0 < shortcuts < 60  # both ways were taken
 

@@ -64,11 +64,19 @@ def tis_payload(tis: IntervalSet, window: int, exact: bool) -> tuple[str, bytes]
     # every window the set touches holds a hashed fingerprint in the filter, which zstd cannot
     # shrink: when the packed intervals are no larger than those alone, the filter (whose cuckoo
     # table costs far more time to build than the packing) cannot be the smaller
-    windows = len(ShrinkingWindowFilter._window_bitmaps(tis, window, 20)[0])
-    if len(packed) <= windows * _FINGERPRINT_BYTES:
+    if len(packed) <= _windows(tis, window) * _FINGERPRINT_BYTES:
         return "intervals", packed
     swf = ShrinkingWindowFilter.build(tis, window).to_bytes()
     return ("swf", swf) if len(swf) < len(packed) else ("intervals", packed)
+
+
+def _windows(tis: IntervalSet, window: int) -> int:
+    """How many (partition, window) entries a window filter of ``tis`` holds: the windows each
+    interval spans, less those an interval shares with the one before it (sorted and disjoint
+    within a partition, two intervals can share only the window where one ends and the next starts)."""
+    first, last = np.floor_divide(tis.lo, window), np.floor_divide(tis.hi, window)
+    shared = (tis.pk[1:] == tis.pk[:-1]) & (first[1:] == last[:-1])
+    return int((last - first + 1).sum() - shared.sum())
 
 
 def join_payload(pk, val, slot, quantum: int, window: int, exact: bool) -> tuple[str, bytes]:
