@@ -125,17 +125,19 @@ def skip_join_round(name, round_bytes, final_bytes) -> str | None:
     return None
 
 
-def skip_round(source: Source, name, round_bytes, own, final_in, row_bytes, candidates_in: float = 0.0
-               ) -> str | None:
+def skip_round(source: Source, name, round_bytes, own, final_in, row_bytes, candidates_in: float = 0.0,
+               busy: float = 0.0) -> str | None:
     """Why one more round for ``name`` would not pay off (Eq. 2-4 in spirit), or None: its
-    traffic and round trip against the final-pull rows it is expected to remove (those in the
-    part of the set no candidate of ``name`` lies near)."""
+    traffic, round trip and the nodes' own time for it (``busy``: the scan every round makes,
+    which the final pull makes anyway) against the final-pull rows it is expected to remove
+    (those in the part of the set no candidate of ``name`` lies near)."""
     bw = source.bandwidth or 1e9
-    cost = source.rtt + round_bytes / bw
+    cost = source.rtt + busy + round_bytes / bw
     benefit = removable(final_in, candidates_in) * (1 - own) * row_bytes / bw
     if benefit <= cost:
         return (f"{name}: expected saving {benefit * 1000:.2f} ms <= cost {cost * 1000:.2f} ms "
-                f"(bandwidth {bw / 1e6:.1f} MB/s, round trip {source.rtt * 1000:.1f} ms)")
+                f"(bandwidth {bw / 1e6:.1f} MB/s, round trip {source.rtt * 1000:.1f} ms, "
+                f"nodes' scan {busy * 1000:.1f} ms)")
     return None
 
 
@@ -293,6 +295,7 @@ class DualFiltering:
         points: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # candidates: pk, earliest, latest key
         joined: dict[int, int] = {}  # variable -> join filters its last round used
         per_candidate = 4.0  # packed bytes per candidate, from the replies seen so far
+        busy = 0.0  # the nodes' own time for the last round (its scan), over a measured link
         encoded: tuple = (None, None)  # (the set, its payload): built once per set, held by identity
         # Ascending candidate counts; then a second round for each variable whose join sources
         # (or whose joins' consumers) arrived after its first round.
@@ -325,7 +328,7 @@ class DualFiltering:
                     join_bytes = sum((48 if exact else 2.5) * len(sources[key][0]) for _, _, key in usable)
                     why = skip_join_round(v.name, round_bytes + join_bytes * shards, final_in * row_bytes)
                 else:
-                    why = skip_round(source, v.name, round_bytes, own, final_in, row_bytes, candidates_in)
+                    why = skip_round(source, v.name, round_bytes, own, final_in, row_bytes, candidates_in, busy)
                 if why:
                     stats.rounds_skipped.append(why)
                     continue
@@ -363,7 +366,11 @@ class DualFiltering:
             request["values"] = [list(m) for m in mine]
             if session is not None:
                 request.update(session=session, var=i, expect=sorted(kept))
+            t2 = time.perf_counter()
             parts = source.call_all(request, blobs, stats)
+            if source.bandwidth is not None:  # a measured link: what the nodes took beyond the transfer
+                moved = sum(p.nbytes for p in parts) + shards * sum(len(b) for b in blobs)
+                busy = max(0.0, time.perf_counter() - t2 - source.rtt - moved / source.bandwidth)
             if session is not None and i not in kept:
                 kept.append(i)
             names = (["pk"] if ip.partition_sql else []) + [f"v{k}" for k in range(len(mine))] + ["s"]
