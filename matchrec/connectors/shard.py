@@ -24,6 +24,7 @@ gone, the DuckDB queries it runs are interrupted and it ends with ``RequestCance
 """
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from contextlib import contextmanager
@@ -35,7 +36,8 @@ import pyarrow.compute as pc
 
 from matchrec.connectors import acer
 from matchrec.connectors import partial_matches
-from matchrec.connectors.requests import RequestCancelled, RequestError, check_fragment, compact as _compact
+from matchrec.connectors.requests import RequestCancelled, RequestError, compact as _compact
+from matchrec.connectors.requests import check_fragment as _check_fragment
 from matchrec.connectors.session import SessionLost, SessionStore, VariableState
 from matchrec.operators.intervals import (FilterPayloadError, IntervalSet, ShrinkingWindowFilter, WindowJoinFilter,
                                           distinct, mix)
@@ -47,6 +49,19 @@ DEFAULT_MAX_PAYLOAD_MB = 256
 JOIN_INTERVALS_PER_PARTITION = 16  # at most this many per partition hash, a time set is joined in the scan
 SAMPLE_ROWS = 5000  # rows per node the statistics and the cost model are estimated from
 MAX_PROBE_BYTES = 16 << 20  # filler one bandwidth probe may ask for
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked(sql: str) -> str:
+    return _check_fragment(sql)
+
+
+def check_fragment(sql) -> str:
+    """``requests.check_fragment``, remembered for short fragments: every request of a statement
+    sends the same conditions again, and parsing them cost a node more than some scans."""
+    if isinstance(sql, str) and len(sql) <= 4096:
+        return _checked(sql)
+    return _check_fragment(sql)
 
 
 def value_hash(sql: str, typ: str) -> str:
