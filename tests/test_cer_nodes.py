@@ -485,9 +485,9 @@ def group_differential(pair: Pair, seeds, per_group: int = 4, every_split: bool 
     groups that matched something and the splits the cost model chose."""
     from functools import partial
 
-    from matchrec.engine import cer_remote
+    from matchrec.engine import cer_remote_group
     matched, chosen = 0, set()
-    real = cer_remote._pull_plans
+    real = cer_remote_group._pull_plans
     for i in seeds:
         rng = random.Random(i)
         table = _JoinCase(rng).table
@@ -516,11 +516,11 @@ def group_differential(pair: Pair, seeds, per_group: int = 4, every_split: bool 
         splits = ["auto", frozenset(rng.sample(range(per_group), rng.randint(1, per_group - 1)))]
         splits += ["shared", "each"] if every_split else []
         for final in splits:
-            cer_remote._pull_plans = partial(real, final=final)
+            cer_remote_group._pull_plans = partial(real, final=final)
             try:
                 got = matchrec.run_many(pair.remote, statements)
             finally:
-                cer_remote._pull_plans = real
+                cer_remote_group._pull_plans = real
             for sql, g, w in zip(statements, got, want):
                 assert _multiset([tuple(r.values()) for r in g.to_pylist()]) == \
                     _multiset([tuple(r.values()) for r in w.to_pylist()]), (i, final, sql)

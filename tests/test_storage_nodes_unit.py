@@ -374,3 +374,83 @@ def test_cost_model_makes_no_round_whose_candidates_are_what_the_final_pull_read
     why = skip_round(link, "A", 4_000, 0.05, 1_000_000, 30, 999_950)
     assert why is not None and "expected saving" in why
     assert removable(100.0, 250.0) == 0.0 and removable(100.0, 40.0) == 60.0
+
+
+def test_time_payload_is_the_smaller_encoding_without_always_building_the_window_filter():
+    """The interval payload skips building the window filter when the packed intervals are no
+    larger than its fingerprints alone; the choice must stay the one building both would make."""
+    from matchrec.connectors.dual_filtering import _windows, tis_payload
+    rng = np.random.default_rng(7)
+    shortcuts = 0
+    for _ in range(60):
+        n, w = int(rng.integers(1, 800)), int(rng.integers(10, 3000))
+        pk, t = rng.integers(0, int(rng.integers(1, 60)), n), rng.integers(0, int(rng.integers(1000, 10**6)), n)
+        tis = IntervalSet.around(pk, t, int(rng.integers(0, w)), int(rng.integers(0, w)))
+        packed, swf = pack_intervals(tis), ShrinkingWindowFilter.build(tis, w).to_bytes()
+        kind, blob = tis_payload(tis, w, False)
+        assert (kind, blob) == (("swf", swf) if len(swf) < len(packed) else ("intervals", packed))
+        windows = len(ShrinkingWindowFilter._window_bitmaps(tis, w, 20)[0])
+        assert _windows(tis, w) == windows
+        shortcuts += len(packed) <= 1.5 * windows
+    assert 0 < shortcuts < 60  # both ways were taken
+
+
+def test_node_statistics_kept_per_table_version_equal_fresh_ones():
+    """A storage node keeps a table version's statistics: its answers equal those of a shard that
+    keeps none, and a changed table (another version) or a forgotten one is counted again."""
+    from matchrec.connectors.shard import ShardService
+    con = duckdb.connect()
+    con.execute("CREATE TABLE ev AS SELECT i AS id, i * 7 AS ts, i % 13 AS g, i % 5 AS v FROM range(20000) t(i)")
+    kept, fresh = ShardService(con, 1 << 24, keep_stats=True), ShardService(con, 1 << 24)
+
+    def request(conds):
+        return {"op": "stats", "table": "ev", "conditions": conds, "columns": ["id", "ts", "v"],
+                "key_sql": "ts", "partition_sql": ["g"], "sample": True}
+
+    def same(a, b):
+        fixed = ["n", "parts", "kmin", "kmax", "active"] + [c for c in a.column_names if c.startswith("c")]
+        assert {c: a.column(c).to_pylist() for c in fixed} == {c: b.column(c).to_pylist() for c in fixed}
+
+    for conds in (["v = 1", "v < 3"], ["v < 3", "g = 2", "TRUE"], ["v = 1", "v < 3"]):
+        same(kept.answer(request(conds), []), fresh.answer(request(conds), []))
+    stored = kept.kept_stats.of("ev", kept._version("ev"))
+    assert ("count", "v = 1") in stored and ("count", "g = 2") in stored and "sample" in stored
+    stored[("count", "v = 1")] = -1  # what is kept is what is answered
+    assert kept.answer(request(["v = 1"]), []).column("c0").to_pylist() == [-1]
+    con.execute("INSERT INTO ev SELECT i, i * 7, i % 13, 1 FROM range(20000, 21000) t(i)")  # a new version
+    same(kept.answer(request(["v = 1"]), []), fresh.answer(request(["v = 1"]), []))
+    assert kept.answer(request(["v = 1"]), []).column("n").to_pylist() == [21000]
+    kept.kept_stats.of("ev", kept._version("ev"))[("count", "v = 1")] = -1
+    kept.kept_stats.forget("ev")
+    assert kept.answer(request(["v = 1"]), []).column("c0").to_pylist() == [4000 + 1000]
+
+
+def test_time_sets_joined_in_the_scan_answer_as_tested_row_by_row(monkeypatch):
+    """An exact time set with many partitions is semi-joined in the node's scan; candidates and
+    pulls (rows without a key included) equal those of the row-by-row test it replaces."""
+    from matchrec.connectors import shard
+    from matchrec.operators.packing import pack_intervals as packed
+    con = duckdb.connect()
+    con.execute("CREATE TABLE ev AS SELECT i AS id, CASE WHEN i % 97 = 0 THEN NULL ELSE (i * 37) % 50000 END AS ts, "
+                "i % 300 AS g, i % 7 AS v FROM range(30000) t(i)")
+    service = shard.ShardService(con, 1 << 24)
+    rng = np.random.default_rng(5)
+    pks = con.execute("SELECT DISTINCT CAST(hash(g) >> 44 AS BIGINT) FROM ev").fetchnumpy()
+    pk_all = np.sort(next(iter(pks.values())).astype(np.int64))
+    pick = rng.choice(pk_all, 200)
+    tis = IntervalSet.around(pick, rng.integers(0, 50000, 200), 300, 500)
+    base = {"table": "ev", "key_sql": "ts", "partition_sql": ["g"], "pk_bits": 20}
+    for kind, blob in (("intervals", packed(tis)),
+                       ("exact", np.concatenate([tis.pk, tis.lo, tis.hi]).astype(np.int64).tobytes())):
+        for req in ({"op": "candidates", "condition": "v < 3", "quantum": 10, **base},
+                    {"op": "pull", "columns": ["id", "ts", "g"], "where": "v <> 2", **base}):
+            req = {**req, "filter": {"kind": kind, "blob": 0}}
+            assert service._joinable(service._time_set(req["filter"], [blob])) is not None
+            joined = service.answer(dict(req), [blob])
+            monkeypatch.setattr(shard, "JOIN_INTERVALS_PER_PARTITION", 0)
+            tested = service.answer(dict(req), [blob])
+            monkeypatch.undo()
+            key = [(c, "ascending") for c in joined.column_names]
+            assert joined.sort_by(key).equals(tested.sort_by(key)) and joined.num_rows > 0
+            if req["op"] == "pull":
+                assert joined.column("ts").null_count > 0

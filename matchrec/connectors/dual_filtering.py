@@ -52,6 +52,7 @@ from matchrec.planner.intervals import IntervalPlan
 
 STRATEGIES = ("auto", "pull_all", "push_down", "naive_dfs", "dfs", "dfs_stateful", "push_pull")
 ROUND_TRIPS = ("auto", "always", "never")
+_FINGERPRINT_BYTES = 1.5  # the 12-bit fingerprint each window of a shrinking window filter stores
 
 
 def tis_payload(tis: IntervalSet, window: int, exact: bool) -> tuple[str, bytes]:
@@ -60,8 +61,22 @@ def tis_payload(tis: IntervalSet, window: int, exact: bool) -> tuple[str, bytes]
     if exact:
         return "exact", np.concatenate([tis.pk, tis.lo, tis.hi]).astype(np.int64).tobytes()
     packed = pack_intervals(tis)
+    # every window the set touches holds a hashed fingerprint in the filter, which zstd cannot
+    # shrink: when the packed intervals are no larger than those alone, the filter (whose cuckoo
+    # table costs far more time to build than the packing) cannot be the smaller
+    if len(packed) <= _windows(tis, window) * _FINGERPRINT_BYTES:
+        return "intervals", packed
     swf = ShrinkingWindowFilter.build(tis, window).to_bytes()
     return ("swf", swf) if len(swf) < len(packed) else ("intervals", packed)
+
+
+def _windows(tis: IntervalSet, window: int) -> int:
+    """How many (partition, window) entries a window filter of ``tis`` holds: the windows each
+    interval spans, less those an interval shares with the one before it (sorted and disjoint
+    within a partition, two intervals can share only the window where one ends and the next starts)."""
+    first, last = np.floor_divide(tis.lo, window), np.floor_divide(tis.hi, window)
+    shared = (tis.pk[1:] == tis.pk[:-1]) & (first[1:] == last[:-1])
+    return int((last - first + 1).sum() - shared.sum())
 
 
 def join_payload(pk, val, slot, quantum: int, window: int, exact: bool) -> tuple[str, bytes]:
@@ -110,17 +125,19 @@ def skip_join_round(name, round_bytes, final_bytes) -> str | None:
     return None
 
 
-def skip_round(source: Source, name, round_bytes, own, final_in, row_bytes, candidates_in: float = 0.0
-               ) -> str | None:
+def skip_round(source: Source, name, round_bytes, own, final_in, row_bytes, candidates_in: float = 0.0,
+               busy: float = 0.0) -> str | None:
     """Why one more round for ``name`` would not pay off (Eq. 2-4 in spirit), or None: its
-    traffic and round trip against the final-pull rows it is expected to remove (those in the
-    part of the set no candidate of ``name`` lies near)."""
+    traffic, round trip and the nodes' own time for it (``busy``: the scan every round makes,
+    which the final pull makes anyway) against the final-pull rows it is expected to remove
+    (those in the part of the set no candidate of ``name`` lies near)."""
     bw = source.bandwidth or 1e9
-    cost = source.rtt + round_bytes / bw
+    cost = source.rtt + busy + round_bytes / bw
     benefit = removable(final_in, candidates_in) * (1 - own) * row_bytes / bw
     if benefit <= cost:
         return (f"{name}: expected saving {benefit * 1000:.2f} ms <= cost {cost * 1000:.2f} ms "
-                f"(bandwidth {bw / 1e6:.1f} MB/s, round trip {source.rtt * 1000:.1f} ms)")
+                f"(bandwidth {bw / 1e6:.1f} MB/s, round trip {source.rtt * 1000:.1f} ms, "
+                f"nodes' scan {busy * 1000:.1f} ms)")
     return None
 
 
@@ -278,6 +295,7 @@ class DualFiltering:
         points: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # candidates: pk, earliest, latest key
         joined: dict[int, int] = {}  # variable -> join filters its last round used
         per_candidate = 4.0  # packed bytes per candidate, from the replies seen so far
+        busy = 0.0  # the nodes' own time for the last round (its scan), over a measured link
         encoded: tuple = (None, None)  # (the set, its payload): built once per set, held by identity
         # Ascending candidate counts; then a second round for each variable whose join sources
         # (or whose joins' consumers) arrived after its first round.
@@ -310,7 +328,7 @@ class DualFiltering:
                     join_bytes = sum((48 if exact else 2.5) * len(sources[key][0]) for _, _, key in usable)
                     why = skip_join_round(v.name, round_bytes + join_bytes * shards, final_in * row_bytes)
                 else:
-                    why = skip_round(source, v.name, round_bytes, own, final_in, row_bytes, candidates_in)
+                    why = skip_round(source, v.name, round_bytes, own, final_in, row_bytes, candidates_in, busy)
                 if why:
                     stats.rounds_skipped.append(why)
                     continue
@@ -348,7 +366,11 @@ class DualFiltering:
             request["values"] = [list(m) for m in mine]
             if session is not None:
                 request.update(session=session, var=i, expect=sorted(kept))
+            t2 = time.perf_counter()
             parts = source.call_all(request, blobs, stats)
+            if source.bandwidth is not None:  # a measured link: what the nodes took beyond the transfer
+                moved = sum(p.nbytes for p in parts) + shards * sum(len(b) for b in blobs)
+                busy = max(0.0, time.perf_counter() - t2 - source.rtt - moved / source.bandwidth)
             if session is not None and i not in kept:
                 kept.append(i)
             names = (["pk"] if ip.partition_sql else []) + [f"v{k}" for k in range(len(mine))] + ["s"]
@@ -416,14 +438,22 @@ def push_pull_anchor(ip: IntervalPlan) -> int:
 def _refine(tis: IntervalSet, points: dict, ip: IntervalPlan, rounds: int = 3) -> IntervalSet:
     """Shrink the TIS without asking the shards: candidates of an earlier round that no longer
     lie in the set cannot be part of a match, so their intervals are dropped and the set is
-    intersected again, until nothing changes."""
+    intersected again, until nothing changes. The set already lies within the intervals around
+    all of a variable's candidates (its round intersected them in), and it only shrinks: while a
+    variable keeps as many candidates as at its last intersection, intersecting again changes
+    nothing, and is skipped."""
+    kept = {i: len(p[0]) for i, p in points.items()}
     for _ in range(rounds):
-        before = (len(tis), tis.total_length())
+        changed = False
         for i, (pk, lo, hi) in points.items():
             v = ip.variables[i]
             keep = tis.overlaps(pk, lo, hi)
+            n = int(keep.sum())
+            if n == kept[i]:
+                continue
+            kept[i], changed = n, True
             tis = tis.intersect(IntervalSet._merged(pk[keep], lo[keep] - v.before, hi[keep] + v.after))
-        if (len(tis), tis.total_length()) == before:
+        if not changed:
             break
     return tis
 

@@ -24,6 +24,7 @@ gone, the DuckDB queries it runs are interrupted and it ends with ``RequestCance
 """
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from contextlib import contextmanager
@@ -35,7 +36,8 @@ import pyarrow.compute as pc
 
 from matchrec.connectors import acer
 from matchrec.connectors import partial_matches
-from matchrec.connectors.requests import RequestCancelled, RequestError, check_fragment, compact as _compact
+from matchrec.connectors.requests import RequestCancelled, RequestError, compact as _compact
+from matchrec.connectors.requests import check_fragment as _check_fragment
 from matchrec.connectors.session import SessionLost, SessionStore, VariableState
 from matchrec.operators.intervals import (FilterPayloadError, IntervalSet, ShrinkingWindowFilter, WindowJoinFilter,
                                           distinct, mix)
@@ -44,8 +46,22 @@ from matchrec.parser import hidden as H
 from matchrec.parser.names import quote_ident
 
 DEFAULT_MAX_PAYLOAD_MB = 256
+JOIN_INTERVALS_PER_PARTITION = 16  # at most this many per partition hash, a time set is joined in the scan
 SAMPLE_ROWS = 5000  # rows per node the statistics and the cost model are estimated from
 MAX_PROBE_BYTES = 16 << 20  # filler one bandwidth probe may ask for
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked(sql: str) -> str:
+    return _check_fragment(sql)
+
+
+def check_fragment(sql) -> str:
+    """``requests.check_fragment``, remembered for short fragments: every request of a statement
+    sends the same conditions again, and parsing them cost a node more than some scans."""
+    if isinstance(sql, str) and len(sql) <= 4096:
+        return _checked(sql)
+    return _check_fragment(sql)
 
 
 def value_hash(sql: str, typ: str) -> str:
@@ -62,11 +78,15 @@ def check_type(name: str) -> str:
 class ShardService:
     """Answers requests against the tables of one DuckDB connection."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, max_payload: int):
+    def __init__(self, con: duckdb.DuckDBPyConnection, max_payload: int, keep_stats: bool = False):
         self.con = con
         self.max_payload = max_payload
         self.sessions = SessionStore()
         self.indexes = acer.IndexCache()
+        # a storage node, whose tables change only through loads (which forget them), keeps each
+        # table version's statistics: a statement's first request then scans only for conditions
+        # no earlier statement counted
+        self.kept_stats = StatsCache() if keep_stats else None
         self._request = threading.local()  # the running request's cursors, per serving thread
 
     def _cursor(self):
@@ -166,57 +186,119 @@ class ShardService:
                          "indexed": pa.array([n in indexed for n in names], pa.bool_())})
 
     def _stats(self, req: dict) -> pa.Table:
-        table = self._table(req.get("table"))
+        name = req.get("table")
+        table = self._table(name)
         conds = [check_fragment(c) for c in req.get("conditions", [])]
         pk, key = self._select_keys(req)
         cols = [quote_ident(c) for c in req.get("columns", [])] or ["*"]
         cur = self._cursor()
-        counts = ", ".join([f"count(*) FILTER (WHERE {c}) AS c{i}" for i, c in enumerate(conds)] + ["count(*) AS n"])
-        row = cur.sql(f"SELECT {counts}, approx_count_distinct({pk}) AS parts, min({key}) AS kmin, "
-                          f"max({key}) AS kmax FROM {table}").fetchall()[0]
+        kept = self.kept_stats.of(name, self._version(name)) if self.kept_stats is not None else {}
+        counts = [kept.get(("count", c)) for c in conds]
+        todo = list(dict.fromkeys(c for c, n in zip(conds, counts) if n is None))
+        shape = kept.get(("shape", pk, key))
+        exprs = [f"count_if({c})" for c in todo]
+        if shape is None:
+            exprs += ["count(*)", f"approx_count_distinct({pk})", f"min({key})", f"max({key})"]
+        row = cur.sql(f"SELECT {', '.join(exprs)} FROM {table}").fetchall()[0] if exprs else ()
+        if todo:  # the conditions not counted yet, all in the one scan
+            got = dict(zip(todo, row))
+            counts = [got[c] if n is None else n for c, n in zip(conds, counts)]
+            kept.update({("count", c): got[c] for c in todo})
+        if shape is None:
+            shape = list(row[len(todo):])
+            kmin, kmax = shape[2:]
+            active = (kmax - kmin + 1) if kmax is not None else 0
+            if req.get("partition_sql"):  # partitions live for a while, not over the whole time line
+                active = cur.sql(f"SELECT sum(hi - lo + 1) FROM (SELECT min({key}) AS lo, max({key}) AS hi FROM "
+                                 f"{table} WHERE {key} IS NOT NULL GROUP BY {pk})").fetchall()[0][0] or 0
+            shape.append(active)
+            kept[("shape", pk, key)] = shape
+        n, parts, kmin, kmax, active = shape
         # One sample of the table (the paper's 5,000 events) gives the bytes per row and, for the
-        # cost model, where the rows the final pull reads lie in time and which variables they are
+        # cost model, where the rows the final pull reads lie in time and which variables they are;
+        # a node keeps one per table version and marks it for each request
+        rows = kept.get("sample")
+        if rows is None:
+            rows = f"(SELECT * FROM {table} USING SAMPLE {SAMPLE_ROWS} ROWS)"
+            if self.kept_stats is not None:
+                rows = kept["sample"] = cur.sql(f"SELECT * FROM {rows}").to_arrow_table()
         bits = " | ".join(f"(CASE WHEN {c} THEN {1 << i} ELSE 0 END)" for i, c in enumerate(conds[:62])) or "0"
         final = conds[-1] if conds else "TRUE"
-        sample = cur.sql(f"SELECT {', '.join(cols)}, {pk} AS {H.PARTITION_HASH}, {key} AS {H.KEY}, "
-                         f"CAST({bits} AS BIGINT) AS {H.MARKS}, "
-                         f"{key} IS NOT NULL AND coalesce(({final}), false) AS {H.FINAL} "
-                         f"FROM (SELECT * FROM {table} USING SAMPLE {SAMPLE_ROWS} ROWS)").to_arrow_table()
+        marking = (f"SELECT {', '.join(cols)}, {pk} AS {H.PARTITION_HASH}, {key} AS {H.KEY}, "
+                   f"CAST({bits} AS BIGINT) AS {H.MARKS}, "
+                   f"{key} IS NOT NULL AND coalesce(({final}), false) AS {H.FINAL} FROM ")
+        if isinstance(rows, str):
+            sample = cur.sql(marking + rows).to_arrow_table()
+        else:  # the kept rows under the table's own name, so the fragments read them as they read the table
+            view = H.ids_view(id(rows))
+            cur.register(view, rows)
+            try:
+                sample = cur.sql(f"{marking}{view} AS {table}").to_arrow_table()
+            finally:
+                cur.unregister(view)
         marks = [H.PARTITION_HASH, H.KEY, H.MARKS, H.FINAL]
         per_row = sample.drop_columns(marks).nbytes / sample.num_rows if sample.num_rows else 0.0
-        active = (row[-1] - row[-2] + 1) if row[-1] is not None else 0
-        if req.get("partition_sql"):  # partitions live for a while, not over the whole time line
-            active = cur.sql(f"SELECT sum(hi - lo + 1) FROM (SELECT min({key}) AS lo, max({key}) AS hi FROM {table} "
-                             f"WHERE {key} IS NOT NULL GROUP BY {pk})").fetchall()[0][0] or 0
-        out = {f"c{i}": [row[i]] for i in range(len(conds))}
+        out = {f"c{i}": [counts[i]] for i in range(len(conds))}
         if req.get("sample"):
             got = sample.select(marks[:3]).filter(sample.column(H.FINAL))
             cols = [got.column(c).to_numpy().astype(np.int64) for c in marks[:3]]
             order = np.lexsort((cols[1], cols[0]))
             out["sample"] = [pack([np.diff(c[order], prepend=np.int64(0)) for c in cols[:2]] + [cols[2][order]])]
-        out.update({"n": [row[len(conds)]], "parts": [row[len(conds) + 1]], "kmin": [row[-2]], "kmax": [row[-1]],
+        out.update({"n": [n], "parts": [parts], "kmin": [kmin], "kmax": [kmax],
                     "row_bytes": [float(per_row)], "active": [int(active)]})
         return pa.table(out)
 
     def _time_filter(self, spec, blobs):
         """A callable (pk, t) -> keep mask from a request's filter spec, or None."""
+        found = self._time_set(spec, blobs)
+        return found.contains if found is not None else None
+
+    def _time_set(self, spec, blobs):
+        """The request's time filter: a ``ShrinkingWindowFilter`` or an ``IntervalSet``, or None."""
         if not spec:
             return None
         kind, idx = spec.get("kind"), spec.get("blob")
         if not isinstance(idx, int) or not 0 <= idx < len(blobs):
             raise RequestError("filter names a missing payload")
         if kind == "swf":
-            f = ShrinkingWindowFilter.from_bytes(blobs[idx], self.max_payload)
-            return f.contains
+            return ShrinkingWindowFilter.from_bytes(blobs[idx], self.max_payload)
         if kind == "intervals":
-            return unpack_intervals(blobs[idx], self.max_payload).contains
+            return unpack_intervals(blobs[idx], self.max_payload)
         if kind == "exact":
             arr = np.frombuffer(blobs[idx], np.int64) if len(blobs[idx]) % 24 == 0 else None
             if arr is None:
                 raise FilterPayloadError("exact interval payload has the wrong length")
             pk, lo, hi = arr.reshape(3, -1)
-            return IntervalSet(pk.copy(), lo.copy(), hi.copy()).contains
+            return IntervalSet(pk.copy(), lo.copy(), hi.copy())
         raise RequestError(f"unknown filter kind {kind}")
+
+    @staticmethod
+    def _joinable(found) -> pa.Table | None:
+        """An exact interval set as a table the scan can semi-join (partition hash equal, key
+        between the bounds) instead of testing each row it returns here, or None: a window
+        filter, or too few partitions for the join's per-partition test to stay short. The row
+        (-1, 0, 0) admits the rows without a key (partition hashes are never negative)."""
+        if not isinstance(found, IntervalSet) or not len(found):
+            return None
+        partitions = 1 + int(np.count_nonzero(found.pk[1:] != found.pk[:-1]))
+        if len(found) > JOIN_INTERVALS_PER_PARTITION * partitions:
+            return None
+        return pa.table({"pk": np.r_[np.int64(-1), found.pk], "lo": np.r_[np.int64(0), found.lo],
+                         "hi": np.r_[np.int64(0), found.hi]})
+
+    @contextmanager
+    def _joined(self, cur, found):
+        """The name of ``found``'s join table registered on ``cur`` for the block, or None."""
+        table = self._joinable(found)
+        if table is None:
+            yield None
+            return
+        view = H.ids_view(id(table))
+        cur.register(view, table)
+        try:
+            yield view
+        finally:
+            cur.unregister(view)
 
     def _select_keys(self, req) -> tuple[str, str]:
         key = check_fragment(req["key_sql"])
@@ -243,7 +325,8 @@ class ShardService:
         for j in joins:
             sql, typ = check_fragment(j["value_sql"]), check_type(j["type"])
             j["_col"] = value_hash(sql, typ)
-        tf = self._time_filter(req.get("filter"), blobs)
+        found = self._time_set(req.get("filter"), blobs)
+        tf = found.contains if found is not None else None
         if req.get("session") is not None:
             return self._session_candidates(req, blobs, name, table, cond, pk, key, values, joins, tf)
         idx = self.indexes.get(self.con, name, self._version(name)) if not values and not joins else None
@@ -256,8 +339,12 @@ class ShardService:
         with self._scope(name, cond, req, blobs, False) as (cur, scope, cond):
             for j in joins:
                 cond = f"({cond}) AND ({j['_col']}) IS NOT NULL"  # NULL never equals: such rows cannot match
-            rows = cur.sql(f"SELECT {', '.join(select)} FROM {table} "
-                           f"WHERE {scope} AND ({cond}) AND {key} IS NOT NULL").to_arrow_table()
+            scan = f"SELECT {', '.join(select)} FROM {table} WHERE {scope} AND ({cond}) AND {key} IS NOT NULL"
+            with self._joined(cur, found) as view:
+                if view is not None:  # phase one in the scan
+                    scan = f"SELECT q.* FROM ({scan}) q SEMI JOIN {view} f ON q.pk = f.pk AND q.t BETWEEN f.lo AND f.hi"
+                    tf = None
+                rows = cur.sql(scan).to_arrow_table()
         rows = rows.filter(pa.array(self._candidate_mask(rows, joins, blobs, tf)))
         return self._candidate_reply(req, rows, len(values))
 
@@ -431,7 +518,8 @@ class ShardService:
         table = self._table(name)
         columns = req.get("columns")
         where = check_fragment(req["where"]) if req.get("where") else "TRUE"
-        tf = self._time_filter(req.get("filter"), blobs)
+        found = self._time_set(req.get("filter"), blobs)
+        tf = found.contains if found is not None else None
         cur = self._cursor()
         cols = ", ".join(quote_ident(c) for c in columns) if columns else "*"
         if req.get("session") is not None:
@@ -449,8 +537,14 @@ class ShardService:
             if bounds:  # the TIS's hull as a range DuckDB's scan can use (zone maps)
                 lo, hi = int(bounds[0]), int(bounds[1])
                 where = f"({where}) AND ({key} IS NULL OR {key} BETWEEN {lo} AND {hi})"
-            rows = cur.sql(f"SELECT {cols}, {pk} AS {H.PARTITION_HASH}, {key} AS {H.KEY} FROM {table} "
-                           f"WHERE {scope} AND {where}").to_arrow_table()
+            scan = f"SELECT {cols}, {pk} AS {H.PARTITION_HASH}, {key} AS {H.KEY} FROM {table} WHERE {scope} AND {where}"
+            with self._joined(cur, found) as view:
+                if view is not None:  # the time filter in the scan; rows without a key join the row (-1, 0, 0)
+                    rows = cur.sql(f"SELECT q.* FROM ({scan}) q SEMI JOIN {view} f ON "
+                                   f"(CASE WHEN q.{H.KEY} IS NULL THEN -1 ELSE q.{H.PARTITION_HASH} END) = f.pk "
+                                   f"AND coalesce(q.{H.KEY}, 0) BETWEEN f.lo AND f.hi").to_arrow_table()
+                    return _compact(rows.drop_columns([H.PARTITION_HASH, H.KEY]))
+                rows = cur.sql(scan).to_arrow_table()
         t = rows.column(H.KEY)
         keep = np.ones(rows.num_rows, bool)  # rows without a key are kept: the engine decides on them
         valid = np.asarray(t.is_valid())
@@ -586,3 +680,30 @@ class _ExactJoin:
     def may_precede(self, pk, val, t):
         wid = np.floor_divide(t, self.window)
         return self._has(pk, val, wid) | self._has(pk, val, wid + 1)
+
+
+class StatsCache:
+    """A node's statistics per table version (catalog oid and size): per-condition counts, the
+    key's range and the partitions' lives per key and partition hash, and one sample of rows.
+    Statistics only steer the cost model (round order, skips, bits), never which rows a pull
+    returns, and a node's tables change only through loads, which ``forget`` them."""
+
+    MAX_TABLES = 64
+
+    def __init__(self):
+        self._by_table: dict[str, tuple[tuple, dict]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, table: str, version: tuple) -> dict:
+        """The statistics kept for ``table`` at ``version`` (a dict the caller fills)."""
+        with self._lock:
+            hit = self._by_table.get(table)
+            if hit is None or hit[0] != version:
+                if hit is None and len(self._by_table) >= self.MAX_TABLES:
+                    self._by_table.pop(next(iter(self._by_table)))
+                hit = self._by_table[table] = (version, {})
+            return hit[1]
+
+    def forget(self, table: str) -> None:
+        with self._lock:
+            self._by_table.pop(table, None)

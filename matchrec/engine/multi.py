@@ -34,7 +34,7 @@ How a workload runs
     ``SEARCH_MIN``: the cheaper of the plan and the greedy one), and the new plan is taken only
     when it saves more than ending the current range costs (each node's batch step once more).
   * On a compute node, each storage-node table the pattern queries of a flush read is pulled once
-    first (``engine.cer_remote.group_pull``) and read as a local table while they are evaluated.
+    first (``engine.cer_remote_group.group_pull``) and read as a local table while they are evaluated.
   * Each query's result is built by ``engine.cer.build_result`` from its matches and the read
     table, then handed through DuckDB as the cursor does, so types and values are the same.
 """
@@ -186,9 +186,9 @@ class _Run:
             return
         self._count_schema = None  # a statement before this flush may have changed DuckDB's settings
         if self.con is not None and self.con.remote is not None:  # storage-node tables: one pull per table
-            from matchrec.engine import cer_remote
-            with cer_remote.group_pull(self.con, [statements[i] for i in pending], _parse) as pulls:
-                self.report += cer_remote.pull_report(pulls)
+            from matchrec.engine import cer_remote_group
+            with cer_remote_group.group_pull(self.con, [statements[i] for i in pending], _parse) as pulls:
+                self.report += cer_remote_group.pull_report(pulls)
                 for i in pending:  # statements the pull's cost model gave rows of their own ran over them
                     if statements[i] in pulls.alone:
                         tables[i] = pulls.alone[statements[i]]

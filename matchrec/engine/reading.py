@@ -18,7 +18,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from matchrec.connectors.duckdb_source import TEXT_CARRIED, DuckDBOracle
+from matchrec.connectors.duckdb_source import _NUMBER, TEXT_CARRIED, DuckDBOracle
 from matchrec.engine.fast import CompiledMatcher, compare_kind, numeric_kind, program_kinds, to_numpy
 from matchrec.errors import ProgrammingError, positioned
 from matchrec.parser import hidden as H
@@ -233,7 +233,6 @@ def _input_column_type(plan: Plan, sql: str, oracle: DuckDBOracle) -> pa.DataTyp
     return oracle.arrow_type(types[0])
 
 
-_NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?", re.I)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # unquoted words DuckDB may read as something other than a column of the same name
 _SPECIAL_WORDS = frozenset({"true", "false", "null", "current_date", "current_time", "current_timestamp", "localtime",
