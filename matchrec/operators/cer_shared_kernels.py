@@ -1,0 +1,30 @@
+"""Compiled loops of the shared operator (``operators.cer_shared``), imported when first needed."""
+from __future__ import annotations
+
+from numba import njit
+
+
+@njit(nogil=True, cache=True)
+def count_ranked(rank, a, b, lo, hi):
+    """The candidates ``j`` in ``[a[p], b[p])`` with ``lo[c, p] <= rank[c, j] < hi[c, p]`` for every
+    column ``c``, summed over ``p``."""
+    total = 0
+    k = rank.shape[0]
+    for p in range(a.shape[0]):
+        empty = False
+        for c in range(k):
+            if lo[c, p] >= hi[c, p]:
+                empty = True
+                break
+        if empty:
+            continue
+        for j in range(a[p], b[p]):
+            ok = True
+            for c in range(k):
+                r = rank[c, j]
+                if r < lo[c, p] or r >= hi[c, p]:
+                    ok = False
+                    break
+            if ok:
+                total += 1
+    return total
