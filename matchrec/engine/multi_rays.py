@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from matchrec.parser import sase as S
 from matchrec.planner.cer_vector import VectorColumns, compile_condition
 
-__all__ = ["Rays", "rays_of"]
+__all__ = ["Rays", "RayForms", "rays_of"]
 
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
@@ -44,6 +44,24 @@ class Rays:
     values: object
     nulls: object
     rays: list
+
+
+class RayForms:
+    """A condition's ``Rays`` per variable, found and compiled when first asked for (most
+    conditions never decide a counted leaf): ``get(var)`` is the ``Rays`` or None."""
+
+    def __init__(self, expr: S.Expr, resolve, columns: VectorColumns, kleene: set):
+        self.args = (expr, resolve, columns, kleene)
+        self.found: dict = {}
+
+    def get(self, var: str):
+        if var not in self.found:
+            expr, resolve, columns, kleene = self.args
+            try:
+                self.found[var] = None if var in kleene else _for_var(expr, var, resolve, columns, kleene)
+            except _No:
+                self.found[var] = None
+        return self.found[var]
 
 
 def rays_of(expr: S.Expr, resolve, columns: VectorColumns, kleene: set) -> dict:

@@ -57,7 +57,7 @@ class Cond:
     fn: Callable[[dict], object]
     vec: Callable[[dict], np.ndarray] | None = None
     text: str = ""
-    rays: dict = field(default_factory=dict)  # var -> engine.multi_rays.Rays: the condition as rays of its column
+    rays: object = field(default_factory=dict)  # .get(var): the condition as rays of a column (engine.multi_rays)
 
     def holds(self, b: dict) -> np.ndarray:
         """Truth per element of a binding of equal-length row arrays (NULL is false)."""
@@ -432,7 +432,14 @@ class Evaluator:
         slots = sorted({j for conds in columns for _, sl in conds for v, j in sl.items() if v != var})
         rows = [pm.rows[j][live] for j in slots]
         inverse = None
-        if len(slots) == 1:
+        if len(slots) == 1 and len(rows[0]) * 16 > self.s.n:
+            seen = np.zeros(self.s.n, bool)  # many partial matches: distinct rows by a mark per row, not a sort
+            seen[rows[0]] = True
+            uniq = np.flatnonzero(seen)
+            at = np.empty(self.s.n, np.int64)
+            at[uniq] = np.arange(len(uniq))
+            inverse, rows = at[rows[0]], [uniq]
+        elif len(slots) == 1:
             uniq, inverse = np.unique(rows[0], return_inverse=True)
             rows = [uniq]
         elif len(slots) > 1:
@@ -462,17 +469,17 @@ class Evaluator:
             ranks.append(rank)
             lows.append(low)
             highs.append(high)
-        low, high = np.stack(lows), np.stack(highs)
         if inverse is not None:
-            inverse = inverse.reshape(-1)
-            low, high = low[:, inverse], high[:, inverse]
-        elif u == 1 and len(a) != 1:
-            low, high = np.repeat(low, len(a), axis=1), np.repeat(high, len(a), axis=1)
+            inverse = inverse.reshape(-1).astype(np.int64)
+        elif u == 1:
+            inverse = np.zeros(len(a), np.int64)
+        else:
+            inverse = np.arange(len(a), dtype=np.int64)
         from matchrec.operators.cer_shared_kernels import count_ranked
         self.work["candidates"] += tried
         self.spend(tried)
-        n = count_ranked(np.stack(ranks), a.astype(np.int64), b.astype(np.int64), np.ascontiguousarray(low),
-                         np.ascontiguousarray(high))
+        n = count_ranked(np.stack(ranks), a.astype(np.int64), b.astype(np.int64), inverse, np.stack(lows),
+                         np.stack(highs))
         self.add_counted(node, int(n))
         return True
 

@@ -5,15 +5,16 @@ from numba import njit
 
 
 @njit(nogil=True, cache=True)
-def count_ranked(rank, a, b, lo, hi):
-    """The candidates ``j`` in ``[a[p], b[p])`` with ``lo[c, p] <= rank[c, j] < hi[c, p]`` for every
-    column ``c``, summed over ``p``."""
+def count_ranked(rank, a, b, which, lo, hi):
+    """The candidates ``j`` in ``[a[p], b[p])`` with ``lo[c, q] <= rank[c, j] < hi[c, q]`` for every
+    column ``c``, where ``q = which[p]`` (the partial match's distinct binding), summed over ``p``."""
     total = 0
     k = rank.shape[0]
     for p in range(a.shape[0]):
+        q = which[p]
         empty = False
         for c in range(k):
-            if lo[c, p] >= hi[c, p]:
+            if lo[c, q] >= hi[c, q]:
                 empty = True
                 break
         if empty:
@@ -22,7 +23,7 @@ def count_ranked(rank, a, b, lo, hi):
             ok = True
             for c in range(k):
                 r = rank[c, j]
-                if r < lo[c, p] or r >= hi[c, p]:
+                if r < lo[c, q] or r >= hi[c, q]:
                     ok = False
                     break
             if ok:
