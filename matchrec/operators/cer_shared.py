@@ -21,7 +21,11 @@ composite keys in order, and a node extends its parent's partial matches by one 
 per partial match for the range of candidates allowed by the window and by the nearest bound
 neighbours in the sequence, expanding ranges into new partial matches in blocks of at most
 ``BLOCK`` rows. Conditions are evaluated on whole blocks (compiled to numpy where the expression
-allows, else the single-statement path's Python function per binding).
+allows, else the single-statement path's Python function per binding). A leaf whose extensions
+are only counted builds none: without conditions each range is its count; where every condition
+is monotone in a column of the new event (``engine.multi_rays``), a binary search over the
+column's distinct values per distinct binding of the other events gives an interval of ranks,
+and a compiled loop (``cer_shared_kernels``) counts the candidates of each range inside it.
 
 ``Evaluator.run(roots, lo, hi)`` finds the matches whose last event has a composite key in
 ``[lo, hi)``; a workload may use a different plan for each such slice of the stream (re-planning)
