@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from matchrec.engine.multi_rays import RayForms
 from matchrec.operators import cer_shared as O
 from matchrec.operators.cer_reference import alternatives
 from matchrec.parser import sase as S
@@ -83,7 +84,8 @@ def prepare(items: list, classes: ElementClasses) -> None:
         item.templates = []
         for expr, c in zip(q.conditions, item.py_conds):
             vec = compile_condition(expr, res.col, vcols, kleene)
-            item.conds.append(O.Cond(c.vars, c.fn, vec, c.text))
+            rays = RayForms(expr, res.col, vcols, kleene) if vec is not None else {}
+            item.conds.append(O.Cond(c.vars, c.fn, vec, c.text, rays))
             item.templates.append(SH.condition_template(expr, res.col))
         if q.strategy != "any":
             item.why = f"{S.STRATEGY_NAMES[q.strategy]} decides each event as it arrives"

@@ -21,7 +21,11 @@ composite keys in order, and a node extends its parent's partial matches by one 
 per partial match for the range of candidates allowed by the window and by the nearest bound
 neighbours in the sequence, expanding ranges into new partial matches in blocks of at most
 ``BLOCK`` rows. Conditions are evaluated on whole blocks (compiled to numpy where the expression
-allows, else the single-statement path's Python function per binding).
+allows, else the single-statement path's Python function per binding). A leaf whose extensions
+are only counted builds none: without conditions each range is its count; where every condition
+is monotone in a column of the new event (``engine.multi_rays``), a binary search over the
+column's distinct values per distinct binding of the other events gives an interval of ranks,
+and a compiled loop (``cer_shared_kernels``) counts the candidates of each range inside it.
 
 ``Evaluator.run(roots, lo, hi)`` finds the matches whose last event has a composite key in
 ``[lo, hi)``; a workload may use a different plan for each such slice of the stream (re-planning)
@@ -57,6 +61,7 @@ class Cond:
     fn: Callable[[dict], object]
     vec: Callable[[dict], np.ndarray] | None = None
     text: str = ""
+    rays: object = field(default_factory=dict)  # .get(var): the condition as rays of a column (engine.multi_rays)
 
     def holds(self, b: dict) -> np.ndarray:
         """Truth per element of a binding of equal-length row arrays (NULL is false)."""
@@ -270,6 +275,8 @@ class Evaluator:
         self.work = {"partial_matches": 0, "searches": 0, "candidates": 0, "matches": 0}
         self._tied: dict = {}  # class -> whether two of its candidates share a key
         self._counted: dict = {}  # id(node) -> (node, whether its extensions are only counted)
+        self._rays: dict = {}  # id(node) -> (node, its conditions as rays or None: ``ray_spec``)
+        self._ranks: dict = {}  # (class, column) -> (rank per candidate, a row per distinct value)
         # the statement's step budget: a candidate tried in a block is one step (numpy, as compiled)
         self.spend = budget.current().spend
 
@@ -335,6 +342,8 @@ class Evaluator:
         counted = self.counted_leaf(node)
         if counted and not node.conds:
             self.count_ranges(node, pm, a, counts)
+            return
+        if counted and self.count_ranked(node, pm, a, counts):
             return
         live = np.flatnonzero(counts)
         if len(live) < len(counts):
@@ -405,6 +414,139 @@ class Evaluator:
             b = a + counts
             counts = np.where(early, np.maximum(b - np.maximum(a, first), 0), counts)
         self.add_counted(node, int(counts.sum()))
+
+    def count_ranked(self, node: Node, pm: _PMs, a: np.ndarray, counts: np.ndarray) -> bool:
+        """A counted leaf whose conditions are rays of columns of its new variable (``Cond.rays``):
+        per distinct binding of the other variables they read and per column, the interval of
+        ranks (the column's distinct values among the class's candidates, in order) where the
+        column's conditions hold, by binary search; then the candidates in each partial match's
+        range with every rank in its interval, counted by a compiled loop. False when the
+        conditions are not all rays (the extensions are then built and checked)."""
+        spec = self.ray_spec(node, len(pm.rows))
+        if spec is None:
+            return False
+        var, columns = spec
+        live = np.flatnonzero(counts)
+        a, b = a[live], a[live] + counts[live]
+        tried = int(counts.sum())
+        early = pm.hi[live] < self.lo  # such a match ends in this slice only with a candidate in it
+        if early.any():
+            first = int(np.searchsorted(self.s.cks[node.cls], self.lo, "left"))
+            a = np.where(early, np.maximum(a, first), a)
+        slots = sorted({j for conds in columns for _, sl in conds for v, j in sl.items() if v != var})
+        rows = [pm.rows[j][live] for j in slots]
+        inverse = None
+        if len(slots) == 1 and len(rows[0]) * 16 > self.s.n:
+            seen = np.zeros(self.s.n, bool)  # many partial matches: distinct rows by a mark per row, not a sort
+            seen[rows[0]] = True
+            uniq = np.flatnonzero(seen)
+            at = np.empty(self.s.n, np.int64)
+            at[uniq] = np.arange(len(uniq))
+            inverse, rows = at[rows[0]], [uniq]
+        elif len(slots) == 1:
+            uniq, inverse = np.unique(rows[0], return_inverse=True)
+            rows = [uniq]
+        elif len(slots) > 1:
+            base = self.s.n + 1
+            if base ** len(slots) < 1 << 62:
+                packed = rows[0].astype(np.int64)
+                for r in rows[1:]:
+                    packed = packed * base + r
+                _, first_at, inverse = np.unique(packed, return_index=True, return_inverse=True)
+                rows = [r[first_at] for r in rows]
+        u = len(rows[0]) if rows else 1
+        ranks, lows, highs = [], [], []
+        for conds in columns:
+            rank, rep = self.ranks(node.cls, conds[0][0])
+            low, high = np.zeros(u, np.int64), np.full(u, len(rep), np.int64)
+            for ray_set, sl in conds:
+                names = {j: v for v, j in sl.items() if v != var}
+                binding = {names[j]: r for j, r in zip(slots, rows) if j in names}
+                for vec, up in ray_set.rays:
+                    k = self.first_flip(vec, up, var, rep, binding, u)
+                    if k is None:
+                        return False  # the compiled comparison refused these values: build and check instead
+                    if up:
+                        np.maximum(low, k, out=low)
+                    else:
+                        np.minimum(high, k, out=high)
+            ranks.append(rank)
+            lows.append(low)
+            highs.append(high)
+        if inverse is not None:
+            inverse = inverse.reshape(-1).astype(np.int64)
+        elif u == 1:
+            inverse = np.zeros(len(a), np.int64)
+        else:
+            inverse = np.arange(len(a), dtype=np.int64)
+        from matchrec.operators.cer_shared_kernels import count_ranked
+        self.work["candidates"] += tried
+        self.spend(tried)
+        n = count_ranked(np.stack(ranks), a.astype(np.int64), b.astype(np.int64), inverse, np.stack(lows),
+                         np.stack(highs))
+        self.add_counted(node, int(n))
+        return True
+
+    @staticmethod
+    def first_flip(vec, up: bool, var: str, rep: np.ndarray, binding: dict, u: int):
+        """Per binding of the other variables, the first rank where an up-ray turns true (a
+        down-ray false): a binary search over the ranks, all bindings at once."""
+        d = len(rep)
+        lo, hi = np.zeros(u, np.int64), np.full(u, d, np.int64)
+        active = np.arange(u) if d else np.zeros(0, np.int64)
+        while len(active):
+            mid = (lo[active] + hi[active]) >> 1
+            b = {v: r[active] for v, r in binding.items()}
+            b[var] = rep[mid]
+            try:
+                t = vec(b)
+            except (TypeError, ValueError, OverflowError, ZeroDivisionError, FloatingPointError):
+                return None
+            if not up:
+                t = ~t
+            hi[active[t]] = mid[t]
+            lo[active[~t]] = mid[~t] + 1
+            active = active[lo[active] < hi[active]]
+        return lo
+
+    def ray_spec(self, node: Node, new: int):
+        """(new variable, [[(Rays, slots)] per column]) when every condition of ``node`` is rays of
+        a column of the variable the node binds (slot ``new``), else None."""
+        got = self._rays.get(id(node))
+        if got is not None and got[0] is node:
+            return got[1]
+        by_column: dict = {}
+        var = None
+        for cond, slots in node.conds:
+            names = [v for v, j in slots.items() if j == new]
+            r = cond.rays.get(names[0]) if len(names) == 1 and cond.vec is not None else None
+            if r is None or (var is not None and r.var != var):
+                by_column = {}
+                break
+            var = r.var
+            by_column.setdefault(r.column, []).append((r, slots))
+        got = (var, list(by_column.values())) if by_column else None
+        self._rays[id(node)] = (node, got)
+        return got
+
+    def ranks(self, cls: int, r) -> tuple[np.ndarray, np.ndarray]:
+        """Each candidate of class ``cls``: the rank of its value of the column of ``r`` (``Rays``)
+        among the class's distinct values (-1: NULL or NaN, never counted), and a row holding each
+        distinct value."""
+        key = (cls, r.column)
+        got = self._ranks.get(key)
+        if got is None:
+            rows = self.s.rows[cls]
+            vals = r.values[rows]
+            bad = r.nulls[rows] if r.nulls is not None else np.zeros(len(rows), bool)
+            if vals.dtype.kind == "f":
+                bad = bad | np.isnan(vals)
+            good = np.flatnonzero(~bad)
+            uniq, first, inv = np.unique(vals[good], return_index=True, return_inverse=True)
+            rank = np.full(len(rows), -1, np.int64)
+            rank[good] = inv.reshape(-1)
+            got = self._ranks[key] = (rank, rows[good[first]])
+        return got
 
     @staticmethod
     def survivors(node: Node, pm: _PMs, idx: np.ndarray, new_rows: np.ndarray, j: np.ndarray):

@@ -1,0 +1,168 @@
+"""Conditions read as intervals of one variable's column (``run_many``'s counted extensions).
+
+A condition such as ``b.x - a.x > 4`` holds, for fixed bindings of its other variables, for every
+value of ``b.x`` from some threshold on: its truth is monotone in ``b.x``. This module finds such
+forms in a condition's tree and compiles each as *rays*: compiled comparisons whose truth, for a
+fixed binding of the other variables, is false then true (an up-ray) or true then false (a
+down-ray) along the sorted values of one column of one variable. The shared operator
+(``operators.cer_shared``) then counts a leaf's extensions per partial match by a binary search
+over the candidates' distinct values and a count over ranks, instead of evaluating the condition
+on every candidate.
+
+What is read as rays, for a variable ``v`` whose column is referenced exactly once in the
+condition (no other column of ``v`` either):
+  * a comparison ``< <= > >=`` of two sides built with ``+``, ``-``, unary minus, and ``*`` or
+    ``/`` by a non-zero numeric literal (each monotone, so is their composition: integer
+    arithmetic the compiled form accepts stays exact, floating-point rounding is monotone);
+    ``=`` as ``>=`` and ``<=``;
+  * ``abs(E) < c`` (``<=``, or ``c > abs(E)``) as ``E < c`` and ``-E < c``, which is exact;
+  * ``BETWEEN`` (not negated) and ``AND`` of those, and of comparisons not reading ``v`` (their
+    truth does not depend on ``v``: a ray either way).
+NULL and NaN make every comparison false in the compiled form: a candidate whose value is NULL or
+NaN takes no rank and is never counted, and a binding of the other variables whose side is NULL
+or NaN finds an empty interval. Each ray is the compiled form (``planner.cer_vector``) of a
+comparison, so the count equals the number of candidates on which the compiled condition holds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from matchrec.parser import sase as S
+from matchrec.planner.cer_vector import VectorColumns, compile_condition
+
+__all__ = ["Rays", "RayForms", "rays_of"]
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+@dataclass
+class Rays:
+    """A condition as rays of variable ``var``'s column ``column`` (``values``, NULL mask ``nulls``):
+    ``rays`` holds (compiled comparison, True for an up-ray)."""
+    var: str
+    column: str
+    values: object
+    nulls: object
+    rays: list
+
+
+class RayForms:
+    """A condition's ``Rays`` per variable, found and compiled when first asked for (most
+    conditions never decide a counted leaf): ``get(var)`` is the ``Rays`` or None."""
+
+    def __init__(self, expr: S.Expr, resolve, columns: VectorColumns, kleene: set):
+        self.args = (expr, resolve, columns, kleene)
+        self.found: dict = {}
+
+    def get(self, var: str):
+        if var not in self.found:
+            expr, resolve, columns, kleene = self.args
+            try:
+                self.found[var] = None if var in kleene else _for_var(expr, var, resolve, columns, kleene)
+            except _No:
+                self.found[var] = None
+        return self.found[var]
+
+
+def rays_of(expr: S.Expr, resolve, columns: VectorColumns, kleene: set) -> dict:
+    """var -> ``Rays`` for every variable of ``expr`` whose column the condition reads as rays."""
+    out = {}
+    for var in sorted(S.variables(expr) - kleene):
+        try:
+            got = _for_var(expr, var, resolve, columns, kleene)
+        except _No:
+            continue
+        if got is not None:
+            out[var] = got
+    return out
+
+
+class _No(Exception):
+    pass
+
+
+def _for_var(expr, var, resolve, columns, kleene):
+    refs = [n for n in S.walk(expr) if isinstance(n, (S.Col, S.Var)) and n.var == var]
+    if len(refs) != 1 or not isinstance(refs[0], S.Col) or refs[0].index is not None:
+        raise _No
+    column = resolve(refs[0])
+    values = columns.get(column)
+    if values is None:
+        raise _No
+    comparisons = []  # (comparison expression, up) or (expression not reading var, None)
+    _split(expr, var, comparisons)
+    rays = []
+    for e, up in comparisons:
+        vec = compile_condition(e, resolve, columns, kleene)
+        if vec is None:
+            raise _No
+        rays.append((vec, True if up is None else up))
+    if not rays:
+        raise _No
+    return Rays(var, column, values, columns.nulls(column), rays)
+
+
+def _reads(e, var) -> bool:
+    return any(isinstance(n, (S.Col, S.Var)) and n.var == var for n in S.walk(e))
+
+
+def _split(e, var, out: list) -> None:
+    if not _reads(e, var):
+        out.append((e, None))
+        return
+    if isinstance(e, S.Logic) and e.op == "and":
+        for item in e.items:
+            _split(item, var, out)
+        return
+    if isinstance(e, S.Between) and not e.negated:
+        _split(S.Binary(e.span, ">=", e.arg, e.lo), var, out)
+        _split(S.Binary(e.span, "<=", e.arg, e.hi), var, out)
+        return
+    if not isinstance(e, S.Binary) or e.op not in ("<", "<=", ">", ">=", "="):
+        raise _No
+    if e.op == "=":
+        _split(S.Binary(e.span, ">=", e.left, e.right), var, out)
+        _split(S.Binary(e.span, "<=", e.left, e.right), var, out)
+        return
+    op, left, right = e.op, e.left, e.right
+    if _reads(right, var):  # the variable on the left
+        op, left, right = _FLIP[op], right, left
+    if isinstance(left, S.Call) and left.name == "abs" and len(left.args) == 1 and op in ("<", "<="):
+        inner = left.args[0]  # |E| < c exactly when E < c and -E < c
+        _split(S.Binary(e.span, op, inner, right), var, out)
+        _split(S.Binary(e.span, op, S.Unary(e.span, "-", inner), right), var, out)
+        return
+    sign = _sign(left, var)
+    out.append((S.Binary(e.span, op, left, right), (sign > 0) == (op in (">", ">="))))
+
+
+def _sign(e, var) -> int:
+    """+1 / -1: ``e`` grows / shrinks with the variable's one column; 0: does not read it."""
+    if not _reads(e, var):
+        return 0
+    if isinstance(e, S.Col):
+        return 1
+    if isinstance(e, S.Unary) and e.op == "-":
+        return -_sign(e.arg, var)
+    if isinstance(e, S.Binary) and e.op in ("+", "-"):
+        a, b = _sign(e.left, var), _sign(e.right, var)
+        return a if a else (b if e.op == "+" else -b)
+    if isinstance(e, S.Binary) and e.op in ("*", "/"):
+        if _reads(e.left, var):
+            k = _literal(e.right)
+            return _sign(e.left, var) * k
+        if e.op == "*":
+            return _sign(e.right, var) * _literal(e.left)
+    raise _No
+
+
+def _literal(e) -> int:
+    """The sign of a non-zero numeric literal (maybe negated); else not a ray."""
+    neg = 1
+    while isinstance(e, S.Unary) and e.op == "-":
+        neg, e = -neg, e.arg
+    if isinstance(e, S.Lit) and isinstance(e.value, (int, float)) and not isinstance(e.value, bool) and e.value:
+        if e.value != e.value:  # NaN
+            raise _No
+        return neg if e.value > 0 else -neg
+    raise _No

@@ -1,0 +1,149 @@
+"""Counted leaves by ranks (``engine.multi_rays``, ``Evaluator.count_ranked``): conditions read as
+rays of a column, checked against the statements run alone by the NFA mechanisms on random
+streams with ties, NULLs and NaN, and the forms read as rays."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import matchrec
+from matchrec.engine.multi_rays import rays_of
+from matchrec.operators import cer_shared as O
+from matchrec.parser import sase as S
+from matchrec.planner.cer_vector import VectorColumns, compile_condition
+from tests.test_multi_pattern import alone
+
+RAYS = ["{b}.x - {a}.x > {k}", "{a}.x - {b}.x >= {k}", "abs({b}.y - {a}.y) < {k}", "{k} > abs({a}.y - {b}.y)",
+        "{b}.x = {a}.x", "{b}.y BETWEEN {a}.y - {k} AND {a}.x + {k}", "2 * {b}.x - {a}.y < {k}",
+        "{b}.y / -2 <= {a}.x", "-{b}.x + {a}.x * 3 > {k} AND {a}.y > {k}", "{a}.x < {b}.x"]
+OTHERS = ["{a}.x + {b}.x > {k}", "abs({b}.y - {a}.y) > {k}", "{b}.x * {b}.y > {a}.x"]  # not rays of the new one
+
+
+def _table(con, rng: random.Random) -> None:
+    n = rng.randint(40, 120)
+    ts = sorted(rng.randint(0, n) for _ in range(n)) if rng.random() < 0.5 else list(range(0, 2 * n, 2))
+    floats = rng.random() < 0.5
+
+    def value():
+        r = rng.random()
+        if r < 0.08:
+            return None
+        if floats and r < 0.12:
+            return float("nan")
+        return round(rng.uniform(-5, 5), 1) if floats else rng.randint(-5, 5)
+    table = pa.table({"ts": pa.array(ts, pa.int64()), "type": pa.array([rng.choice("ABC") for _ in ts]),
+                      "x": pa.array([value() for _ in ts], pa.float64() if floats else pa.int64()),
+                      "y": pa.array([value() for _ in ts], pa.float64() if floats else pa.int64())})
+    con.register("__in", table)
+    con.cursor().execute("CREATE OR REPLACE TABLE ev AS SELECT * FROM __in")
+    con.unregister("__in")
+
+
+def _statement(rng: random.Random) -> str:
+    names = ["v0", "v1", "v2", "v3"][:rng.randint(2, 4)]
+    where = []
+    for a, b in zip(names, names[1:]):
+        if rng.random() < 0.85:
+            form = rng.choice(RAYS) if rng.random() < 0.8 else rng.choice(OTHERS)
+            a, b = (a, b) if rng.random() < 0.7 else (b, a)
+            where.append(form.format(a=a, b=b, k=rng.randint(0, 3)))
+    items = ", ".join(f"{rng.choice('ABC')} {v}" for v in names)
+    text = f"PATTERN SEQ({items}) FROM ev TYPE type ORDER BY ts"
+    text += f" WHERE {' AND '.join(where)}" if where else ""
+    return text + f" WITHIN {rng.choice([4, 8, 20])} RETURN COUNT(*)"
+
+
+def test_counted_by_ranks_equal_statements_run_alone(monkeypatch):
+    taken = []
+    ranked = O.Evaluator.count_ranked
+
+    def spy(self, *args):
+        got = ranked(self, *args)
+        taken.append(got)
+        return got
+    monkeypatch.setattr(O.Evaluator, "count_ranked", spy)
+    for seed in range(3):
+        rng = random.Random(seed)
+        con = matchrec.connect()
+        try:
+            _table(con, rng)
+            stmts = [_statement(rng) for _ in range(8)]
+            want = [alone(con, s) for s in stmts]
+            for share, reorder, slices in ((True, True, None), (False, True, 23)):
+                got = matchrec.run_many(con, stmts, share=share, reorder=reorder, budget=0.02, slice_events=slices)
+                for s, g, w in zip(stmts, got.tables, want):
+                    assert g.equals(w), f"seed {seed} share={share} reorder={reorder} slices={slices}\n{s}"
+        finally:
+            con.close()
+    assert sum(taken) > 8 and not all(taken)  # both ways were taken
+
+
+@pytest.mark.slow
+def test_counted_by_ranks_many_seeds():
+    for seed in range(100, 160):
+        rng = random.Random(seed)
+        con = matchrec.connect()
+        try:
+            _table(con, rng)
+            stmts = [_statement(rng) for _ in range(12)]
+            got = matchrec.run_many(con, stmts, budget=0.02, slice_events=rng.choice([None, 11]))
+            for s, g in zip(stmts, got.tables):
+                assert g.equals(alone(con, s)), f"seed {seed}\n{s}"
+        finally:
+            con.close()
+
+
+def _rays(text: str, floats: bool = True) -> dict:
+    q = S.parse(f"PATTERN SEQ(A a, B b) FROM ev WHERE {text} WITHIN 5")
+    kind = pa.float64() if floats else pa.int64()
+    cols = VectorColumns(pa.table({"x": pa.array([1, 2], kind), "y": pa.array([3, 4], kind)}))
+    return rays_of(q.conditions[0], lambda c: c.name, cols, set())
+
+
+@pytest.mark.parametrize("text, var, column, ups", [
+    ("b.x - a.x > 1", "b", "x", [True]),
+    ("b.x - a.x > 1", "a", "x", [False]),
+    ("abs(b.y - a.y) < 2", "b", "y", [False, True]),
+    ("b.x = a.x", "a", "x", [False, True]),
+    ("b.x BETWEEN a.x AND a.y", "b", "x", [True, False]),
+    ("-2 * b.x < a.y", "b", "x", [True]),
+    ("b.x / -0.5 >= a.y", "b", "x", [False]),
+])
+def test_rays_of_monotone_forms(text, var, column, ups):
+    got = _rays(text)[var]
+    assert got.column == column
+    assert [up for _, up in got.rays] == ups
+
+
+@pytest.mark.parametrize("text", ["abs(b.y - a.y) > 2", "b.x * b.x > a.x", "b.x * a.x > 1", "b.x <> a.x",
+                                  "b.x - a.x > 1 OR b.y > 0", "b.x + b.y > a.x", "NOT (b.x > a.x)",
+                                  "b.x * 0 > a.x", "b.x + a.x * b.x > 0"])
+def test_rays_of_refuses_other_forms(text):
+    assert "b" not in _rays(text)
+
+
+def test_rays_count_what_the_condition_holds_on():
+    """The binary search and the ranks on one leaf, against the condition on every pair."""
+    rng = np.random.default_rng(3)
+    vals = np.round(rng.normal(0, 2, 300), 1)
+    vals[rng.choice(300, 20, replace=False)] = np.nan
+    cols = VectorColumns(pa.table({"x": pa.array(vals), "y": pa.array(vals[::-1].copy())}))
+    q = S.parse("PATTERN SEQ(A a, B b) FROM ev WHERE abs(b.x - a.y) <= 1.5 AND b.x > a.x WITHIN 5")
+    for expr in q.conditions:
+        r = rays_of(expr, lambda c: c.name, cols, set())["b"]
+        vec = compile_condition(expr, lambda c: c.name, cols, set())
+        a_rows, b_rows = np.repeat(np.arange(300), 300), np.tile(np.arange(300), 300)
+        want = vec({"a": a_rows, "b": b_rows})
+        good = ~np.isnan(vals)
+        order = np.unique(vals[good])
+        rep = np.array([np.flatnonzero(vals == v)[0] for v in order])
+        got = np.ones(len(a_rows), bool)
+        for ray, up in r.rays:
+            k = O.Evaluator.first_flip(ray, up, "b", rep, {"a": np.arange(300)}, 300)
+            rank = np.searchsorted(order, vals[b_rows])
+            inside = (rank >= k[a_rows]) if up else (rank < k[a_rows])
+            got &= inside & good[b_rows]
+        assert (got == want).all()
