@@ -171,3 +171,42 @@ def test_ctrl_c_stops_an_exploding_pattern_on_a_small_input(cur):
     assert time.perf_counter() - started < 5
     cur.execute("SELECT count(*) FROM t")
     assert cur.fetchall() == [(20_000,)]
+
+
+# ---------------------------------------------------------------- plans kept by text
+def test_a_statement_run_again_reuses_its_plan_until_the_catalog_changes(cur, monkeypatch):
+    from matchrec.engine import statement
+    _table(cur, 300)
+    calls = []
+    build = statement.build_plan
+    monkeypatch.setattr(statement, "build_plan", lambda *a: calls.append(1) or build(*a))
+    cur.execute(SUM)
+    once = cur.fetchall()
+    cur.execute(SUM)
+    assert cur.fetchall() == once and len(calls) == 1
+    cur.execute("SET matchrec_prefilter = 0")  # another setting: planned again
+    cur.execute(SUM)
+    assert cur.fetchall() == once and len(calls) == 2
+    # a table of the same name with other types: the catalog moved, the plan follows it
+    cur.execute("CREATE OR REPLACE TABLE t AS SELECT range AS id, ((range * 7919) % 1000)::DOUBLE / 2 AS v "
+                "FROM range(300)")
+    cur.execute(SUM)
+    halves = cur.fetchall()
+    assert len(calls) == 3 and halves != once and isinstance(halves[0][1], float)
+
+
+def test_a_plan_resting_on_data_is_not_kept(cur):
+    # the value of a subquery in DEFINE is read when the statement is planned: that plan is not kept
+    from matchrec.engine import statement
+    _table(cur, 300)
+    cur.execute("CREATE TABLE lim AS SELECT 100 AS x")
+    kept = {}
+    for bound in ("(SELECT max(x) FROM lim)", "100"):
+        sql = ("SELECT * FROM t MATCH_RECOGNIZE (ORDER BY id MEASURES count(*) AS n ONE ROW PER MATCH "
+               f"PATTERN (A+) DEFINE A AS A.v < {bound})")
+        cur.execute(sql)
+        rows = cur.fetchall()
+        kept[bound] = any(key[0] == sql for plans in statement._PLANS.values() for key in plans)
+        cur.execute(sql)
+        assert cur.fetchall() == rows
+    assert kept == {"(SELECT max(x) FROM lim)": False, "100": True}
