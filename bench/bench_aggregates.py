@@ -318,7 +318,7 @@ PHASES = [
     ("matchrec.engine.reading", "compiled_matcher", "compiled matcher setup"),
     ("matchrec.engine.statement", "run_plan", "run_plan (read, arrays, kernel, output)"),
     ("matchrec.engine.fast", "CompiledMatcher._arrays", "in run_plan: Arrow -> numpy arrays"),
-    ("matchrec.engine.fast", "CompiledMatcher._in_workers", "in run_plan: kernel (on a worker thread)"),
+    ("matchrec.engine.fast", "CompiledMatcher._in_workers", "in run_plan: kernel (this thread up to 100k rows)"),
     ("matchrec.engine.executor", "PartitionRunner.result", "in run_plan: output assembly"),
     ("matchrec.engine.session", "Session._duck_execute", "the statement over the result in DuckDB"),
 ]
