@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import secrets
+import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -98,11 +99,13 @@ def remote_tables_in(sql: str, names) -> set[str]:
 # catalog changes): a statement run again skips the analysis and the physical planning (a few ms).
 _PLANS: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 _KEPT_PLANS_MAX = 64
+_PLANS_LOCK = threading.Lock()
 
 
 def _kept_plans(oracle: DuckDBOracle) -> dict | None:
     try:
-        return _PLANS.setdefault(oracle.kept, {})
+        with _PLANS_LOCK:
+            return _PLANS.setdefault(oracle.kept, {})
     except TypeError:  # answers that cannot be referenced weakly are not kept either
         return None
 
@@ -245,9 +248,10 @@ class StatementRunner:
             physical = reading.plan_clause(plan, input_sql, self.con, oracle, self.settings, title, pull_table=bare,
                                            pull_name=pull_name)
             if kept is not None and _catalog_only(oracle):
-                if len(kept) >= _KEPT_PLANS_MAX:
-                    kept.pop(next(iter(kept)))
-                kept[key] = (plan, physical)
+                with _PLANS_LOCK:  # cursors of one connection may run statements at the same time
+                    while len(kept) >= _KEPT_PLANS_MAX:
+                        kept.pop(next(iter(kept)))
+                    kept[key] = (plan, physical)
         # ---- planning is done: execution below only reads ``physical``
         fp = physical.fast
         pull = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.resources
+import threading
 
 import lark
 from lark import Token, Tree
@@ -72,14 +73,16 @@ def parse_body(body: str, body_offset: int, source: str, dialect: str, clause_sp
     kept = _PARSED.get(key)
     if kept is None:
         kept = _parse_body(body, body_offset, source, dialect, clause_span, window)
-        if len(_PARSED) >= _PARSED_MAX:
-            _PARSED.pop(next(iter(_PARSED)))
-        _PARSED[key] = kept
+        with _PARSED_LOCK:  # statements on other connections parse at the same time
+            while len(_PARSED) >= _PARSED_MAX:
+                _PARSED.pop(next(iter(_PARSED)))
+            _PARSED[key] = kept
     return _fresh(kept)
 
 
 _PARSED: dict[tuple, S.MatchSpec] = {}  # parsed specs by their text and position, oldest first
 _PARSED_MAX = 256
+_PARSED_LOCK = threading.Lock()
 
 
 def _fresh(spec: S.MatchSpec) -> S.MatchSpec:
