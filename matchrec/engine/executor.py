@@ -40,6 +40,7 @@ class SkipError(DataError):
 SKIP_ABSENT = "AFTER MATCH SKIP failed: pattern variable is not present in match"
 CHUNK_ROWS = 1 << 20  # partitions are matched in chunks of about this many rows
 SKIP_FIRST = "AFTER MATCH SKIP failed: cannot skip to first row of match"
+INLINE_READ_ROWS = 100_000  # the input's first rows are read on the calling thread (see prefetched)
 
 
 @dataclass
@@ -299,19 +300,39 @@ def _match_limit(limit: int) -> OperationalError:
                             f"SET matchrec_max_matches_per_partition = <n>")
 
 
-def prefetched(reader, depth: int = 2, interrupt: Callable[[], None] | None = None):
+def prefetched(reader, depth: int = 2, interrupt: Callable[[], None] | None = None, inline_rows: int = 0):
     """The batches of ``reader``, read ahead by a thread so that DuckDB produces the next batch
     while the caller matches this one (the fetch releases the GIL). At most ``depth`` batches
     wait; an error in the reader surfaces here, and a caller that stops early stops the thread.
     An exception (Ctrl-C) while waiting for a batch calls ``interrupt`` (DuckDB's), so that the
-    thread is not waited for until DuckDB finishes a long sort on its own."""
+    thread is not waited for until DuckDB finishes a long sort on its own.
+
+    The first ``inline_rows`` rows are read on the calling thread: a small input is then read
+    whole without a thread to start and hand batches over (DuckDB's own interrupt reaches a
+    fetch on this thread too); the thread takes over from the batch that passes the count."""
+    batches = iter(reader)
+    seen = 0
+    while seen < inline_rows:
+        batch = next(batches, None)
+        if batch is None:
+            return
+        seen += batch.num_rows
+        if seen >= inline_rows:
+            yield from _read_ahead(batches, depth, interrupt, batch)
+            return
+        yield batch
+    yield from _read_ahead(batches, depth, interrupt)
+
+
+def _read_ahead(batches, depth: int, interrupt: Callable[[], None] | None, first=None):
+    """``first`` (when given), then the batches of the iterator ``batches`` read by a thread."""
     slots: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
     done = object()
 
     def pull():
         try:
-            for batch in reader:
+            for batch in batches:
                 while not stop.is_set():
                     try:
                         slots.put(batch, timeout=0.1)
@@ -333,6 +354,8 @@ def prefetched(reader, depth: int = 2, interrupt: Callable[[], None] | None = No
     thread = threading.Thread(target=pull, name="matchrec-read", daemon=True)
     thread.start()
     try:
+        if first is not None:
+            yield first
         while True:
             try:
                 item = slots.get()
@@ -360,7 +383,7 @@ def stream_chunks(reader, key_indexes: list[int], on_chunk: Callable[[pa.Table, 
     """
     pending: list[pa.RecordBatch] = []
     pending_rows = pending_bytes = 0
-    for batch in prefetched(reader, interrupt=interrupt):
+    for batch in prefetched(reader, interrupt=interrupt, inline_rows=INLINE_READ_ROWS):
         if batch.num_rows == 0:
             continue
         pending.append(batch)

@@ -33,6 +33,12 @@ def _empty_matches() -> Matches:
     z = np.zeros(0, np.int64)
     return Matches(np.zeros(0, np.int8), z, z, z, z, np.zeros(0, np.int16), z, z, {})
 PARALLEL_MIN_ROWS = 200_000
+# A chunk of at most this many rows is matched on the calling thread, its kernel held to
+# INLINE_STEPS steps: handing a few milliseconds of work to a worker thread and waiting for it cost
+# as much again. The kernel cannot see Ctrl-C, so the step cap bounds how long one may wait; a
+# chunk that needs more steps is matched again, from its start, on a worker thread.
+INLINE_MAX_ROWS = 100_000
+INLINE_STEPS = 1_000_000
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -48,6 +54,10 @@ def _workers() -> ThreadPoolExecutor:
         if _POOL is None:
             _POOL = ThreadPoolExecutor(4, thread_name_prefix="matchrec-match")
         return _POOL
+
+
+class _Capped(Exception):
+    """A kernel on the calling thread reached its step cap (INLINE_STEPS) before the end."""
 
 
 class _OutOfRange(Exception):
@@ -522,8 +532,13 @@ class CompiledMatcher:
 
     # ------------------------------------------------------------------ running
     def _run(self, arrays: dict, bounds: np.ndarray, settings, probe: bool, n_rows: int, budget: work.Budget,
-             spent: np.ndarray, worker: int):
-        """All events of the partitions in ``bounds`` (absolute rows), growing buffers as needed."""
+             spent: np.ndarray, worker: int, step_cap: int | None = None):
+        """All events of the partitions in ``bounds`` (absolute rows), growing buffers as needed.
+        ``step_cap``: steps after which _Capped is raised (when below what the budget has left)."""
+        step_limit = budget.max_steps - budget.steps
+        capped = step_cap is not None and step_cap < step_limit
+        if capped:
+            step_limit = step_cap
         rows = int(bounds[-1] - bounds[0])
         # a match holds an arena node per row and live thread: room for two per row of the longest partition
         # spares a long match restarts (an alternation in a loop keeps two threads)
@@ -563,7 +578,7 @@ class CompiledMatcher:
                 arrays["wvalid"], arrays["wend_valid"], self.within_desc, self.skip_kind, self.skip_mask,
                 self.empty_mode, probe, settings.max_threads, settings.max_matches_per_partition, self.first_mask,
                 *b["ev"], b["labels"], b["exc"], possible, *b["arena"], *b["visits"], *b["threads"],
-                budget.stop, spent, worker, budget.max_steps - budget.steps)
+                budget.stop, spent, worker, step_limit)
             if n_ev or status == vm.OK:
                 out.append(([a[:n_ev].copy() for a in b["ev"]], b["labels"][:n_lab].copy(), b["exc"][:n_exc].copy(),
                             n_ev, n_lab, n_exc, part, done))
@@ -578,6 +593,8 @@ class CompiledMatcher:
             if status == vm.ERR_MATCHES:
                 raise _match_limit(settings.max_matches_per_partition)
             if status == vm.ERR_STEPS:
+                if capped:
+                    raise _Capped()
                 budget.halt(work.OUT_OF_STEPS)
                 raise budget.error(work.OUT_OF_STEPS)
             if status == vm.ERR_STOPPED:
@@ -630,13 +647,25 @@ class CompiledMatcher:
         return possible
 
     def _in_workers(self, arrays: dict, pieces: list[np.ndarray], settings, probe: bool, n_rows: int) -> list:
-        """``_run`` over each piece of partitions, each on a worker thread, while this thread waits.
+        """``_run`` over each piece of partitions, each on a worker thread, while this thread waits;
+        a small chunk (INLINE_MAX_ROWS) first on this thread, up to INLINE_STEPS steps.
 
         The kernels never return to Python on their own, so this thread watches for them: a
         KeyboardInterrupt (or a budget stop) reaching it sets the budget's stop flag, which the
         kernels poll, and it is raised once they have returned. The steps of all pieces are
         charged to the statement's budget."""
         budget = work.current()
+        if len(pieces) == 1 and int(pieces[0][-1] - pieces[0][0]) <= INLINE_MAX_ROWS:
+            spent = np.zeros(1, np.int64)
+            try:
+                result = self._run(arrays, pieces[0], settings, probe, n_rows, budget, spent, 0, INLINE_STEPS)
+            except _Capped:
+                # more work than a wait without Ctrl-C should hold: again, watched, on a worker; the
+                # steps of the attempt are not charged, so the budget decides as on a worker alone
+                budget.check_interrupt()
+            else:
+                budget.steps += int(spent.sum())
+                return [result]
         spent = np.zeros(len(pieces), np.int64)
         pool = _workers()
         futures = []

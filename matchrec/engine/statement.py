@@ -7,9 +7,12 @@ nested in other clauses' inputs run first.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import secrets
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import duckdb
@@ -90,6 +93,28 @@ def remote_tables_in(sql: str, names) -> set[str]:
             if not t.args.get("db") and t.name in names and t.name not in ctes:
                 found.add(t.name)
     return found
+
+
+# Plans of recent clauses, kept with the catalog answers they rest on (dropped with them when the
+# catalog changes): a statement run again skips the analysis and the physical planning (a few ms).
+_PLANS: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+_KEPT_PLANS_MAX = 64
+_PLANS_LOCK = threading.Lock()
+
+
+def _kept_plans(oracle: DuckDBOracle) -> dict | None:
+    try:
+        with _PLANS_LOCK:
+            return _PLANS.setdefault(oracle.kept, {})
+    except TypeError:  # answers that cannot be referenced weakly are not kept either
+        return None
+
+
+def _catalog_only(oracle: DuckDBOracle) -> bool:
+    """Whether every answer the planning used holds while the catalog does (not the value of a
+    subquery, nor the type of an expression reading a relation)."""
+    return all(sql in oracle.kept.types for sql in oracle._types) and \
+        all(sql in oracle.kept.constants for sql in oracle._constants)
 
 
 class StatementRunner:
@@ -179,7 +204,9 @@ class StatementRunner:
                 clause.spec = parameters.bind_spec(clause.spec, nodes, literals)
         prefixes = cte_prefixes(query)
         for clause in query.clauses:
-            self._run_clause(query, clause, prefixes, done, prepared, tag, dry=(explain == "plain"))
+            # a plan is kept only for a text without parameters: their values are not in the text
+            self._run_clause(query, clause, prefixes, done, prepared, tag, dry=(explain == "plain"),
+                             keep_plan=not nodes)
         outer = to_duckdb(query.text, self.dialect, query.origin, source, con=self.con, tables=done)
         # the tokens split read last are the outer statement's when it needs no translation
         same = outer is query.text and self.dialect == "duckdb"
@@ -189,7 +216,9 @@ class StatementRunner:
         return prepared
 
     def _run_clause(self, query: SplitQuery, clause: Clause, prefixes, done, prepared: Prepared, tag: str,
-                    dry: bool) -> None:
+                    dry: bool, keep_plan: bool = False) -> None:
+        """Plan (or take the plan kept for the same text, input and settings: ``keep_plan``), read,
+        match and register one clause."""
         source = query.source
         input_text = f"SELECT * FROM {clause.input_text}"
         input_sql = to_duckdb(input_text, self.dialect, Origin.identity(len(input_text), clause.input_span.start - 14),
@@ -207,11 +236,22 @@ class StatementRunner:
         except duckdb.Error as err:
             raise map_duckdb_error(err, source, clause.input_span.start,
                                    "The input of MATCH_RECOGNIZE cannot be read") from None
-        plan = build_plan(clause.spec, columns, oracle)
-        pull_name = f"__matchrec_pulled_{tag}_{len(prepared.registered)}" if bare is not None else ""
-        physical = reading.plan_clause(plan, input_sql, self.con, oracle, self.settings,
-                                       f"MATCH_RECOGNIZE #{len(prepared.runs) + 1}", pull_table=bare,
-                                       pull_name=pull_name)
+        title = f"MATCH_RECOGNIZE #{len(prepared.runs) + 1}"
+        kept = _kept_plans(oracle) if keep_plan and bare is None else None
+        key = (query.source, clause.spec.span, input_sql, tuple(columns), self.dialect,
+               dataclasses.astuple(self.settings), title)
+        if kept is not None and key in kept:
+            plan, physical = kept[key]
+        else:
+            plan = build_plan(clause.spec, columns, oracle)
+            pull_name = f"__matchrec_pulled_{tag}_{len(prepared.registered)}" if bare is not None else ""
+            physical = reading.plan_clause(plan, input_sql, self.con, oracle, self.settings, title, pull_table=bare,
+                                           pull_name=pull_name)
+            if kept is not None and _catalog_only(oracle):
+                with _PLANS_LOCK:  # cursors of one connection may run statements at the same time
+                    while len(kept) >= _KEPT_PLANS_MAX:
+                        kept.pop(next(iter(kept)))
+                    kept[key] = (plan, physical)
         # ---- planning is done: execution below only reads ``physical``
         fp = physical.fast
         pull = None

@@ -6,8 +6,10 @@ in the planner, which knows the input schema.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.resources
+import threading
 
 import lark
 from lark import Token, Tree
@@ -62,7 +64,39 @@ def parse_body(body: str, body_offset: int, source: str, dialect: str, clause_sp
                window: bool = False) -> S.MatchSpec:
     """Parse ``body`` (the text inside MATCH_RECOGNIZE(...)) located at ``body_offset`` in ``source``.
 
-    ``window``: the body of a window with pattern recognition, its frame already blanked out."""
+    ``window``: the body of a window with pattern recognition, its frame already blanked out.
+
+    A statement run again parses the same text again (lark takes milliseconds): the specs of
+    recent texts are kept, and each caller gets its own copy of their sqlglot trees, the one
+    mutable part of a spec, so that nothing a caller does to them reaches the kept one."""
+    key = (body, body_offset, source, dialect, clause_span, window)
+    kept = _PARSED.get(key)
+    if kept is None:
+        kept = _parse_body(body, body_offset, source, dialect, clause_span, window)
+        with _PARSED_LOCK:  # statements on other connections parse at the same time
+            while len(_PARSED) >= _PARSED_MAX:
+                _PARSED.pop(next(iter(_PARSED)))
+            _PARSED[key] = kept
+    return _fresh(kept)
+
+
+_PARSED: dict[tuple, S.MatchSpec] = {}  # parsed specs by their text and position, oldest first
+_PARSED_MAX = 256
+_PARSED_LOCK = threading.Lock()
+
+
+def _fresh(spec: S.MatchSpec) -> S.MatchSpec:
+    """``spec`` with copies of the sqlglot trees of its MEASURES and DEFINE."""
+    def expression(e: S.Expression) -> S.Expression:
+        return dataclasses.replace(e, tree=e.tree.copy())
+
+    return dataclasses.replace(
+        spec, measures=tuple(dataclasses.replace(m, expression=expression(m.expression)) for m in spec.measures),
+        definitions=tuple(dataclasses.replace(d, expression=expression(d.expression)) for d in spec.definitions))
+
+
+def _parse_body(body: str, body_offset: int, source: str, dialect: str, clause_span: S.Span,
+                window: bool) -> S.MatchSpec:
     try:
         tree = _parser().parse(body)
     except lark.exceptions.UnexpectedToken as err:
