@@ -63,7 +63,7 @@ def estimate_conditions(plan: CerPlan, sample: pa.Table) -> list:
     q = plan.query
     if not q.conditions or len(sample) == 0:
         return [None] * len(q.conditions)
-    cands = {v: np.flatnonzero(np.asarray(sample.column("__t_" + v).to_numpy(zero_copy_only=False), bool))
+    cands = {v: np.flatnonzero(np.asarray(sample.column("__t_" + v).to_numpy(zero_copy_only=False), bool)).tolist()
              for v in q.elements}
     comp = PyCompiler(sample, _Resolver(q, plan.columns), {v for v, e in q.elements.items() if e.kleene})
     rng = random.Random(11)
@@ -81,9 +81,9 @@ def estimate_conditions(plan: CerPlan, sample: pa.Table) -> list:
                 e = q.elements[v]
                 if e.kleene:
                     size = min(len(cands[v]), max(e.kleene[0], rng.randint(1, 3)))
-                    b[v] = tuple(sorted(rng.sample(list(cands[v]), size)))
+                    b[v] = tuple(sorted(rng.sample(cands[v], size)))
                 else:
-                    b[v] = int(rng.choice(cands[v]))
+                    b[v] = rng.choice(cands[v])
             try:
                 value = fn(b)
             except DataError:
