@@ -124,6 +124,33 @@ def test_explain_analyze_keeps_the_candidates(con):
     assert "Analyze: events read" in text and len(candidates(text)) == 5 and "(chosen)" in text
 
 
+def test_a_forced_mechanism_plans_without_the_condition_sample(con):
+    """Forced, the conditions' selectivity (only the costs read it) is not sampled and nothing is
+    costed; the estimates the run reads (candidates, order, filtering) stay those of auto, and
+    EXPLAIN of the forced statement still shows the sampled selectivity."""
+    from matchrec.engine.mechanisms import mechanisms
+    from matchrec.parser import sase
+    from matchrec.planner.cer import CerSettings, plan_query
+    table(con, "uni", 5_000, {"A": 1, "B": 5, "C": 2})
+    duck = con.session.duck
+    for sql in ("PATTERN SEQ(A a, B b, C c) FROM uni WHERE a.v < c.v WITHIN 40",
+                "PATTERN AND(A a, B b, C c) FROM uni WHERE a.v < 50 AND b.v > a.v WITHIN 30"):
+        auto = plan_query(duck, sase.parse(sql), CerSettings(), mechanisms())
+        forced = plan_query(duck, sase.parse(sql), CerSettings(mechanism="chain"), mechanisms())
+        assert all(s is not None for s in auto.stats.condition_selectivity)
+        assert forced.stats.condition_selectivity == [None] * len(auto.stats.condition_selectivity)
+        assert all(c is None for _, c, _ in forced.candidates) and forced.mechanism == "chain"
+        assert forced.stats.estimates == pytest.approx(auto.stats.estimates)
+        assert forced.stats.filter_selectivity == pytest.approx(auto.stats.filter_selectivity)
+        assert (forced.anchors, forced.filtering) == (auto.anchors, auto.filtering)
+        cur = con.cursor()
+        cur.execute("SET matchrec_cer_mechanism = chain")
+        text = explain(con, sql)
+        cur.execute("SET matchrec_cer_mechanism = auto")
+        assert "not estimated" not in text and len(candidates(text)) == 5, text
+        assert all(c is not None for c in candidates(text).values()), text
+
+
 # ---------------------------------------------------------------- forced mechanisms agree with auto
 QUERIES = [
     "PATTERN SEQ(A a, B b, C c) FROM r WHERE a.g = c.g WITHIN 30",

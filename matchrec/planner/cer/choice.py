@@ -22,16 +22,20 @@ from matchrec.planner.cer.resolve import resolve_query
 
 def plan_query(duck: duckdb.DuckDBPyConnection, q: S.CerQuery, settings: CerSettings, mechanisms) -> CerPlan:
     plan = resolve_query(duck, q, settings)
-    gather_stats(duck, plan)
-    choose_mechanism(plan, settings, mechanisms)
+    # a forced mechanism needs no costs: the conditions' selectivity (a sample's random bindings, most
+    # of planning) serves only them, so it is left out unless EXPLAIN shows it
+    with_costs = settings.mechanism == "auto" or bool(q.explain)
+    gather_stats(duck, plan, conditions=with_costs)
+    choose_mechanism(plan, settings, mechanisms, with_costs)
     choose_filtering(plan, settings, duck)
     return plan
 
 
-def choose_mechanism(plan: CerPlan, settings: CerSettings, mechanisms) -> None:
+def choose_mechanism(plan: CerPlan, settings: CerSettings, mechanisms, with_costs: bool = True) -> None:
     """Every mechanism that supports the pattern and its strategy gets an estimated cost
     (``costs``); the cheapest runs unless ``SET matchrec_cer_mechanism`` forces one.
-    ``plan.candidates`` keeps each one's cost, or why it is excluded, for EXPLAIN."""
+    ``plan.candidates`` keeps each one's cost, or why it is excluded, for EXPLAIN; without
+    ``with_costs`` (a forced mechanism, no EXPLAIN) only why."""
     q, st = plan.query, plan.stats
     pattern = pattern_shape(plan)
     by_estimate = sorted(q.positive, key=lambda v: (st.estimates.get(v, 0), q.positive.index(v)))
@@ -42,6 +46,8 @@ def choose_mechanism(plan: CerPlan, settings: CerSettings, mechanisms) -> None:
         why = mechanism_support(plan, name, pattern, mechanisms)
         if why:
             plan.candidates.append((name, None, why))
+            continue
+        if not with_costs:
             continue
         try:
             if name == "batch":

@@ -17,7 +17,9 @@ from matchrec.planner.cer.plan import FILTER_COVER, RATE_CHANGE, SAMPLE_ROWS, SA
 from matchrec.planner.cer.resolve import _Resolver
 
 
-def gather_stats(duck: duckdb.DuckDBPyConnection, plan: CerPlan) -> None:
+def gather_stats(duck: duckdb.DuckDBPyConnection, plan: CerPlan, conditions: bool = True) -> None:
+    """Fill ``plan.stats``; without ``conditions`` the conditions' selectivity is not estimated
+    (it serves only the mechanism's cost), and no sample is read when no element has a filter."""
     q, st = plan.query, plan.stats
     src = q.source
     type_expr = plan.type_sql or "NULL"
@@ -37,9 +39,16 @@ def gather_stats(duck: duckdb.DuckDBPyConnection, plan: CerPlan) -> None:
             f"SELECT count(*), sum(hi - lo) FROM (SELECT min({plan.key_sql}) AS lo, max({plan.key_sql}) AS hi "
             f"FROM {src} WHERE {plan.key_sql} IS NOT NULL GROUP BY {quote(plan.partition_column)})").fetchall()[0]
         st.parts, st.part_span = int(parts or 0), int(span or 0)
+    if not conditions and not plan.filter_sql:
+        # without a filter every event of an element's type is its candidate: a sample would say 1.0
+        for var, e in q.elements.items():
+            st.filter_selectivity[var] = 1.0
+            st.estimates[var] = float(st.total if e.type is None else st.types.get(e.type, (0, 0, 0))[0])
+        st.condition_selectivity = [None] * len(q.conditions)
+        return
     # a sample of events for the predicates' selectivity
     res = _Resolver(q, plan.columns)
-    needed = {res.col(n) for e in q.conditions for n in S.walk(e) if isinstance(n, S.Col)}
+    needed = {res.col(n) for e in q.conditions for n in S.walk(e) if isinstance(n, S.Col)} if conditions else set()
     cols = [quote(c) for c in sorted(needed)]
     for var, e in q.elements.items():
         cols.append(f"{plan.element_test(var)} AS {quote('__t_' + var)}")
@@ -56,14 +65,14 @@ def gather_stats(duck: duckdb.DuckDBPyConnection, plan: CerPlan) -> None:
         sel = float(hits[of_type].mean()) if of_type.any() else 1.0
         st.filter_selectivity[var] = sel
         st.estimates[var] = base * sel
-    st.condition_selectivity = estimate_conditions(plan, sample)
+    st.condition_selectivity = estimate_conditions(plan, sample) if conditions else [None] * len(q.conditions)
 
 
 def estimate_conditions(plan: CerPlan, sample: pa.Table) -> list:
     q = plan.query
     if not q.conditions or len(sample) == 0:
         return [None] * len(q.conditions)
-    cands = {v: np.flatnonzero(np.asarray(sample.column("__t_" + v).to_numpy(zero_copy_only=False), bool))
+    cands = {v: np.flatnonzero(np.asarray(sample.column("__t_" + v).to_numpy(zero_copy_only=False), bool)).tolist()
              for v in q.elements}
     comp = PyCompiler(sample, _Resolver(q, plan.columns), {v for v, e in q.elements.items() if e.kleene})
     rng = random.Random(11)
@@ -81,9 +90,9 @@ def estimate_conditions(plan: CerPlan, sample: pa.Table) -> list:
                 e = q.elements[v]
                 if e.kleene:
                     size = min(len(cands[v]), max(e.kleene[0], rng.randint(1, 3)))
-                    b[v] = tuple(sorted(rng.sample(list(cands[v]), size)))
+                    b[v] = tuple(sorted(rng.sample(cands[v], size)))
                 else:
-                    b[v] = int(rng.choice(cands[v]))
+                    b[v] = rng.choice(cands[v])
             try:
                 value = fn(b)
             except DataError:
