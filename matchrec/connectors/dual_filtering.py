@@ -436,22 +436,27 @@ def push_pull_anchor(ip: IntervalPlan) -> int:
 
 
 def _refine(tis: IntervalSet, points: dict, ip: IntervalPlan, rounds: int = 3) -> IntervalSet:
+    """``refine`` for one statement: ``points`` maps a variable's index to its candidates."""
+    return refine(tis, {i: (pk, lo, hi, ip.variables[i]) for i, (pk, lo, hi) in points.items()}, rounds)
+
+
+def refine(tis: IntervalSet, points: dict, rounds: int = 3) -> IntervalSet:
     """Shrink the TIS without asking the shards: candidates of an earlier round that no longer
     lie in the set cannot be part of a match, so their intervals are dropped and the set is
-    intersected again, until nothing changes. The set already lies within the intervals around
-    all of a variable's candidates (its round intersected them in), and it only shrinks: while a
-    variable keeps as many candidates as at its last intersection, intersecting again changes
-    nothing, and is skipped."""
-    kept = {i: len(p[0]) for i, p in points.items()}
+    intersected again, until nothing changes. ``points``: key -> (partition keys, lows, highs,
+    the variable's window reach with ``before``/``after``). The set already lies within the
+    intervals around all of a variable's candidates (its round intersected them in), and it only
+    shrinks: while a variable keeps as many candidates as at its last intersection, intersecting
+    again changes nothing, and is skipped."""
+    kept = {key: len(p[0]) for key, p in points.items()}
     for _ in range(rounds):
         changed = False
-        for i, (pk, lo, hi) in points.items():
-            v = ip.variables[i]
+        for key, (pk, lo, hi, v) in points.items():
             keep = tis.overlaps(pk, lo, hi)
             n = int(keep.sum())
-            if n == kept[i]:
+            if n == kept[key]:
                 continue
-            kept[i], changed = n, True
+            kept[key], changed = n, True
             tis = tis.intersect(IntervalSet._merged(pk[keep], lo[keep] - v.before, hi[keep] + v.after))
         if not changed:
             break

@@ -397,7 +397,7 @@ def shared_rounds(remote, table: str, columns: list[str], ips: list, where: str 
     With ``row_filters`` (each statement's, None: every row) the statistics also sample where the
     rows of each lie, for the final pull's cost model (``_choose_final``). Returns the sets, the
     partition-hash bits they are keyed by (None: one line, no partitions) and that estimate."""
-    from matchrec.connectors.dual_filtering import join_payload, skip_join_round, skip_round, tis_payload
+    from matchrec.connectors.dual_filtering import join_payload, refine, skip_join_round, skip_round, tis_payload
     from matchrec.connectors.shard import unpack_candidates
 
     partition_sql = ips[0].partition_sql if same_partitions else []
@@ -573,7 +573,7 @@ def shared_rounds(remote, table: str, columns: list[str], ips: list, where: str 
             new = IntervalSet.around_slots(pk, slots, quantum, v.before, v.after)
             points[k][id(v)] = (pk, slots * quantum, slots * quantum + (quantum - 1), v)
             sets[k] = new if sets[k] is None else sets[k].intersect(new)
-            sets[k] = _refine(sets[k], points[k])
+            sets[k] = refine(sets[k], points[k])
         moved = (stats.bytes_sent - sent0, stats.bytes_received - received0)
         one_by_one += sum(moved) * len(mine_stmts)
         stats.phase_bytes[f"round {name}"] = moved
@@ -584,26 +584,6 @@ def shared_rounds(remote, table: str, columns: list[str], ips: list, where: str 
                        f"element rounds, {rounds_bytes} bytes; one statement at a time the same rounds would move "
                        f"about {one_by_one} bytes")
     return sets, bits, estimate
-
-
-def _refine(tis: IntervalSet, points: dict, rounds: int = 3) -> IntervalSet:
-    """Drop the intervals around a statement's earlier candidates that no longer lie in its set
-    (they can be part of no match), until nothing changes. As for one statement
-    (``connectors.dual_filtering``), an element that keeps as many candidates as at its last
-    intersection cannot shrink the set, and is skipped."""
-    kept = {key: len(p[0]) for key, p in points.items()}
-    for _ in range(rounds):
-        changed = False
-        for key, (pk, lo, hi, v) in points.items():
-            keep = tis.overlaps(pk, lo, hi)
-            n = int(keep.sum())
-            if n == kept[key]:
-                continue
-            kept[key], changed = n, True
-            tis = tis.intersect(IntervalSet._merged(pk[keep], lo[keep] - v.before, hi[keep] + v.after))
-        if not changed:
-            break
-    return tis
 
 
 def _union(sets: list, bits: list, same_partitions: bool) -> tuple:

@@ -100,13 +100,19 @@ def run(name: str, pattern: Pattern, events: Events, *, order=None, max_matches:
     as one partial order where the mechanism and the pattern allow it (``cer_reference.orders``),
     "permutations" always expands it into the permutations of its items. ``max_partial``: the most
     partial matches a mechanism that stores them (eager) may hold at once, else OperationalError."""
+    return _listed(name, pattern, events, order, max_matches, max_partial, options, conjunction).matches()
+
+
+def _listed(name: str, pattern: Pattern, events: Events, order, max_matches, max_partial, options,
+            conjunction: str) -> Sink:
+    """The sink holding every match of ``pattern`` by mechanism ``name`` (``run``'s arguments)."""
     mech = _mechanism(name, pattern)
     prep = Prepared(pattern, events, partial=_partial(mech, conjunction))
     sink = Sink(prep, counting=False, max_matches=max_matches, max_partial=max_partial)
     if len(events):
         with collector_paused():
             mech.evaluate(prep, sink, order, options)
-    return sink.matches()
+    return sink
 
 
 def run_columns(name: str, pattern: Pattern, events: Events, *, order=None, max_matches: int | None = None,
@@ -114,14 +120,7 @@ def run_columns(name: str, pattern: Pattern, events: Events, *, order=None, max_
                 conjunction: str = "linear") -> "MatchColumns":
     """``run``'s matches column-wise (``cer_columns.MatchColumns``, in no particular order): what
     the result builder reads, without a tuple per match where the mechanism lists in bulk."""
-    mech = _mechanism(name, pattern)
-    prep = Prepared(pattern, events, partial=_partial(mech, conjunction))
-    sink = Sink(prep, counting=False, max_matches=max_matches, max_partial=max_partial)
-    if len(events):
-        with collector_paused():
-            mech.evaluate(prep, sink, order, options)
-            return sink.columns()
-    return sink.columns()
+    return _listed(name, pattern, events, order, max_matches, max_partial, options, conjunction).columns()
 
 
 def count(name: str, pattern: Pattern, events: Events, *, order=None, max_matches: int | None = None,
