@@ -198,13 +198,22 @@ def part_c(days: int, budget: float, lines: list, mechanism: bool, sql: bool, re
     note = (f"- {len(ev):,} departures of the first {days} days of January at 3 airports (PARTITION BY origin, "
             f"ORDER BY actual departure), {int(on_time.sum()):,} on time (the triggers)")
     windows = (10, 15, 20, 30)
+    delays(title, note, ev, delay, [(f"{m} minutes", m * minute) for m in windows], budget, lines, mechanism, sql,
+           repeat)
+
+
+def delays(title: str, note: str, ev: Events, delay: list, windows: list, budget: float, lines: list,
+           mechanism: bool, sql: bool, repeat: int) -> None:
+    """A departures workload (rising delays between two on-time departures) at each (label, span)
+    window: by mechanism and through SQL."""
+    on_time = np.array([d <= 0 for d in delay], bool)
     if mechanism:
-        cases = [(f"{m} minutes", query1(delay, m * minute, "F", "F", "F", {"a": on_time, "c": on_time}), ev)
-                 for m in windows]
+        cases = [(label, query1(delay, span, "F", "F", "F", {"a": on_time, "c": on_time}), ev)
+                 for label, span in windows]
         table(title, note, cases, budget, lines)
     if sql:
-        sql_table(title, note, ev, {"x": delay}, "F", "F", "F", "a.x <= 0 AND c.x <= 0 AND ",
-                  [(f"{m} minutes", m * minute) for m in windows], budget, lines, repeat)
+        sql_table(title, note, ev, {"x": delay}, "F", "F", "F", "a.x <= 0 AND c.x <= 0 AND ", windows, budget, lines,
+                  repeat)
 
 
 REPEAT_SECONDS = 3.0
@@ -300,13 +309,7 @@ def part_b(limit: int | None, budget: float, lines: list, mechanism: bool = True
              "WHERE b[i].dep_delay > b[i-1].dep_delay")
     note = (f"- {len(ev):,} departures of {planes:,} planes (PARTITION BY tailnum, ORDER BY scheduled departure), "
             f"{int(on_time.sum()):,} on time (the triggers)")
-    if mechanism:
-        cases = [(f"{h} hours", query1(delay, h * hour, "F", "F", "F", {"a": on_time, "c": on_time}), ev)
-                 for h in hours]
-        table(title, note, cases, budget, lines)
-    if sql:
-        sql_table(title, note, ev, {"x": delay}, "F", "F", "F", "a.x <= 0 AND c.x <= 0 AND ",
-                  [(f"{h} hours", h * hour) for h in hours], budget, lines, repeat)
+    delays(title, note, ev, delay, [(f"{h} hours", h * hour) for h in hours], budget, lines, mechanism, sql, repeat)
 
 
 def main(argv=None) -> int:
