@@ -32,6 +32,15 @@ def _duck(table: pa.Table, name: str = "ev"):
     return con
 
 
+def _duck_many(data, workload: list) -> list:
+    """The workload's tables by ``matchrec.run_many`` over the same events in DuckDB."""
+    con = _duck(data)
+    try:
+        return matchrec.run_many(con, workload).tables
+    finally:
+        con.close()
+
+
 def _rows(table: pa.Table) -> list[tuple]:
     return [tuple(r.values()) for r in table.to_pylist()]
 
@@ -143,11 +152,7 @@ def test_run_many_equals_duckdb(spark):
         "PATTERN SEQ(a x, b+ y, c z) FROM ev PARTITION BY k WITHIN 10 RETURN COUNT(*)",
         "PATTERN SEQ(c x, d y) FROM ev WITHIN 6 RETURN x.v + y.v AS s",
     ]
-    con = _duck(data)
-    try:
-        want = matchrec.run_many(con, workload).tables
-    finally:
-        con.close()
+    want = _duck_many(data, workload)
     # filtering forced: the shared shuffle carries only rows inside the two statements' interval sets
     got = ms.run_many(spark, workload, interval_filter="on")
     assert got[1] is None
@@ -225,11 +230,7 @@ def test_run_many_shares_one_set_of_rounds(spark):
         "PATTERN SEQ(a x, b y) FROM ev PARTITION BY k WHERE x.v >= 45 WITHIN 4 RETURN x.ts, y.ts",
         "PATTERN SEQ(b x, a y, c z) FROM ev PARTITION BY k WHERE y.v >= 45 WITHIN 6 RETURN COUNT(*)",
     ]
-    con = _duck(data)
-    try:
-        want = matchrec.run_many(con, workload).tables
-    finally:
-        con.close()
+    want = _duck_many(data, workload)
     jobs, lines = {}, {}
     try:
         for rounds in ("each", "shared"):
