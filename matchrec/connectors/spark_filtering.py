@@ -227,6 +227,16 @@ FREQUENT = (0.25, 50_000)  # auto mode: shared rounds skip conditions above this
 GROUP_ROUNDS = "spark.matchrec.groupRounds"  # the session conf choosing a group's rounds: shared | each
 
 
+def rounds_mode(spark, rounds: str | None = None) -> str:
+    """``rounds``, else the session conf ``spark.matchrec.groupRounds``, else "shared"; checked."""
+    if rounds is None:
+        rounds = spark.conf.get(GROUP_ROUNDS, None) or "shared"
+    if rounds not in ("shared", "each"):
+        from matchrec.errors import ProgrammingError
+        raise ProgrammingError(f"{GROUP_ROUNDS} must be shared or each, not {rounds!r}")
+    return rounds
+
+
 def filter_by_plans(df, schema: pa.Schema, ips: list, mode: str, rid: str, rounds: str | None = None):
     """Interval filtering for a group of statements over one DataFrame (``matchrec.spark.run_many``),
     then ONE final pull keeping a row when any statement's final interval set holds it, so the
@@ -241,13 +251,8 @@ def filter_by_plans(df, schema: pa.Schema, ips: list, mode: str, rid: str, round
         for r in reports:
             r.reason = "not used (a statement of the group needs every row)"
         return None, reports
-    if rounds is None:
-        rounds = df.sparkSession.conf.get(GROUP_ROUNDS, None) or "shared"
-    if rounds not in ("shared", "each"):
-        from matchrec.errors import ProgrammingError
-        raise ProgrammingError(f"{GROUP_ROUNDS} must be shared or each, not {rounds!r}")
-    if rounds == "shared" and len({ip.key_sql for ip in ips}) == 1:
-        return _shared_filter(df, schema, ips, mode, rid, reports)
+    if rounds_mode(df.sparkSession, rounds) == "shared" and len({ip.key_sql for ip in ips}) == 1:
+        return _shared_filter(df, schema, ips, mode, rid)
     cached = cache(df)
     sizes = collect(cached.mapInArrow(rows_task(), "n long"))
     rows = sum(r[0] for r in sizes)
@@ -292,7 +297,8 @@ def answer_batch(con, requests: list[dict], skip: tuple[float, int] | None = Non
             continue
         reply = service.answer(r, [])
         if r["op"] == "stats":
-            counts = {c: int(reply.column(f"c{i}")[0].as_py() or 0) for i, c in enumerate(r["conditions"])}
+            # a condition's count is the same whatever key a statistics request names: kept across them
+            counts.update({c: int(reply.column(f"c{i}")[0].as_py() or 0) for i, c in enumerate(r["conditions"])})
             n = int(reply.column("n")[0].as_py() or 0)
         replies.append(reply)
     return replies
@@ -414,8 +420,36 @@ class SharedSets:
     union: object = None
 
 
-def shared_sets(df, schema: pa.Schema, rounds: GroupRounds, skip: tuple[float, int] | None = None) -> SharedSets:
-    """The statements' time interval sets from ONE Spark job over ``df``: every partition loads its
+@dataclass
+class TableRounds:
+    """The rounds of several groups over one table, answered in ONE Spark job: every group's
+    requests in the group's order, a request asked by several groups (the same condition over the
+    same key, partitions and quantum) asked once; ``at[g]``: where group ``g``'s requests lie."""
+    groups: list
+    requests: list[dict]
+    at: list[list[int]]
+
+    @classmethod
+    def of(cls, groups: list[GroupRounds]) -> "TableRounds":
+        requests, at, seen = [], [], {}
+        for g in groups:
+            mine = []
+            for r in g.requests:
+                text = json.dumps(r, sort_keys=True)
+                if text not in seen:
+                    seen[text] = len(requests)
+                    requests.append(r)
+                mine.append(seen[text])
+            at.append(mine)
+        return cls(list(groups), requests, at)
+
+    def sets(self, parts: list[list[pa.Table]], received: int = 0) -> list[SharedSets]:
+        """Each group's ``SharedSets`` from every partition's replies to ``requests``."""
+        return [g.sets([parts[i] for i in mine], received) for g, mine in zip(self.groups, self.at)]
+
+
+def table_sets(df, schema: pa.Schema, rounds: TableRounds, skip: tuple[float, int] | None = None) -> list[SharedSets]:
+    """Every group's time interval sets from ONE Spark job over ``df``: each partition loads its
     rows once and answers all of ``rounds``' requests (``answer_batch``, with ``skip``)."""
     task = batch_task(json.dumps(rounds.requests), schema, skip)
     rows = collect(df.mapInArrow(task, "i int, reply binary"))
@@ -425,32 +459,68 @@ def shared_sets(df, schema: pa.Schema, rounds: GroupRounds, skip: tuple[float, i
     return rounds.sets(parts, sum(len(r["reply"]) for r in rows))
 
 
-def _shared_filter(df, schema: pa.Schema, ips: list, mode: str, rid: str, reports: list):
-    """``filter_by_plans`` with one set of rounds for the whole group (``GroupRounds``, one Spark
-    job), then the final pull of the rows inside the union of the sets."""
+def shared_sets(df, schema: pa.Schema, rounds: GroupRounds, skip: tuple[float, int] | None = None) -> SharedSets:
+    """The statements' time interval sets of one group from ONE Spark job over ``df``."""
+    return table_sets(df, schema, TableRounds.of([rounds]), skip)[0]
+
+
+def filter_table(df, schema: pa.Schema, groups: list[tuple], mode: str, rid: str) -> list[tuple]:
+    """Interval filtering for every group of statements over one table (``run_many``: each shared
+    shuffle, and each statement matched alone, by time ranges or by one task) with ONE Spark job
+    over ``df``, the table's cached scan of Arrow schema ``schema``: every partition loads its rows
+    once and answers the requests of all groups (``TableRounds``); each statement's set is made on
+    the driver. ``groups``: (the group's rows, a DataFrame narrowed from ``df``; their Arrow schema;
+    the interval plans of its statements). Per group: (DataFrame of the rows inside any of its
+    statements' sets, each once, or None; [FilterReport per statement])."""
     meter = ShuffleMeter(df.sparkSession)
-    cached = cache(df)
+    out: list = [None] * len(groups)
+    asked = []
+    for g, (_, _, ips) in enumerate(groups):
+        reports = [FilterReport() for _ in ips]
+        out[g] = (None, reports)
+        if any(ip is None for ip in ips):
+            for r in reports:
+                r.reason = "not used (a statement of the group needs every row)"
+        else:
+            asked.append(g)
+    if not asked:
+        return out
     t0 = time.perf_counter()
-    rounds = GroupRounds.of(ips)
+    rounds = TableRounds.of([GroupRounds.of(groups[g][2]) for g in asked])
     # auto: a condition on more than a quarter of a partition's rows (and 50,000 of them) is not
     # asked, its candidates would be the bulk of the reply for little shrinking; on: all are asked
-    found = shared_sets(cached, schema, rounds, FREQUENT if mode == "auto" else None)
+    found = table_sets(df, schema, rounds, FREQUENT if mode == "auto" else None)
     seconds = time.perf_counter() - t0
+    shuffle = meter.delta()
+    statements = sum(len(groups[g][2]) for g in asked)
+    whole = (f"1 Spark job in {seconds:.3f} s for the table's {statements} statements in {len(asked)} groups "
+             f"({len(rounds.requests)} requests)" if len(asked) > 1 else f"1 Spark job in {seconds:.3f} s")
+    for k, g in enumerate(asked):
+        src, src_schema, ips = groups[g]
+        reports = out[g][1]
+        kept = _group_pull(src, src_schema, ips, rounds.groups[k], found[k], mode, rid, reports, whole)
+        out[g] = (kept, reports)
+        if kept is not None and shuffle is not None:
+            reports[0].shuffle, shuffle = shuffle, None  # the job once, with the first group filtered
+    return out
+
+
+def _group_pull(src, schema: pa.Schema, ips: list, rounds: GroupRounds, found: SharedSets, mode: str, rid: str,
+                reports: list, job: str):
+    """The final pull of one group's rows (``src``) inside the union of its statements' sets, and
+    their reports; None when the group is not filtered after all."""
     for r in reports:
         r.rows_in = found.rows
     if mode == "auto" and found.rows < MIN_ROWS:
         for r in reports:
             r.reason = f"not used ({found.rows} rows: below {MIN_ROWS}, the final pull would cost more)"
-        cached.unpersist()
-        return None, reports
+        return None
     if any(s is None for s in found.sets):
         for r in reports:
             r.reason = ("not used (a statement's element conditions were all too frequent to ask: it needs "
                         "every row)")
-        cached.unpersist()
-        return None, reports
+        return None
     request, blobs = rounds.pull(found, list(schema.names))
-    shuffle = meter.delta()
     conditions = ", ".join(f"{n:,}" for n in found.candidates.values()) + \
         (f"; {len(found.skipped)} too frequent, not asked" if found.skipped else "")
     for k, (ip, tis, report) in enumerate(zip(ips, found.sets, reports)):
@@ -460,13 +530,22 @@ def _shared_filter(df, schema: pa.Schema, ips: list, mode: str, rid: str, report
                             f"final pull for the {len(ips)} statements of the shuffle keeps rows inside any of "
                             "their time interval sets")
         if k == 0:
-            report.shuffle = shuffle
-            report.notes.append(f"shared rounds: 1 Spark job in {seconds:.3f} s for the {len(ips)} statements' "
+            report.notes.append(f"shared rounds: {job} for the {len(ips)} statements' "
                                 f"{len(found.candidates)} distinct element conditions ({conditions} candidate "
                                 f"slots, {found.received:,} bytes back) over {found.partitions} partitions; final "
                                 f"pull filter: time {request['filter']['kind']} {len(blobs[0]):,} B, "
                                 f"{len(found.union)} intervals")
-    return cached.mapInArrow(pull_any_task([(json.dumps(request), blobs)], schema, rid), cached.schema), reports
+    return src.mapInArrow(pull_any_task([(json.dumps(request), blobs)], schema, rid), src.schema)
+
+
+def _shared_filter(df, schema: pa.Schema, ips: list, mode: str, rid: str):
+    """``filter_by_plans`` with one set of rounds for the whole group (``GroupRounds``, one Spark
+    job), then the final pull of the rows inside the union of the sets."""
+    cached = cache(df)
+    kept, reports = filter_table(cached, schema, [(cached, schema, ips)], mode, rid)[0]
+    if kept is None:
+        cached.unpersist()
+    return kept, reports
 
 
 class SparkSource(Source):
