@@ -9,12 +9,14 @@ payloads travel with the task function, the small replies come back to the drive
 keeps only rows inside the final time interval set, and only those rows are shuffled to the
 matching stage.
 
-A group of statements sharing one shuffle (``run_many``) makes one set of rounds for the whole
-group by default (``GroupRounds``): a single Spark job in which every partition loads its rows
-once and answers the statistics and the candidates of each distinct element condition of the
-group; each statement's set is derived from those replies on the driver, and one final pull keeps
-the rows inside the union of the sets. Spark's per-job cost dwarfs the candidates' bytes, so
-the job trades the rounds' shrinking filters for fewer jobs.
+``run_many`` makes one set of rounds for each group of statements sharing a shuffle and for each
+statement matched alone (``GroupRounds``), and the sets of all of them over one table come from a
+single Spark job (``TableRounds``, ``filter_table``) in which every partition loads its rows once
+and answers the statistics and the candidates of each distinct element condition (with the values
+of the equality conditions' join filters); each statement's set is derived from those replies on
+the driver, its join filters applied there, and one final pull per group keeps the rows inside the
+union of its sets. Spark's per-job cost dwarfs the candidates' bytes, so the job trades the
+rounds' shrinking filters for fewer jobs.
 """
 from __future__ import annotations
 
@@ -325,6 +327,69 @@ def batch_task(requests_json: str, schema: pa.Schema, skip: tuple[float, int] | 
     return run
 
 
+def joined_pairs(ips: list):
+    """(statement's plan, consumer, join, source) for each join filter of the statements: an
+    equality whose one source variable precedes its consumer in every match."""
+    out = []
+    for ip in ips:
+        by_label = {v.label: v for v in ip.variables}
+        for v in ip.variables:
+            for j in v.joins:
+                if len(j.sources) == 1 and next(iter(j.sources)) in by_label:
+                    out.append((ip, v, j, by_label[next(iter(j.sources))]))
+    return out
+
+
+def _near(a: tuple, b: tuple, lo: int, hi: int) -> np.ndarray:
+    """For each candidate of ``a`` (partitions, value hashes, slots): whether ``b`` has one with the
+    same partition and value and a slot in ``[slot + lo, slot + hi]`` (``lo <= 0 <= hi``)."""
+    (pa_, va, sa), (pb, vb, sb) = a, b
+    if not len(sa) or not len(sb):
+        return np.zeros(len(sa), bool)
+    pairs = np.stack([np.r_[pa_, pb], np.r_[va, vb]], axis=1)
+    _, group = np.unique(pairs, axis=0, return_inverse=True)
+    group = group.reshape(-1).astype(np.int64)
+    low = min(int(sa.min()), int(sb.min()))
+    span = max(int(sa.max()), int(sb.max())) - low + (hi - lo) + 2
+    if span <= 0 or (int(group.max()) + 1) > (1 << 62) // span:
+        return np.ones(len(sa), bool)  # too wide to number as one line: keep every candidate
+    # each (partition, value) on its own stretch of one line, wide enough that a range never leaves it
+    line = group * span + (np.r_[sa, sb].astype(np.int64) - low) - lo + 1
+    ka, kb = line[:len(sa)], np.sort(line[len(sa):])
+    return np.searchsorted(kb, ka + hi, "right") > np.searchsorted(kb, ka + lo, "left")
+
+
+def _join_kept(ip, slots_of: dict, pk_of: dict, values_of: dict, quantum: int) -> dict[int, np.ndarray]:
+    """Which candidates of each variable of ``ip`` the statement's join filters keep, as its own
+    rounds apply them but exactly, at slot precision, and from one set of replies: a consumer's
+    candidate needs a source candidate with its value at most the window before it; a source
+    taking at most one row of a match needs a consumer candidate at most the window after it.
+    Both sides are judged against the other's full candidates, so neither filter drops a row any
+    match takes. Variable index -> mask, for the variables some join filter reads."""
+    index = {v.label: i for i, v in enumerate(ip.variables)}
+    reach = ip.window // quantum + 1  # slots a window can span, rounded up
+    keep: dict[int, np.ndarray] = {}
+    for _, v, j, source in joined_pairs([ip]):
+        if v.condition not in slots_of or source.condition not in slots_of:
+            continue  # a side too frequent to ask: nothing to compare with
+        cons = (pk_of[v.condition], values_of[v.condition][(j.current_sql, j.common_type)], slots_of[v.condition])
+        src = (pk_of[source.condition], values_of[source.condition][(j.other_sql, j.common_type)],
+               slots_of[source.condition])
+        ci, si = index[v.label], index[source.label]
+        keep[ci] = keep.get(ci, np.ones(len(cons[2]), bool)) & _near(cons, src, -reach, 0)
+        if source.at_most_once:
+            keep[si] = keep.get(si, np.ones(len(src[2]), bool)) & _near(src, cons, 0, reach)
+    return keep
+
+
+def _distinct_slots(pk: np.ndarray, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates carrying values come once per value: once per (partition, slot) here."""
+    if not len(slots):
+        return pk, slots
+    both = np.unique(np.stack([pk, slots], axis=1), axis=0)
+    return both[:, 0].copy(), both[:, 1].copy()
+
+
 @dataclass
 class GroupRounds:
     """One set of rounds for a group of statements over one key (``ips``): the requests every
@@ -344,18 +409,24 @@ class GroupRounds:
         base = {"table": TABLE, "key_sql": ips[0].key_sql, "partition_sql": partition_sql}
         quantum = max(1, min(ip.window for ip in ips) // 20)
         conds = list(dict.fromkeys(v.condition for ip in ips for v in ip.variables))
+        values: dict[str, list] = {c: [] for c in conds}  # condition -> the join values its candidates carry
+        for ip, v, j, source in joined_pairs(ips):
+            for cond, value in ((v.condition, [j.current_sql, j.common_type]),
+                                (source.condition, [j.other_sql, j.common_type])):
+                if value not in values[cond]:
+                    values[cond].append(value)
         requests = [{"op": "stats", "conditions": conds, "columns": [], "sample": False, **base}]
         requests += [{"op": "candidates", "condition": c, "packed": True, "quantum": quantum, "joins": [],
-                      "values": [], **base} for c in conds]
+                      "values": values[c], **base} for c in conds]
         return cls(list(ips), conds, quantum, partition_sql, requests)
 
     def sets(self, parts: list[list[pa.Table]], received: int = 0) -> "SharedSets":
         """Each statement's time interval set from the replies (``parts[i]``: every partition's reply
         to request ``i``): the intervals around the candidates of its elements intersected, rarest
         first, dropping intervals around candidates that left the set (``dual_filtering._refine``),
-        as its own rounds would. No round waits for an earlier one's set to filter its candidates
-        (on Spark a job costs far more than the candidates it returns) and join filters are not
-        applied: each set holds every row its statement's matches look at."""
+        as its own rounds would, after its join filters (``_join_kept``). No round waits for an
+        earlier one's set to filter its candidates (on Spark a job costs far more than the
+        candidates it returns): each set holds every row its statement's matches look at."""
         stats, conds = parts[0], self.conds
         n = sum(int(p.column("n")[0].as_py() or 0) for p in stats)
         counts = [sum(int(p.column(f"c{i}")[0].as_py() or 0) for p in stats) for i in range(len(conds))]
@@ -364,29 +435,41 @@ class GroupRounds:
             # enough bits to tell the partitions apart (a shared hash only merges intervals, never loses rows)
             found = max((int(p.column("parts")[0].as_py() or 1) for p in stats), default=1)
             bits = int(min(32, math.ceil(math.log2(found + 1)) + 1))
-        slots_of, pk_of = {}, {}
+        slots_of, pk_of, values_of = {}, {}, {}
         skipped = [c for c, got in zip(conds, parts[1:]) if any("skipped" in p.column_names for p in got)]
-        for c, got in zip(conds, parts[1:]):
+        for c, got, request in zip(conds, parts[1:], self.requests[1:]):
             if c in skipped:  # some partition found it frequent: no statement intersects its intervals
                 continue
-            cand = unpack_candidates(got, (["pk"] if self.partition_sql else []) + ["s"], Source.max_reply)
+            asked = [tuple(v) for v in request["values"]]
+            names = (["pk"] if self.partition_sql else []) + [f"v{k}" for k in range(len(asked))] + ["s"]
+            cand = unpack_candidates(got, names, Source.max_reply)
             slots_of[c] = cand["s"]
             # the replies' hashes have 32 bits: their top ``bits`` name the partition as the final pull's do
             pk_of[c] = cand["pk"] >> (32 - bits) if bits else np.zeros(len(cand["s"]), np.int64)
-        sets = []
+            values_of[c] = {v: cand[f"v{k}"] for k, v in enumerate(asked)}
+        sets, dropped, distinct = [], 0, {}
         q = self.quantum
         for ip in self.ips:
             tis, points = None, {}
+            keep = _join_kept(ip, slots_of, pk_of, values_of, q)
+            dropped += sum(len(k) - int(k.sum()) for k in keep.values())
             mine = [i for i, v in enumerate(ip.variables) if v.condition in slots_of]
             for i in sorted(mine, key=lambda i: counts[conds.index(ip.variables[i].condition)]):
                 v = ip.variables[i]
                 pk, slots = pk_of[v.condition], slots_of[v.condition]
+                if i in keep:
+                    pk, slots = _distinct_slots(pk[keep[i]], slots[keep[i]])
+                elif values_of[v.condition]:
+                    if v.condition not in distinct:
+                        distinct[v.condition] = _distinct_slots(pk, slots)
+                    pk, slots = distinct[v.condition]
                 new = IntervalSet.around_slots(pk, slots, q, v.before, v.after)
                 points[i] = (pk, slots * q, slots * q + (q - 1))
                 tis = new if tis is None else tis.intersect(new)
                 tis = _refine(tis, points, ip)
             sets.append(tis)
-        return SharedSets(sets, bits, n, len(stats), {c: len(slots_of[c]) for c in slots_of}, received, skipped)
+        return SharedSets(sets, bits, n, len(stats), {c: len(slots_of[c]) for c in slots_of}, received, skipped,
+                          dropped)
 
     def pull(self, found: "SharedSets", columns: list[str]) -> tuple[dict, list[bytes]]:
         """The final pull: the rows inside the union of the statements' sets that meet any of their
@@ -417,6 +500,7 @@ class SharedSets:
     candidates: dict
     received: int
     skipped: list = field(default_factory=list)  # conditions some partition found too frequent to ask
+    joined_out: int = 0  # candidates the join filters dropped, over all statements
     union: object = None
 
 
@@ -522,7 +606,8 @@ def _group_pull(src, schema: pa.Schema, ips: list, rounds: GroupRounds, found: S
         return None
     request, blobs = rounds.pull(found, list(schema.names))
     conditions = ", ".join(f"{n:,}" for n in found.candidates.values()) + \
-        (f"; {len(found.skipped)} too frequent, not asked" if found.skipped else "")
+        (f"; {len(found.skipped)} too frequent, not asked" if found.skipped else "") + \
+        (f"; join filters dropped {found.joined_out:,}" if found.joined_out else "")
     for k, (ip, tis, report) in enumerate(zip(ips, found.sets, reports)):
         report.used = True
         report.reason = "used: " + "; ".join(ip.describe()[:1])
