@@ -6,8 +6,8 @@ table. For each statement: the DuckDB path's time (``matchrec.connect()`` cursor
 ``matchrec.spark.sql`` with interval filtering off and on: wall time (DataFrame built and
 collected as Arrow), rows and bytes shuffled (Spark's status store), and whether the rows equal
 the DuckDB path's. Then ``ms.run_many`` over the three statements: interval filtering off, with each
-statement's own rounds, and with one set of rounds for each group sharing a shuffle (Spark jobs
-counted by job id; the modes interleaved ``--runs`` times, after one warm-up run, the figures of
+statement's own rounds, and with one job of rounds for the table (every shuffle's and every
+time-split statement's rounds; Spark jobs counted by job id; the modes interleaved ``--runs`` times, after one warm-up run, the figures of
 each mode's fastest run).
 Prints a Markdown table; the figures of a run go to bench/RESULTS.md by hand.
 """
@@ -99,7 +99,7 @@ def main(argv=None) -> None:
     notes = []
     modes = (("off", "shared", "interval filtering off"),
              ("on", "each", "interval filtering, each statement's own rounds"),
-             ("on", "shared", "interval filtering, one set of rounds for the group"))
+             ("on", "shared", "interval filtering, one job of rounds for the table"))
     runs: dict[str, list] = {label: [] for _, _, label in modes}  # (seconds, shuffle and jobs, frames)
     ms.run_many(spark, FLIGHT_QUERIES[:1], interval_filter="off")[0].toArrow()  # the workers' first imports
     ms.release()

@@ -577,8 +577,8 @@ def filter_table(df, schema: pa.Schema, groups: list[tuple], mode: str, rid: str
     seconds = time.perf_counter() - t0
     shuffle = meter.delta()
     statements = sum(len(groups[g][2]) for g in asked)
-    whole = (f"1 Spark job in {seconds:.3f} s for the table's {statements} statements in {len(asked)} groups "
-             f"({len(rounds.requests)} requests)" if len(asked) > 1 else f"1 Spark job in {seconds:.3f} s")
+    whole = f"1 Spark job in {seconds:.3f} s" + (f" (the table's {statements} statements in {len(asked)} groups, "
+                                                 f"{len(rounds.requests)} requests)" if len(asked) > 1 else "")
     for k, g in enumerate(asked):
         src, src_schema, ips = groups[g]
         reports = out[g][1]
@@ -611,11 +611,13 @@ def _group_pull(src, schema: pa.Schema, ips: list, rounds: GroupRounds, found: S
     for k, (ip, tis, report) in enumerate(zip(ips, found.sets, reports)):
         report.used = True
         report.reason = "used: " + "; ".join(ip.describe()[:1])
-        report.notes.append(f"time interval set: {len(tis)} intervals covering {tis.total_length()} key units; one "
-                            f"final pull for the {len(ips)} statements of the shuffle keeps rows inside any of "
-                            "their time interval sets")
+        report.notes.append(f"time interval set: {len(tis)} intervals covering {tis.total_length()} key units; " +
+                            (f"one final pull for the {len(ips)} statements of the shuffle keeps rows inside any of "
+                             "their time interval sets" if len(ips) > 1 else
+                             "the final pull keeps rows inside it before the shuffle"))
         if k == 0:
-            report.notes.append(f"shared rounds: {job} for the {len(ips)} statements' "
+            whose = f"the {len(ips)} statements'" if len(ips) > 1 else "the statement's"
+            report.notes.append(f"shared rounds: {job}; {whose} "
                                 f"{len(found.candidates)} distinct element conditions ({conditions} candidate "
                                 f"slots, {found.received:,} bytes back) over {found.partitions} partitions; final "
                                 f"pull filter: time {request['filter']['kind']} {len(blobs[0]):,} B, "
