@@ -172,6 +172,25 @@ def test_run_many_equals_duckdb(spark):
                for r in runs for line in r.lines), [r.lines for r in runs]
 
 
+@pytest.mark.slow
+def test_run_many_random_workload_equals_duckdb(spark):
+    """Random workloads with filtering forced: the shuffles' and the time-split statements' rounds
+    in one job for the table (join filters included), every result equal to DuckDB's run_many."""
+    for seed in (41, 42):
+        data = events(n=500, seed=seed)
+        spark.createDataFrame(data).createOrReplaceTempView("ev")
+        rng = random.Random(seed)
+        workload = [random_statement(rng, partitioned=i % 2 == 0) for i in range(5)]
+        workload.append("PATTERN SEQ(d x, ~a n, b y) FROM ev WHERE x.g = y.g WITHIN 7 RETURN COUNT(*)")
+        want = _duck_many(data, workload)
+        got = ms.run_many(spark, workload, interval_filter="on")
+        for sql, w, g in zip(workload, want, got):
+            assert rows_match(_rows(w), g.collect()), (seed, sql)
+        lines = [line for r in ms.last_runs() for line in r.lines]
+        assert any("shared rounds: 1 Spark job" in line for line in lines), lines
+        ms.release()
+
+
 GROUP = [
     "PATTERN SEQ(a x, b y) FROM ev PARTITION BY k WHERE x.v >= 46 WITHIN 4 RETURN x.ts, y.ts",
     "PATTERN SEQ(b x, a y, c z) FROM ev PARTITION BY k WHERE y.v >= 46 WITHIN 6 RETURN COUNT(*)",
