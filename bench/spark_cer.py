@@ -7,8 +7,8 @@ table. For each statement: the DuckDB path's time (``matchrec.connect()`` cursor
 collected as Arrow), rows and bytes shuffled (Spark's status store), and whether the rows equal
 the DuckDB path's. Then ``ms.run_many`` over the three statements: interval filtering off, with each
 statement's own rounds, and with one job of rounds for the table (every shuffle's and every
-time-split statement's rounds; Spark jobs counted by job id; the modes interleaved ``--runs`` times, after one warm-up run, the figures of
-each mode's fastest run).
+time-split statement's rounds; Spark jobs counted by job id; the modes interleaved ``--runs``
+times, after one warm-up run, the figures of each mode's fastest run).
 Prints a Markdown table; the figures of a run go to bench/RESULTS.md by hand.
 """
 from __future__ import annotations
