@@ -6,9 +6,9 @@ table. For each statement: the DuckDB path's time (``matchrec.connect()`` cursor
 ``matchrec.spark.sql`` with interval filtering off and on: wall time (DataFrame built and
 collected as Arrow), rows and bytes shuffled (Spark's status store), and whether the rows equal
 the DuckDB path's. Then ``ms.run_many`` over the three statements: interval filtering off, with each
-statement's own rounds, and with one set of rounds for each group sharing a shuffle (Spark jobs
-counted by job id; the modes interleaved ``--runs`` times, after one warm-up run, the figures of
-each mode's fastest run).
+statement's own rounds, and with one job of rounds for the table (every shuffle's and every
+time-split statement's rounds; Spark jobs counted by job id; the modes interleaved ``--runs``
+times, after one warm-up run, the figures of each mode's fastest run).
 Prints a Markdown table; the figures of a run go to bench/RESULTS.md by hand.
 """
 from __future__ import annotations
@@ -32,7 +32,8 @@ def main(argv=None) -> None:
     ap.add_argument("--runs", type=int, default=1, help="timed runs per measurement (the best is shown)")
     ap.add_argument("--many-only", action="store_true", help="only ms.run_many, with and without interval filtering")
     ap.add_argument("--rounds-only", action="store_true",
-                    help="only the interval-filter rounds of run_many's shared shuffle: each statement's vs shared")
+                    help="only the interval-filter rounds of run_many: each statement's vs shared, for the "
+                         "shuffle and for the table")
     args = ap.parse_args(argv)
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
     import matchrec.spark as ms
@@ -98,7 +99,7 @@ def main(argv=None) -> None:
     notes = []
     modes = (("off", "shared", "interval filtering off"),
              ("on", "each", "interval filtering, each statement's own rounds"),
-             ("on", "shared", "interval filtering, one set of rounds for the group"))
+             ("on", "shared", "interval filtering, one job of rounds for the table"))
     runs: dict[str, list] = {label: [] for _, _, label in modes}  # (seconds, shuffle and jobs, frames)
     ms.run_many(spark, FLIGHT_QUERIES[:1], interval_filter="off")[0].toArrow()  # the workers' first imports
     ms.release()
@@ -127,45 +128,64 @@ def main(argv=None) -> None:
 
 
 def group_rounds(spark, runs: int) -> None:
-    """The rounds of the group that shares a shuffle in ``ms.run_many`` (the two statements
-    partitioned by tailnum) alone, over its input already cached as run_many caches it: each
-    statement's own rounds against one set for the group, interleaved ``runs`` times. Rounds:
-    Spark jobs and seconds until the final pull is defined; final pull: the seconds of counting
-    the rows it keeps (one more job)."""
+    """The interval-filter rounds of ``ms.run_many`` over its input already cached as run_many
+    caches it, interleaved ``runs`` times: the group that shares a shuffle (the two statements
+    partitioned by tailnum) with each statement's own rounds and with one set for the group; then
+    all three statements (the group and the time-split statement) with each statement's own rounds
+    and with the table's one job (``filter_table``). Rounds: Spark jobs and seconds until the final
+    pulls are defined; final pull: the seconds of counting the rows they keep (one more job each)."""
     from pyspark.sql import functions as F
 
     import matchrec.spark as ms
     from matchrec.connectors.spark_common import cache
-    from matchrec.connectors.spark_filtering import filter_by_plans
+    from matchrec.connectors.spark_filtering import filter_by_plan, filter_by_plans, filter_table
     from matchrec.connectors.spark_metrics import ShuffleMeter, count
     from matchrec.planner.cer_intervals import interval_plan
     from matchrec.spark_cer import RID, analyze, base_frame, naive, needed_columns
     ms._prepare(spark)  # the workers' Python (ms.run_many does this first too)
     group = [q for q in FLIGHT_QUERIES if "PARTITION BY tailnum" in q]
+    alone = [q for q in FLIGHT_QUERIES if "PARTITION BY" not in q]
     df = spark.table("ev")
-    plans = [analyze(q, naive(ms._arrow_schema(df.schema)), []).plan for q in group]
+    plans = [analyze(q, naive(ms._arrow_schema(df.schema)), []).plan for q in group + alone]
     ips = [interval_plan(p)[0] for p in plans]
     base = cache(base_frame(df, needed_columns(plans)))
     src = cache(base.where(F.col(plans[0].key_column).isNotNull()))
     n = count(src)  # both caches built before any measurement
     schema = ms._arrow_schema(src.schema)
-    print(f"\nThe rounds of the {len(group)} statements sharing a shuffle, over {n:,} cached rows "
-          f"(load average {os.getloadavg()[0]:.1f})")
-    print("| rounds | Spark jobs (rounds) | rounds s, fastest (every run) | final pull s, fastest | rows kept |")
-    print("|---|---|---|---|---|")
-    got: dict[str, list] = {"each": [], "shared": []}
+    base_schema = ms._arrow_schema(base.schema)
+    print(f"\nThe rounds of the {len(group)} statements sharing a shuffle, and of all {len(plans)} statements, over "
+          f"{n:,} cached rows (load average {os.getloadavg()[0]:.1f})")
+    print("| statements | rounds | Spark jobs (rounds) | rounds s, fastest (every run) | final pull s, fastest | "
+          "rows kept |")
+    print("|---|---|---|---|---|---|")
+    k = len(group)
+
+    def table_each():
+        got = [filter_by_plans(src, schema, ips[:k], "on", RID, "each")[0]]
+        got += [filter_by_plan(src, schema, ip, "on")[0] for ip in ips[k:]]
+        return got
+
+    def table_one_job():
+        groups = [(src, schema, ips[:k])] + [(src, schema, [ip]) for ip in ips[k:]]
+        return [kept for kept, _ in filter_table(base, base_schema, groups, "on", RID)]
+
+    modes = {("group", "each"): lambda: [filter_by_plans(src, schema, ips[:k], "on", RID, "each")[0]],
+             ("group", "shared"): lambda: [filter_by_plans(src, schema, ips[:k], "on", RID, "shared")[0]],
+             ("all", "each"): table_each, ("all", "one job for the table"): table_one_job}
+    got: dict[tuple, list] = {m: [] for m in modes}
     for _ in range(runs):
-        for rounds in got:
+        for mode, fn in modes.items():
             meter = ShuffleMeter(spark)
             t0 = time.perf_counter()
-            filtered, _ = filter_by_plans(src, schema, ips, "on", RID, rounds)
+            frames = fn()
             t1 = time.perf_counter()
             jobs = meter.delta().jobs
-            kept = count(filtered)
-            got[rounds].append((t1 - t0, time.perf_counter() - t1, jobs, kept))
-    for rounds, done in got.items():
+            kept = sum(count(f) for f in frames)
+            got[mode].append((t1 - t0, time.perf_counter() - t1, jobs, kept))
+    for (who, rounds), done in got.items():
         every = " / ".join(f"{r[0]:.1f}" for r in done)
-        print(f"| {rounds} | {done[0][2]} | {min(r[0] for r in done):.2f} ({every}) | "
+        label = f"the {k} of the shuffle" if who == "group" else f"all {len(plans)}"
+        print(f"| {label} | {rounds} | {done[0][2]} | {min(r[0] for r in done):.2f} ({every}) | "
               f"{min(r[1] for r in done):.2f} | {done[0][3]:,} |")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     ms.release()

@@ -417,9 +417,12 @@ def _finish(spark, env: Env, result, analyses: list[tuple[int, Analysis]], direc
     return out
 
 
-def run_statement(spark, text: str, env: Env, report, interval_filter: str = "auto", settings=(), base=None):
+def run_statement(spark, text: str, env: Env, report, interval_filter: str = "auto", settings=(), base=None,
+                  prefiltered: tuple | None = None):
     """The DataFrame of one CER statement over the Spark table its FROM names; ``report`` (a
-    ``matchrec.spark.ClauseReport``) gets the mode, filtering lines and the plan."""
+    ``matchrec.spark.ClauseReport``) gets the mode, filtering lines and the plan. ``prefiltered``:
+    (rows inside its time interval set or None, FilterReport) found by ``run_many``'s one job of
+    rounds for the table, instead of the statement's own rounds."""
     from pyspark.sql import functions as F
 
     from matchrec.parser import sase as S
@@ -441,7 +444,13 @@ def run_statement(spark, text: str, env: Env, report, interval_filter: str = "au
                         f"key {plan.key_column} dropped (they never match)")
     if interval_filter not in ("auto", "on", "off"):
         raise E.ProgrammingError("interval_filter must be auto, on or off")
-    if interval_filter != "off":
+    if prefiltered is not None:
+        filtered, freport = prefiltered
+        if filtered is not None:
+            src = filtered
+        report.filtering = freport
+        report.lines += freport.lines()
+    elif interval_filter != "off":
         from matchrec.connectors.spark_filtering import FilterReport, filter_by_plan
         from matchrec.planner.cer_intervals import interval_plan
         ip, why = interval_plan(plan)
@@ -501,7 +510,9 @@ def run_workload(spark, statements: list[str], env: Env, reports: list, interval
     them reads, cached); those with the same PARTITION BY column also share one shuffle, each task
     running ``matchrec.run_many`` over its rows; the others run one by one over the shared scan.
     ``interval_filter`` as for one statement: a shared shuffle carries the rows inside any of its
-    statements' time interval sets (``spark_filtering.filter_by_plans``), each once."""
+    statements' time interval sets, each once; the rounds of every group and of every statement
+    matched alone over one table are one Spark job (``spark_filtering.filter_table``; the session
+    conf ``spark.matchrec.groupRounds=each`` keeps each statement's own rounds)."""
     from pyspark.sql import functions as F
 
     from matchrec.connectors.spark_common import cache
@@ -540,17 +551,17 @@ def run_workload(spark, statements: list[str], env: Env, reports: list, interval
     for key, members in by_source.items():
         columns = needed_columns([analyses[i].plan for i in members])
         base = cache(base_frame(frames[key], columns))  # the one scan of this table
-        groups: dict = {}
-        for i in members:
-            plan = analyses[i].plan
-            part = plan.partition_column
-            groups.setdefault((part.lower(), plan.key_column.lower()) if part else ("", i), []).append(i)
-        for (part, _), idx in groups.items():
-            if not part:
+        groups = shuffle_groups(members, analyses)
+        filtered = _filter_groups(spark, base, groups, analyses, env, interval_filter)
+        for gkey, idx in groups.items():
+            if not gkey[0]:
                 i = idx[0]
                 rep = _new_report(reports)
-                out[i] = run_statement(spark, statements[i], env, rep, interval_filter, kinds[i][1], base=base)
-                rep.lines.append("run_many: over the table's shared scan")
+                got = filtered.get(gkey)
+                out[i] = run_statement(spark, statements[i], env, rep, interval_filter, kinds[i][1], base=base,
+                                       prefiltered=(got[0], got[1][0]) if got else None)
+                rep.lines.append("run_many: over the table's shared scan" +
+                                 ("; its rounds in the table's one job of rounds" if got else ""))
                 continue
             plan = analyses[idx[0]].plan
             src = base.where(F.col(_q(plan.key_column)).isNotNull())
@@ -561,9 +572,12 @@ def run_workload(spark, statements: list[str], env: Env, reports: list, interval
                 from matchrec.connectors.spark_filtering import filter_by_plans
                 from matchrec.planner.cer_intervals import interval_plan
                 planned = [interval_plan(analyses[j].plan) for j in idx]
-                filtered, freports = filter_by_plans(src, in_schema, [ip for ip, _ in planned], interval_filter, RID)
-                if filtered is not None:
-                    src = filtered
+                if gkey in filtered:
+                    kept, freports = filtered[gkey]
+                else:
+                    kept, freports = filter_by_plans(src, in_schema, [ip for ip, _ in planned], interval_filter, RID)
+                if kept is not None:
+                    src = kept
                 freport = freports[0]
                 for n, (j, (ip, why), fr) in enumerate(zip(idx, planned, freports), 1):
                     lines = fr.lines() if ip is not None else [f"interval filtering: not used ({why})"]
@@ -590,6 +604,41 @@ def run_workload(spark, statements: list[str], env: Env, reports: list, interval
             for k, j in zip(cer_at, idx):
                 out[j] = done[k]
     return out
+
+
+def shuffle_groups(members: list[int], analyses: dict) -> dict:
+    """The statements ``members`` by shuffle: (PARTITION BY, key column) -> their numbers; a
+    statement without PARTITION BY alone under ("", its number)."""
+    groups: dict = {}
+    for i in members:
+        plan = analyses[i].plan
+        part = plan.partition_column
+        groups.setdefault((part.lower(), plan.key_column.lower()) if part else ("", i), []).append(i)
+    return groups
+
+
+def _filter_groups(spark, base, groups: dict, analyses: dict, env: Env, interval_filter: str) -> dict:
+    """The interval filtering of every group over one table's cached scan ``base`` in ONE Spark
+    job (``spark_filtering.filter_table``): group key -> (rows kept or None, [FilterReport]). Empty
+    when filtering is off or the session asks each statement's own rounds; a statement without
+    PARTITION BY whose interval plan is None is left to its own path (its report says why)."""
+    from pyspark.sql import functions as F
+
+    from matchrec.connectors.spark_filtering import filter_table, rounds_mode
+    from matchrec.planner.cer_intervals import interval_plan
+    if interval_filter == "off" or rounds_mode(spark) != "shared":
+        return {}
+    todo, asked = [], []
+    for gkey, idx in groups.items():
+        ips = [interval_plan(analyses[j].plan)[0] for j in idx]
+        if not gkey[0] and ips[0] is None:
+            continue
+        src = base.where(F.col(_q(analyses[idx[0]].plan.key_column)).isNotNull())
+        todo.append((src, env.arrow_schema(src.schema), ips))
+        asked.append(gkey)
+    if not todo:
+        return {}
+    return dict(zip(asked, filter_table(base, env.arrow_schema(base.schema), todo, interval_filter, RID)))
 
 
 def _new_report(reports: list):

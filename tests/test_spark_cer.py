@@ -165,6 +165,30 @@ def test_run_many_equals_duckdb(spark):
     shared = [r for r in runs if "2 statements share one shuffle" in r.mode]
     assert shared and shared[0].filtering.used, [r.mode for r in runs]
     assert sum("one final pull for the 2 statements" in line for line in shared[0].lines) == 2, shared[0].lines
+    # the time-split statement's rounds are in the same one job as the shuffle's
+    alone = [r for r in runs if r.mode.startswith("time split")]
+    assert alone and alone[0].filtering.used and "in the table's one job of rounds" in alone[0].lines[-1], alone
+    assert any("1 Spark job" in line and "the table's 3 statements in 2 groups" in line
+               for r in runs for line in r.lines), [r.lines for r in runs]
+
+
+@pytest.mark.slow
+def test_run_many_random_workload_equals_duckdb(spark):
+    """Random workloads with filtering forced: the shuffles' and the time-split statements' rounds
+    in one job for the table (join filters included), every result equal to DuckDB's run_many."""
+    for seed in (41, 42):
+        data = events(n=500, seed=seed)
+        spark.createDataFrame(data).createOrReplaceTempView("ev")
+        rng = random.Random(seed)
+        workload = [random_statement(rng, partitioned=i % 2 == 0) for i in range(5)]
+        workload.append("PATTERN SEQ(d x, ~a n, b y) FROM ev WHERE x.g = y.g WITHIN 7 RETURN COUNT(*)")
+        want = _duck_many(data, workload)
+        got = ms.run_many(spark, workload, interval_filter="on")
+        for sql, w, g in zip(workload, want, got):
+            assert rows_match(_rows(w), g.collect()), (seed, sql)
+        lines = [line for r in ms.last_runs() for line in r.lines]
+        assert any("shared rounds: 1 Spark job" in line for line in lines), lines
+        ms.release()
 
 
 GROUP = [
@@ -216,6 +240,73 @@ def test_group_rounds_keep_every_row_a_match_needs():
             con.close()
     for sql, want, got, got_skipping in zip(GROUP, *results):
         assert want.num_rows and _rows(want) == _rows(got) == _rows(got_skipping), sql
+
+
+TABLE_WORKLOAD = [
+    "PATTERN SEQ(a x, b y) FROM ev WITHIN 5 RETURN COUNT(*)",
+    "PATTERN SEQ(a x, ~d n, c y) FROM ev WHERE y.v > 20 WITHIN 5 RETURN x.ts, y.ts",
+    "PATTERN SEQ(a x, c y) FROM ev PARTITION BY k WITHIN 5 RETURN COUNT(*)",
+    # join filters: a consumer's candidates need a source's value before them, a source's a consumer's after
+    "PATTERN SEQ(a x, b y, c z) FROM ev PARTITION BY k WHERE x.g = z.g WITHIN 6 RETURN x.ts, z.ts",
+    "PATTERN SEQ(d x, ~a n, b y) FROM ev WHERE x.g = y.g AND y.v > 10 WITHIN 7 RETURN COUNT(*)",
+]
+
+
+def test_table_rounds_keep_every_row_a_match_needs():
+    """run_many's one job of rounds for a whole table without Spark: random statements, partitioned
+    (shared shuffles) and not (each matched alone), every group's requests in one batch answered by
+    each of two halves of the rows, a request several groups make asked once, the join filters
+    applied on the driver; each group's final pull keeps every row its statements' matches need,
+    and fewer rows than the table."""
+    import duckdb
+
+    from matchrec.connectors.shard import ShardService
+    from matchrec.connectors.spark_filtering import TABLE, GroupRounds, TableRounds, answer_batch
+    from matchrec.planner.cer_intervals import interval_plan
+    from matchrec.spark_cer import analyze, shuffle_groups
+    for seed, skip in ((31, None), (32, (0.2, 0))):
+        rng = random.Random(seed)
+        data = events(n=900, keys=4, seed=seed)
+        workload = TABLE_WORKLOAD + [random_statement(rng) for _ in range(3)]
+        analyses = {i: analyze(sql, data.schema, []) for i, sql in enumerate(workload)}
+        groups = {g: idx for g, idx in shuffle_groups(list(analyses), analyses).items()
+                  if all(interval_plan(analyses[i].plan)[0] is not None for i in idx)}
+        assert ("", 0) in groups and ("", 1) in groups, workload
+        rounds = TableRounds.of([GroupRounds.of([interval_plan(analyses[i].plan)[0] for i in idx])
+                                 for idx in groups.values()])
+        # statements 1 and 2 ask a's candidates with one window: once for both
+        assert len(rounds.requests) < sum(len(g.requests) for g in rounds.groups), workload
+        numbered = data.append_column("rid", pa.array(range(data.num_rows), pa.int64()))
+        cons = []
+        for half in (numbered.slice(0, 450), numbered.slice(450)):
+            con = duckdb.connect()
+            con.register("half", half)
+            con.execute(f"CREATE TABLE {TABLE} AS SELECT * FROM half")
+            cons.append(con)
+        replies = [answer_batch(con, rounds.requests, skip) for con in cons]
+        found = rounds.sets([[r[i] for r in replies] for i in range(len(rounds.requests))])
+        assert skip is not None or sum(got.joined_out for got in found) > 0  # (skipping: every type is frequent)
+        full = _duck(data)
+        try:
+            for g, idx, got in zip(rounds.groups, groups.values(), found):
+                assert got.rows == data.num_rows
+                if any(s is None for s in got.sets):  # every element condition skipped: no filtering
+                    continue
+                request, blobs = g.pull(got, numbered.column_names)
+                rows = pa.concat_tables([ShardService(con, 1 << 26).answer(request, blobs) for con in cons])
+                kept = rows.sort_by("rid").drop_columns(["rid"]).cast(data.schema)
+                assert kept.num_rows < data.num_rows, workload
+                con = _duck(kept)
+                try:
+                    for i in idx:
+                        want = full.execute(workload[i]).fetch_arrow_table()
+                        assert _rows(want) == _rows(con.execute(workload[i]).fetch_arrow_table()), workload[i]
+                finally:
+                    con.close()
+        finally:
+            full.close()
+            for con in cons:
+                con.close()
 
 
 @pytest.mark.slow

@@ -9,12 +9,14 @@ payloads travel with the task function, the small replies come back to the drive
 keeps only rows inside the final time interval set, and only those rows are shuffled to the
 matching stage.
 
-A group of statements sharing one shuffle (``run_many``) makes one set of rounds for the whole
-group by default (``GroupRounds``): a single Spark job in which every partition loads its rows
-once and answers the statistics and the candidates of each distinct element condition of the
-group; each statement's set is derived from those replies on the driver, and one final pull keeps
-the rows inside the union of the sets. Spark's per-job cost dwarfs the candidates' bytes, so
-the job trades the rounds' shrinking filters for fewer jobs.
+``run_many`` makes one set of rounds for each group of statements sharing a shuffle and for each
+statement matched alone (``GroupRounds``), and the sets of all of them over one table come from a
+single Spark job (``TableRounds``, ``filter_table``) in which every partition loads its rows once
+and answers the statistics and the candidates of each distinct element condition (with the values
+of the equality conditions' join filters); each statement's set is derived from those replies on
+the driver, its join filters applied there, and one final pull per group keeps the rows inside the
+union of its sets. Spark's per-job cost dwarfs the candidates' bytes, so the job trades the
+rounds' shrinking filters for fewer jobs.
 """
 from __future__ import annotations
 
@@ -227,6 +229,16 @@ FREQUENT = (0.25, 50_000)  # auto mode: shared rounds skip conditions above this
 GROUP_ROUNDS = "spark.matchrec.groupRounds"  # the session conf choosing a group's rounds: shared | each
 
 
+def rounds_mode(spark, rounds: str | None = None) -> str:
+    """``rounds``, else the session conf ``spark.matchrec.groupRounds``, else "shared"; checked."""
+    if rounds is None:
+        rounds = spark.conf.get(GROUP_ROUNDS, None) or "shared"
+    if rounds not in ("shared", "each"):
+        from matchrec.errors import ProgrammingError
+        raise ProgrammingError(f"{GROUP_ROUNDS} must be shared or each, not {rounds!r}")
+    return rounds
+
+
 def filter_by_plans(df, schema: pa.Schema, ips: list, mode: str, rid: str, rounds: str | None = None):
     """Interval filtering for a group of statements over one DataFrame (``matchrec.spark.run_many``),
     then ONE final pull keeping a row when any statement's final interval set holds it, so the
@@ -241,13 +253,8 @@ def filter_by_plans(df, schema: pa.Schema, ips: list, mode: str, rid: str, round
         for r in reports:
             r.reason = "not used (a statement of the group needs every row)"
         return None, reports
-    if rounds is None:
-        rounds = df.sparkSession.conf.get(GROUP_ROUNDS, None) or "shared"
-    if rounds not in ("shared", "each"):
-        from matchrec.errors import ProgrammingError
-        raise ProgrammingError(f"{GROUP_ROUNDS} must be shared or each, not {rounds!r}")
-    if rounds == "shared" and len({ip.key_sql for ip in ips}) == 1:
-        return _shared_filter(df, schema, ips, mode, rid, reports)
+    if rounds_mode(df.sparkSession, rounds) == "shared" and len({ip.key_sql for ip in ips}) == 1:
+        return _shared_filter(df, schema, ips, mode, rid)
     cached = cache(df)
     sizes = collect(cached.mapInArrow(rows_task(), "n long"))
     rows = sum(r[0] for r in sizes)
@@ -292,7 +299,8 @@ def answer_batch(con, requests: list[dict], skip: tuple[float, int] | None = Non
             continue
         reply = service.answer(r, [])
         if r["op"] == "stats":
-            counts = {c: int(reply.column(f"c{i}")[0].as_py() or 0) for i, c in enumerate(r["conditions"])}
+            # a condition's count is the same whatever key a statistics request names: kept across them
+            counts.update({c: int(reply.column(f"c{i}")[0].as_py() or 0) for i, c in enumerate(r["conditions"])})
             n = int(reply.column("n")[0].as_py() or 0)
         replies.append(reply)
     return replies
@@ -319,6 +327,69 @@ def batch_task(requests_json: str, schema: pa.Schema, skip: tuple[float, int] | 
     return run
 
 
+def joined_pairs(ips: list):
+    """(statement's plan, consumer, join, source) for each join filter of the statements: an
+    equality whose one source variable precedes its consumer in every match."""
+    out = []
+    for ip in ips:
+        by_label = {v.label: v for v in ip.variables}
+        for v in ip.variables:
+            for j in v.joins:
+                if len(j.sources) == 1 and next(iter(j.sources)) in by_label:
+                    out.append((ip, v, j, by_label[next(iter(j.sources))]))
+    return out
+
+
+def _near(a: tuple, b: tuple, lo: int, hi: int) -> np.ndarray:
+    """For each candidate of ``a`` (partitions, value hashes, slots): whether ``b`` has one with the
+    same partition and value and a slot in ``[slot + lo, slot + hi]`` (``lo <= 0 <= hi``)."""
+    (pa_, va, sa), (pb, vb, sb) = a, b
+    if not len(sa) or not len(sb):
+        return np.zeros(len(sa), bool)
+    pairs = np.stack([np.r_[pa_, pb], np.r_[va, vb]], axis=1)
+    _, group = np.unique(pairs, axis=0, return_inverse=True)
+    group = group.reshape(-1).astype(np.int64)
+    low = min(int(sa.min()), int(sb.min()))
+    span = max(int(sa.max()), int(sb.max())) - low + (hi - lo) + 2
+    if span <= 0 or (int(group.max()) + 1) > (1 << 62) // span:
+        return np.ones(len(sa), bool)  # too wide to number as one line: keep every candidate
+    # each (partition, value) on its own stretch of one line, wide enough that a range never leaves it
+    line = group * span + (np.r_[sa, sb].astype(np.int64) - low) - lo + 1
+    ka, kb = line[:len(sa)], np.sort(line[len(sa):])
+    return np.searchsorted(kb, ka + hi, "right") > np.searchsorted(kb, ka + lo, "left")
+
+
+def _join_kept(ip, slots_of: dict, pk_of: dict, values_of: dict, quantum: int) -> dict[int, np.ndarray]:
+    """Which candidates of each variable of ``ip`` the statement's join filters keep, as its own
+    rounds apply them but exactly, at slot precision, and from one set of replies: a consumer's
+    candidate needs a source candidate with its value at most the window before it; a source
+    taking at most one row of a match needs a consumer candidate at most the window after it.
+    Both sides are judged against the other's full candidates, so neither filter drops a row any
+    match takes. Variable index -> mask, for the variables some join filter reads."""
+    index = {v.label: i for i, v in enumerate(ip.variables)}
+    reach = ip.window // quantum + 1  # slots a window can span, rounded up
+    keep: dict[int, np.ndarray] = {}
+    for _, v, j, source in joined_pairs([ip]):
+        if v.condition not in slots_of or source.condition not in slots_of:
+            continue  # a side too frequent to ask: nothing to compare with
+        cons = (pk_of[v.condition], values_of[v.condition][(j.current_sql, j.common_type)], slots_of[v.condition])
+        src = (pk_of[source.condition], values_of[source.condition][(j.other_sql, j.common_type)],
+               slots_of[source.condition])
+        ci, si = index[v.label], index[source.label]
+        keep[ci] = keep.get(ci, np.ones(len(cons[2]), bool)) & _near(cons, src, -reach, 0)
+        if source.at_most_once:
+            keep[si] = keep.get(si, np.ones(len(src[2]), bool)) & _near(src, cons, 0, reach)
+    return keep
+
+
+def _distinct_slots(pk: np.ndarray, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates carrying values come once per value: once per (partition, slot) here."""
+    if not len(slots):
+        return pk, slots
+    both = np.unique(np.stack([pk, slots], axis=1), axis=0)
+    return both[:, 0].copy(), both[:, 1].copy()
+
+
 @dataclass
 class GroupRounds:
     """One set of rounds for a group of statements over one key (``ips``): the requests every
@@ -338,18 +409,24 @@ class GroupRounds:
         base = {"table": TABLE, "key_sql": ips[0].key_sql, "partition_sql": partition_sql}
         quantum = max(1, min(ip.window for ip in ips) // 20)
         conds = list(dict.fromkeys(v.condition for ip in ips for v in ip.variables))
+        values: dict[str, list] = {c: [] for c in conds}  # condition -> the join values its candidates carry
+        for ip, v, j, source in joined_pairs(ips):
+            for cond, value in ((v.condition, [j.current_sql, j.common_type]),
+                                (source.condition, [j.other_sql, j.common_type])):
+                if value not in values[cond]:
+                    values[cond].append(value)
         requests = [{"op": "stats", "conditions": conds, "columns": [], "sample": False, **base}]
         requests += [{"op": "candidates", "condition": c, "packed": True, "quantum": quantum, "joins": [],
-                      "values": [], **base} for c in conds]
+                      "values": values[c], **base} for c in conds]
         return cls(list(ips), conds, quantum, partition_sql, requests)
 
     def sets(self, parts: list[list[pa.Table]], received: int = 0) -> "SharedSets":
         """Each statement's time interval set from the replies (``parts[i]``: every partition's reply
         to request ``i``): the intervals around the candidates of its elements intersected, rarest
         first, dropping intervals around candidates that left the set (``dual_filtering._refine``),
-        as its own rounds would. No round waits for an earlier one's set to filter its candidates
-        (on Spark a job costs far more than the candidates it returns) and join filters are not
-        applied: each set holds every row its statement's matches look at."""
+        as its own rounds would, after its join filters (``_join_kept``). No round waits for an
+        earlier one's set to filter its candidates (on Spark a job costs far more than the
+        candidates it returns): each set holds every row its statement's matches look at."""
         stats, conds = parts[0], self.conds
         n = sum(int(p.column("n")[0].as_py() or 0) for p in stats)
         counts = [sum(int(p.column(f"c{i}")[0].as_py() or 0) for p in stats) for i in range(len(conds))]
@@ -358,29 +435,41 @@ class GroupRounds:
             # enough bits to tell the partitions apart (a shared hash only merges intervals, never loses rows)
             found = max((int(p.column("parts")[0].as_py() or 1) for p in stats), default=1)
             bits = int(min(32, math.ceil(math.log2(found + 1)) + 1))
-        slots_of, pk_of = {}, {}
+        slots_of, pk_of, values_of = {}, {}, {}
         skipped = [c for c, got in zip(conds, parts[1:]) if any("skipped" in p.column_names for p in got)]
-        for c, got in zip(conds, parts[1:]):
+        for c, got, request in zip(conds, parts[1:], self.requests[1:]):
             if c in skipped:  # some partition found it frequent: no statement intersects its intervals
                 continue
-            cand = unpack_candidates(got, (["pk"] if self.partition_sql else []) + ["s"], Source.max_reply)
+            asked = [tuple(v) for v in request["values"]]
+            names = (["pk"] if self.partition_sql else []) + [f"v{k}" for k in range(len(asked))] + ["s"]
+            cand = unpack_candidates(got, names, Source.max_reply)
             slots_of[c] = cand["s"]
             # the replies' hashes have 32 bits: their top ``bits`` name the partition as the final pull's do
             pk_of[c] = cand["pk"] >> (32 - bits) if bits else np.zeros(len(cand["s"]), np.int64)
-        sets = []
+            values_of[c] = {v: cand[f"v{k}"] for k, v in enumerate(asked)}
+        sets, dropped, distinct = [], 0, {}
         q = self.quantum
         for ip in self.ips:
             tis, points = None, {}
+            keep = _join_kept(ip, slots_of, pk_of, values_of, q)
+            dropped += sum(len(k) - int(k.sum()) for k in keep.values())
             mine = [i for i, v in enumerate(ip.variables) if v.condition in slots_of]
             for i in sorted(mine, key=lambda i: counts[conds.index(ip.variables[i].condition)]):
                 v = ip.variables[i]
                 pk, slots = pk_of[v.condition], slots_of[v.condition]
+                if i in keep:
+                    pk, slots = _distinct_slots(pk[keep[i]], slots[keep[i]])
+                elif values_of[v.condition]:
+                    if v.condition not in distinct:
+                        distinct[v.condition] = _distinct_slots(pk, slots)
+                    pk, slots = distinct[v.condition]
                 new = IntervalSet.around_slots(pk, slots, q, v.before, v.after)
                 points[i] = (pk, slots * q, slots * q + (q - 1))
                 tis = new if tis is None else tis.intersect(new)
                 tis = _refine(tis, points, ip)
             sets.append(tis)
-        return SharedSets(sets, bits, n, len(stats), {c: len(slots_of[c]) for c in slots_of}, received, skipped)
+        return SharedSets(sets, bits, n, len(stats), {c: len(slots_of[c]) for c in slots_of}, received, skipped,
+                          dropped)
 
     def pull(self, found: "SharedSets", columns: list[str]) -> tuple[dict, list[bytes]]:
         """The final pull: the rows inside the union of the statements' sets that meet any of their
@@ -411,11 +500,40 @@ class SharedSets:
     candidates: dict
     received: int
     skipped: list = field(default_factory=list)  # conditions some partition found too frequent to ask
+    joined_out: int = 0  # candidates the join filters dropped, over all statements
     union: object = None
 
 
-def shared_sets(df, schema: pa.Schema, rounds: GroupRounds, skip: tuple[float, int] | None = None) -> SharedSets:
-    """The statements' time interval sets from ONE Spark job over ``df``: every partition loads its
+@dataclass
+class TableRounds:
+    """The rounds of several groups over one table, answered in ONE Spark job: every group's
+    requests in the group's order, a request asked by several groups (the same condition over the
+    same key, partitions and quantum) asked once; ``at[g]``: where group ``g``'s requests lie."""
+    groups: list
+    requests: list[dict]
+    at: list[list[int]]
+
+    @classmethod
+    def of(cls, groups: list[GroupRounds]) -> "TableRounds":
+        requests, at, seen = [], [], {}
+        for g in groups:
+            mine = []
+            for r in g.requests:
+                text = json.dumps(r, sort_keys=True)
+                if text not in seen:
+                    seen[text] = len(requests)
+                    requests.append(r)
+                mine.append(seen[text])
+            at.append(mine)
+        return cls(list(groups), requests, at)
+
+    def sets(self, parts: list[list[pa.Table]], received: int = 0) -> list[SharedSets]:
+        """Each group's ``SharedSets`` from every partition's replies to ``requests``."""
+        return [g.sets([parts[i] for i in mine], received) for g, mine in zip(self.groups, self.at)]
+
+
+def table_sets(df, schema: pa.Schema, rounds: TableRounds, skip: tuple[float, int] | None = None) -> list[SharedSets]:
+    """Every group's time interval sets from ONE Spark job over ``df``: each partition loads its
     rows once and answers all of ``rounds``' requests (``answer_batch``, with ``skip``)."""
     task = batch_task(json.dumps(rounds.requests), schema, skip)
     rows = collect(df.mapInArrow(task, "i int, reply binary"))
@@ -425,48 +543,96 @@ def shared_sets(df, schema: pa.Schema, rounds: GroupRounds, skip: tuple[float, i
     return rounds.sets(parts, sum(len(r["reply"]) for r in rows))
 
 
-def _shared_filter(df, schema: pa.Schema, ips: list, mode: str, rid: str, reports: list):
-    """``filter_by_plans`` with one set of rounds for the whole group (``GroupRounds``, one Spark
-    job), then the final pull of the rows inside the union of the sets."""
+def shared_sets(df, schema: pa.Schema, rounds: GroupRounds, skip: tuple[float, int] | None = None) -> SharedSets:
+    """The statements' time interval sets of one group from ONE Spark job over ``df``."""
+    return table_sets(df, schema, TableRounds.of([rounds]), skip)[0]
+
+
+def filter_table(df, schema: pa.Schema, groups: list[tuple], mode: str, rid: str) -> list[tuple]:
+    """Interval filtering for every group of statements over one table (``run_many``: each shared
+    shuffle, and each statement matched alone, by time ranges or by one task) with ONE Spark job
+    over ``df``, the table's cached scan of Arrow schema ``schema``: every partition loads its rows
+    once and answers the requests of all groups (``TableRounds``); each statement's set is made on
+    the driver. ``groups``: (the group's rows, a DataFrame narrowed from ``df``; their Arrow schema;
+    the interval plans of its statements). Per group: (DataFrame of the rows inside any of its
+    statements' sets, each once, or None; [FilterReport per statement])."""
     meter = ShuffleMeter(df.sparkSession)
-    cached = cache(df)
+    out: list = [None] * len(groups)
+    asked = []
+    for g, (_, _, ips) in enumerate(groups):
+        reports = [FilterReport() for _ in ips]
+        out[g] = (None, reports)
+        if any(ip is None for ip in ips):
+            for r in reports:
+                r.reason = "not used (a statement of the group needs every row)"
+        else:
+            asked.append(g)
+    if not asked:
+        return out
     t0 = time.perf_counter()
-    rounds = GroupRounds.of(ips)
+    rounds = TableRounds.of([GroupRounds.of(groups[g][2]) for g in asked])
     # auto: a condition on more than a quarter of a partition's rows (and 50,000 of them) is not
     # asked, its candidates would be the bulk of the reply for little shrinking; on: all are asked
-    found = shared_sets(cached, schema, rounds, FREQUENT if mode == "auto" else None)
+    found = table_sets(df, schema, rounds, FREQUENT if mode == "auto" else None)
     seconds = time.perf_counter() - t0
+    shuffle = meter.delta()
+    statements = sum(len(groups[g][2]) for g in asked)
+    whole = f"1 Spark job in {seconds:.3f} s" + (f" (the table's {statements} statements in {len(asked)} groups, "
+                                                 f"{len(rounds.requests)} requests)" if len(asked) > 1 else "")
+    for k, g in enumerate(asked):
+        src, src_schema, ips = groups[g]
+        reports = out[g][1]
+        kept = _group_pull(src, src_schema, ips, rounds.groups[k], found[k], mode, rid, reports, whole)
+        out[g] = (kept, reports)
+        if kept is not None and shuffle is not None:
+            reports[0].shuffle, shuffle = shuffle, None  # the job once, with the first group filtered
+    return out
+
+
+def _group_pull(src, schema: pa.Schema, ips: list, rounds: GroupRounds, found: SharedSets, mode: str, rid: str,
+                reports: list, job: str):
+    """The final pull of one group's rows (``src``) inside the union of its statements' sets, and
+    their reports; None when the group is not filtered after all."""
     for r in reports:
         r.rows_in = found.rows
     if mode == "auto" and found.rows < MIN_ROWS:
         for r in reports:
             r.reason = f"not used ({found.rows} rows: below {MIN_ROWS}, the final pull would cost more)"
-        cached.unpersist()
-        return None, reports
+        return None
     if any(s is None for s in found.sets):
         for r in reports:
             r.reason = ("not used (a statement's element conditions were all too frequent to ask: it needs "
                         "every row)")
-        cached.unpersist()
-        return None, reports
+        return None
     request, blobs = rounds.pull(found, list(schema.names))
-    shuffle = meter.delta()
     conditions = ", ".join(f"{n:,}" for n in found.candidates.values()) + \
-        (f"; {len(found.skipped)} too frequent, not asked" if found.skipped else "")
+        (f"; {len(found.skipped)} too frequent, not asked" if found.skipped else "") + \
+        (f"; join filters dropped {found.joined_out:,}" if found.joined_out else "")
     for k, (ip, tis, report) in enumerate(zip(ips, found.sets, reports)):
         report.used = True
         report.reason = "used: " + "; ".join(ip.describe()[:1])
-        report.notes.append(f"time interval set: {len(tis)} intervals covering {tis.total_length()} key units; one "
-                            f"final pull for the {len(ips)} statements of the shuffle keeps rows inside any of "
-                            "their time interval sets")
+        report.notes.append(f"time interval set: {len(tis)} intervals covering {tis.total_length()} key units; " +
+                            (f"one final pull for the {len(ips)} statements of the shuffle keeps rows inside any of "
+                             "their time interval sets" if len(ips) > 1 else
+                             "the final pull keeps rows inside it before the shuffle"))
         if k == 0:
-            report.shuffle = shuffle
-            report.notes.append(f"shared rounds: 1 Spark job in {seconds:.3f} s for the {len(ips)} statements' "
+            whose = f"the {len(ips)} statements'" if len(ips) > 1 else "the statement's"
+            report.notes.append(f"shared rounds: {job}; {whose} "
                                 f"{len(found.candidates)} distinct element conditions ({conditions} candidate "
                                 f"slots, {found.received:,} bytes back) over {found.partitions} partitions; final "
                                 f"pull filter: time {request['filter']['kind']} {len(blobs[0]):,} B, "
                                 f"{len(found.union)} intervals")
-    return cached.mapInArrow(pull_any_task([(json.dumps(request), blobs)], schema, rid), cached.schema), reports
+    return src.mapInArrow(pull_any_task([(json.dumps(request), blobs)], schema, rid), src.schema)
+
+
+def _shared_filter(df, schema: pa.Schema, ips: list, mode: str, rid: str):
+    """``filter_by_plans`` with one set of rounds for the whole group (``GroupRounds``, one Spark
+    job), then the final pull of the rows inside the union of the sets."""
+    cached = cache(df)
+    kept, reports = filter_table(cached, schema, [(cached, schema, ips)], mode, rid)[0]
+    if kept is None:
+        cached.unpersist()
+    return kept, reports
 
 
 class SparkSource(Source):
