@@ -67,6 +67,7 @@ FEW_ROWS = 2 * MAX_RANGES  # or when it is expected to keep so few rows that a f
 MAX_SEARCHES = 1 << 16  # type runs x intervals phase one searches at most
 MAX_RUNS = 256  # type runs phase one searches at most (one step each)
 EXACT_SHARE = 0.25  # the index answers candidates alone when they are at most this share of the table
+COLUMN_CACHE = 1 << 28  # bytes of a table's columns a node keeps to hand over the rows of pulls the index decides
 
 
 class IndexError_(ValueError):
@@ -509,6 +510,8 @@ class TableIndex:
         self.hashes: dict[tuple, np.ndarray] = {}
         self.literals: dict[tuple, int | None] = {}
         self.trees: dict[str, object] = {}
+        self.columns: dict[str, pa.Array] = {}
+        self.schemas: dict[str, pa.Schema] = {}  # a pull's select list -> its result's schema
         self._last_phase_one = None
         self._con = con
 
@@ -546,6 +549,76 @@ class TableIndex:
         with self.lock:
             self.keys[key_sql] = out
         return out
+
+    def taken(self, con, names: list[str], ids: np.ndarray) -> list[pa.Array] | None:
+        """The rows ``ids`` (sorted) of the table's columns ``names``, from columns the node keeps
+        in memory; None when they would take more than ``COLUMN_CACHE`` bytes. A scan of the
+        type-major table costs more per row than one of the table in its load order (columns that
+        were sorted there no longer are), so rows the bitmaps find are taken, not scanned for."""
+        keys = [n.lower() for n in names]
+        with self.lock:
+            missing = [n for n, k in zip(names, keys) if k not in self.columns]
+            held = sum(a.nbytes for a in self.columns.values())
+        if missing:
+            got = con.cursor().sql(f"SELECT rowid AS r, {', '.join(quote_ident(n) for n in missing)} "
+                                   f"FROM {quote_ident(self.table)}").to_arrow_table()
+            if got.num_rows != self.rows:
+                return None
+            r = got.column("r").to_numpy()
+            if len(r) and ((np.diff(r) != 1).any() or r[0] != 0):
+                got = got.take(pa.array(np.argsort(r, kind="stable")))
+            fresh = {n.lower(): got.column(i + 1).combine_chunks() for i, n in enumerate(missing)}
+            if held + sum(a.nbytes for a in fresh.values()) > COLUMN_CACHE:
+                return None
+            with self.lock:
+                self.columns.update(fresh)
+        with self.lock:
+            arrays = [self.columns[k] for k in keys]
+        at = pa.array(ids, pa.int64())
+        return [a.take(at) for a in arrays]
+
+    def decided_rows(self, con, condition: str, key_sql: str, cover) -> np.ndarray | None:
+        """The sorted row ids where ``condition`` is TRUE inside ``cover`` (rows without a key
+        kept), from the index alone; None when the bitmaps do not decide the condition exactly
+        or when more than ``EXACT_SHARE`` of the table may pass (a scan hands those over as fast)."""
+        tree = self._tree(condition)
+        if not self._exact(tree, con):
+            return None
+        starts, ends, _ = self._phase_one(con, tree, key_sql, cover, True)
+        share = int((ends - starts + 1).sum())
+        if any(getattr(x, "column", None) is not None for x in _leaves(tree)):
+            share *= self._estimate(tree, con)
+            if share > EXACT_SHARE * self.rows:
+                return None
+            return self._rows(tree, con, starts, ends)
+        if share > EXACT_SHARE * self.rows:
+            return None
+        return _expand(starts, ends)
+
+    def pulled(self, con, condition: str, key_sql: str, partition_sql: list[str], pk_bits: int, cover,
+               keep=None, bounds=None) -> np.ndarray | None:
+        """The row ids a pull of ``condition`` returns, from the index alone: ``decided_rows``
+        less the rows with a key that ``keep(pk, t)`` refuses or that lie outside ``bounds``."""
+        ids = self.decided_rows(con, condition, key_sql, cover)
+        if ids is None or keep is None:
+            return ids
+        keyed = self._keys(con, key_sql)
+        if keyed is None:
+            return None
+        keys, valid = keyed[0], keyed[1]
+        has_key = valid[ids]
+        with_key = ids[has_key]
+        t = keys[with_key]
+        if partition_sql:
+            pk = (self._hashes(con, tuple(partition_sql))[with_key] >> np.uint64(64 - pk_bits)).astype(np.int64)
+        else:
+            pk = np.zeros(len(with_key), np.int64)
+        ok = np.asarray(keep(pk, t), bool)
+        if bounds:
+            ok &= (t >= bounds[0]) & (t <= bounds[1])
+        mask = ~has_key  # rows without a key are kept, as the scan keeps them: the engine decides on them
+        mask[has_key] = ok
+        return ids[mask]
 
     def _hashes(self, con, parts: tuple) -> np.ndarray:
         """hash(partition columns) per row, as DuckDB computes it (UBIGINT)."""
@@ -756,8 +829,8 @@ class TableIndex:
         bits = self._bitmap(tree, con, words)
         if bits is None:
             return _expand(starts, ends)
-        nz = np.flatnonzero(bits)  # unpack only the words with a row set
-        x = np.flatnonzero(np.unpackbits(bits[nz].view(np.uint8), bitorder="little"))
+        nz = np.flatnonzero(bits)  # decode only the words with a row set
+        x = _set_bits(bits[nz])
         word_ids = (nz + first) if isinstance(words, slice) else words[nz]
         rows = word_ids[x // 64] * 64 + x % 64
         k = np.searchsorted(starts, rows, "right") - 1
@@ -878,6 +951,18 @@ def _positions(keys: np.ndarray, valid: np.ndarray, run_lo, run_hi, first_null):
     if len(comp) > 1 and (np.diff(comp) < 0).any():
         return None
     return comp, kmin, span
+
+
+def _set_bits(words: np.ndarray) -> np.ndarray:
+    """Positions (word * 64 + bit, sorted) of the set bits of ``words``."""
+    single = np.bitwise_count(words) == 1
+    if 2 * int(single.sum()) < len(words):  # dense words: unpack them all
+        return np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little"))
+    # mostly one row per word (a selective test): its position is the word's binary exponent
+    at = np.arange(len(words))
+    one = at[single] * 64 + np.frexp(words[single].astype(np.float64))[1] - 1  # powers of two are exact
+    x = np.flatnonzero(np.unpackbits(words[~single].view(np.uint8), bitorder="little"))
+    return np.sort(np.r_[one, at[~single][x // 64] * 64 + x % 64])
 
 
 def _expand(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
