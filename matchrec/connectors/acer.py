@@ -287,11 +287,25 @@ def _literal(node):
     return None
 
 
-def _column(node) -> str | None:
+_T = exp.DataType.Type
+# casts that keep every value of a column of that kind as it is (the compute node's SQL casts the
+# type column to VARCHAR and keys to BIGINT): a test on the cast is a test on the column
+_SAME_VALUES = {"str": {_T.TEXT, _T.VARCHAR}, "int": {_T.BIGINT, _T.INT128}, "float": {_T.DOUBLE}}
+
+
+def _column(node, kinds: dict[str, str | None] | None = None) -> str | None:
+    """The column ``node`` reads as it is: a column, or one cast to a type that keeps its values."""
     while isinstance(node, exp.Paren):
         node = node.this
+    cast_to = None
+    if isinstance(node, exp.Cast) and kinds is not None:
+        cast_to, node = node.to.this, node.this
+        while isinstance(node, exp.Paren):
+            node = node.this
     if isinstance(node, exp.Column) and not node.table:
-        return node.name.lower()
+        name = node.name.lower()
+        if cast_to is None or cast_to in _SAME_VALUES.get(kinds.get(name), ()):
+            return name
     return None
 
 
@@ -310,13 +324,17 @@ def necessary(node, kinds: dict[str, str], type_column: str, type_kind: str | No
     parts is, so a tree without TRUE leaves is the condition itself."""
     while isinstance(node, exp.Paren):
         node = node.this
+    if (isinstance(node, exp.Coalesce) and len(node.expressions) == 1
+            and isinstance(node.expressions[0], exp.Boolean) and node.expressions[0].this is False):
+        return necessary(node.this, kinds, type_column, type_kind)  # TRUE exactly where its argument is
     if isinstance(node, (exp.And, exp.Or)):
         op = "and" if isinstance(node, exp.And) else "or"
         return (op, [necessary(c, kinds, type_column, type_kind) for c in (node.left, node.right)])
+    readable = {**kinds, type_column: type_kind} if type_column else kinds
     if type(node) in _FLIP:
-        op, col, lit = type(node), _column(node.left), _literal(node.right)
+        op, col, lit = type(node), _column(node.left, readable), _literal(node.right)
         if col is None:
-            op, col, lit = _FLIP[op], _column(node.right), _literal(node.left)
+            op, col, lit = _FLIP[op], _column(node.right, readable), _literal(node.left)
         if col is None or lit is None:
             return TRUE
         if col == type_column:
@@ -327,12 +345,12 @@ def necessary(node, kinds: dict[str, str], type_column: str, type_kind: str | No
             return In(col, frozenset([lit])) if kinds[col] == "str" else _cmp(op, col, lit)
         return TRUE
     if isinstance(node, exp.Between) and not node.args.get("symmetric"):
-        col, lo, hi = _column(node.this), _literal(node.args.get("low")), _literal(node.args.get("high"))
+        col, lo, hi = _column(node.this, readable), _literal(node.args.get("low")), _literal(node.args.get("high"))
         if col in kinds and kinds[col] != "str" and _fits(kinds[col], lo) and _fits(kinds[col], hi):
             return Cmp(col, lo, False, hi, False)
         return TRUE
     if isinstance(node, exp.In) and not node.args.get("query") and not node.args.get("unnest"):
-        col = _column(node.this)
+        col = _column(node.this, readable)
         lits = [_literal(e) for e in node.expressions]
         kind = type_kind if col == type_column else kinds.get(col)
         if lits and all(_fits(kind, v, equality=True) for v in lits):
