@@ -6,7 +6,7 @@ indexed and an unindexed copy of the table, result rows compared.
 Starts ``--nodes`` ``matchrec storage-node`` processes on 127.0.0.1 (``bench.cer_nodes``) and loads
 each data set three times (rows spread at random): ``ev`` and ``ev2`` unindexed, ``evi`` indexed
 (``matchrec index``: type-major order and range bitmaps). Each statement runs with the ``dfs``
-pull strategy ``--repeats`` times on each copy, the three taking turns in a rotating order; its
+pull strategy (rounds forced) ``--repeats`` times on each copy, the three taking turns in a rotating order; its
 rows on the indexed copy must equal those on both unindexed copies (and the local run's). The
 table gives the fastest run's latency and the node processes' CPU time (user + system from
 /proc, summed over the nodes, averaged over the runs: the clock tick is 10 ms) per copy; the
@@ -89,7 +89,7 @@ def main() -> int:
              f"--repeats {args.repeats}`", "",
              f"- CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; DuckDB "
              f"{duckdb.__version__}; date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
-             f"{args.nodes} storage-node processes on 127.0.0.1, pull strategy dfs; latency: the fastest of "
+             f"{args.nodes} storage-node processes on 127.0.0.1, pull strategy dfs with its rounds always made (`SET matchrec_round_trips = always`: the same plan on every copy); latency: the fastest of "
              f"{args.repeats} runs; node CPU: mean over the runs", ""]
     table = ["| data | statement | rows | same rows | no index ms | index ms | speed-up (latency) | "
              "noise floor (latency) | no index node CPU ms | index node CPU ms | speed-up (node CPU) | "
@@ -122,6 +122,7 @@ def main() -> int:
             remote = matchrec.connect(storage_nodes=uris)
             session = remote.session
             session.set("pull_strategy", "dfs")
+            session.set("matchrec_round_trips", "always")  # the same rounds on both copies, whatever the link probe measured
             for what, stmt in statements:
                 expected = sorted(tuple(r) for r in local.cursor().execute(stmt).fetchall())
                 copies = {name: stmt.replace(" FROM ev ", f" FROM {name} ") for name in ("ev", "ev2", "evi")}

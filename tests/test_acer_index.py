@@ -149,13 +149,13 @@ def test_pulls_the_bitmaps_decide_take_the_rows_the_scan_returns(monkeypatch):
     """A pull whose condition the bitmaps decide is answered from the node's column cache: the
     same rows, schema and order as DuckDB's scan of the indexed table, and as the unindexed node's
     rows (time filters by partition, rows without a key, column lists, a cache too small)."""
-    data = _table(np.random.default_rng(21), 2000)
+    data = _table(np.random.default_rng(21), 1500)
     a, b = _services(data, ["i", "f", "s", "d"])
     idx = b.indexes.get(b.con, "ev", b._version("ev"))
     ts = np.sort(np.array([t for t in data.column("ts").cast(pa.int64()).to_pylist() if t is not None]))
     rng = random.Random(8)
     decided = 0
-    for k in range(12):
+    for k in range(8):
         cond = _condition(rng)
         starts = np.sort(np.array([rng.randint(int(ts[0]), int(ts[-1])) for _ in range(rng.choice([1, 4, 30]))]))
         tis = IntervalSet._merged(np.array([rng.randint(0, 3) for _ in starts], np.int64), starts,
