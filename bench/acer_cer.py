@@ -157,11 +157,12 @@ def main() -> int:
         finally:
             stop_nodes(procs)
     lines += [""] + table + [""]
-    if ratios:
+    for label in dict.fromkeys(r[0] for r in ratios):
+        got = [r for r in ratios if r[0] == label]
         for k, kind in ((2, "latency"), (4, "node CPU")):
-            lines.append(f"- {kind}: speed-up from {min(r[k] for r in ratios):.2f}x to {max(r[k] for r in ratios):.2f}x "
-                         f"over {len(ratios)} statements; noise floor from {min(r[k + 1] for r in ratios):.2f}x to "
-                         f"{max(r[k + 1] for r in ratios):.2f}x")
+            lines.append(f"- {label}, {kind}: speed-up from {min(r[k] for r in got):.2f}x to "
+                         f"{max(r[k] for r in got):.2f}x over {len(got)} statements; noise floor (unindexed / "
+                         f"unindexed) from {min(r[k + 1] for r in got):.2f}x to {max(r[k + 1] for r in got):.2f}x")
     lines.append(f"- load average (1, 5, 15 min) at the start: {', '.join(f'{x:.2f}' for x in load0)}; at the end: "
                  f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores shared with other work)")
     lines.append("")
