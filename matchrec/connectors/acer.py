@@ -578,8 +578,11 @@ class TableIndex:
             missing = [n for n, k in zip(names, keys) if k not in self.columns]
             held = sum(a.nbytes for a in self.columns.values())
         if missing:
-            got = con.cursor().sql(f"SELECT rowid AS r, {', '.join(quote_ident(n) for n in missing)} "
-                                   f"FROM {quote_ident(self.table)}").to_arrow_table()
+            select = f"SELECT rowid AS r, {', '.join(quote_ident(n) for n in missing)} FROM {quote_ident(self.table)}"
+            head = con.cursor().sql(f"{select} LIMIT 4096").to_arrow_table()  # never read a table that cannot fit
+            if held + head.nbytes / max(head.num_rows, 1) * self.rows > COLUMN_CACHE:
+                return None
+            got = con.cursor().sql(select).to_arrow_table()
             if got.num_rows != self.rows:
                 return None
             r = got.column("r").to_numpy()
