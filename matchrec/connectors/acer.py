@@ -23,7 +23,8 @@ Answering a condition with a time cover (the replay intervals, merged over parti
 one takes the type runs the condition's type tests allow and, inside each, the row ranges whose
 time lies in the cover (a binary search on the run's sorted keys); phase two evaluates the
 condition's attribute tests (``col op const``, BETWEEN, ``col = 'str'``, IN; dates and
-timestamps against DATE/TIMESTAMP literals) on the bit slices of the blocks those ranges touch
+timestamps against DATE/TIMESTAMP literals; a column may be cast to a type that keeps its values,
+and ``coalesce(test, FALSE)`` is the test) on the bit slices of the blocks those ranges touch
 (less the blocks whose code range cannot meet them) only. Both phases over-approximate (a part
 the index does not know keeps every row), so:
 
@@ -31,6 +32,9 @@ the index does not know keeps every row), so:
   code books expect to be at most ``EXACT_SHARE`` of the table, is answered from the index alone
   (the key, its position key for phase one and the partition hash of every row are cached by
   the node, 8 bytes a row each);
+* so is such a ``pull``: its rows are taken from the table's columns, kept by the node (at most
+  ``COLUMN_CACHE`` bytes a table), since DuckDB scans the type-major table slower than the table
+  in its load order and fetches scattered row ids slower still;
 * otherwise DuckDB scans with the condition, restricted to at most ``MAX_RANGES`` row-id ranges
   that cover every row the index let through; phase two runs for it only when the code books
   expect few rows. When those ranges would cover more than ``SCAN_SHARE`` of the table, DuckDB
