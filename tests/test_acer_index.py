@@ -150,6 +150,7 @@ def test_pulls_the_bitmaps_decide_take_the_rows_the_scan_returns(monkeypatch):
     same rows, schema and order as DuckDB's scan of the indexed table, and as the unindexed node's
     rows (time filters by partition, rows without a key, column lists, a cache too small)."""
     data = _table(np.random.default_rng(21), 1500)
+    data = data.append_column("r", pa.array(np.arange(data.num_rows)[::-1].copy()))  # the name of a row id alias
     a, b = _services(data, ["i", "f", "s", "d"])
     idx = b.indexes.get(b.con, "ev", b._version("ev"))
     ts = np.sort(np.array([t for t in data.column("ts").cast(pa.int64()).to_pylist() if t is not None]))
@@ -165,7 +166,7 @@ def test_pulls_the_bitmaps_decide_take_the_rows_the_scan_returns(monkeypatch):
         merged = IntervalSet._merged(np.zeros(len(tis), np.int64), np.sort(tis.lo), np.sort(tis.hi))
         cover = np.concatenate([merged.lo, merged.hi]).astype(np.int64).tobytes()
         reqs = [({"op": "pull", "table": "ev", "where": cond}, []),
-                ({"op": "pull", "table": "ev", "where": cond, "columns": ["ID", "s", "ts", "i"]}, []),
+                ({"op": "pull", "table": "ev", "where": cond, "columns": ["ID", "s", "ts", "i", "r"]}, []),
                 ({"op": "pull", "table": "ev", "where": cond, "key_sql": KEY, "partition_sql": ['"part"'],
                   "pk_bits": 2, "filter": {"kind": "exact", "blob": 0}, "cover": 1,
                   "range": [int(tis.lo.min()), int(np.median(tis.hi))]}, [exact, cover])]
@@ -174,7 +175,7 @@ def test_pulls_the_bitmaps_decide_take_the_rows_the_scan_returns(monkeypatch):
             decided += idx.decided_rows(b.con, cond, req.get("key_sql", ""), b._cover(req, blobs)) is not None
         got = b.answer(dict(reqs[1][0]), [])
         with b._scope("ev", cond, reqs[1][0], [], True) as (cur, scope, _c):
-            want = cur.sql(f'SELECT "ID", s, ts, i FROM ev WHERE {scope} AND ({cond})').to_arrow_table()
+            want = cur.sql(f'SELECT "ID", s, ts, i, r FROM ev WHERE {scope} AND ({cond})').to_arrow_table()
         assert got.to_pylist() == want.to_pylist(), cond  # in row order, as the scan hands them over
     assert decided >= 4  # many random conditions are ranges and types the bitmaps decide
     assert idx.columns  # and they were answered from the cache

@@ -589,7 +589,7 @@ class TableIndex:
             got = con.cursor().sql(select).to_arrow_table()
             if got.num_rows != self.rows:
                 return None
-            r = got.column("r").to_numpy()
+            r = got.column(0).to_numpy()  # by position: the table may have a column named r
             if len(r) and ((np.diff(r) != 1).any() or r[0] != 0):
                 got = got.take(pa.array(np.argsort(r, kind="stable")))
             fresh = {n.lower(): got.column(i + 1).combine_chunks() for i, n in enumerate(missing)}

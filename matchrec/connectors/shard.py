@@ -563,7 +563,9 @@ class ShardService:
     def _pull_decided(self, idx, table, cols, where, req, blobs, tf) -> pa.Table | None:
         """The pull's rows when the table's index ``idx`` decides its condition and keeps its
         columns in memory, or None: DuckDB scans."""
-        key, parts, bits, bounds = req.get("key_sql", ""), [], 32, None
+        key, parts, bits, bounds = req.get("key_sql") or "", [], 32, None
+        if key:
+            key = check_fragment(key)
         if tf is not None:
             _, key = self._select_keys(req)
             parts = [check_fragment(p) for p in req.get("partition_sql", [])]
