@@ -58,7 +58,14 @@ def _condition(rng: random.Random) -> str:
              lambda: f"d BETWEEN DATE '{day()}' AND DATE '{day()}'",
              lambda: f"tsa {rng.choice(['<', '>'])} TIMESTAMP '{stamp()}'", lambda: f"tsa >= DATE '{day()}'",
              lambda: "NOT (i < 0)", lambda: "lower(s) = 'y'", lambda: "i % 7 = 1", lambda: "f <> f",
-             lambda: f"part = {rng.randint(0, 4)}"]
+             lambda: f"part = {rng.randint(0, 4)}",
+             # as the compute node writes them: casts that keep the values, NULL read as FALSE
+             lambda: f"CAST(type AS VARCHAR) = '{rng.choice(['b', 'é'])}'", lambda: "CAST(\"type\" AS TEXT) IN ('c', 'd')",
+             lambda: f"coalesce((i > {rng.randint(-40, 40)}), FALSE)", lambda: f"CAST(i AS BIGINT) <= {rng.randint(-9, 9)}",
+             lambda: "CAST(f AS DOUBLE) > 1.5", lambda: "coalesce(CAST(s AS VARCHAR) IN ('x', 'zz'), FALSE)",
+             # casts that change values, a NULL read as TRUE: left to DuckDB
+             lambda: "CAST(i AS VARCHAR) = '3'", lambda: "TRY_CAST(f AS INTEGER) = 2", lambda: "coalesce(i > 0, TRUE)",
+             lambda: "TRY_CAST(i AS TINYINT) > 3"]
 
     def tree(depth):
         if depth == 0 or rng.random() < 0.35:
@@ -136,6 +143,52 @@ def test_partition_hashes_and_the_exact_path():
     want = b.con.sql(f"SELECT CAST(hash(\"part\", \"type\") >> 32 AS BIGINT) AS pk, {KEY} AS t FROM ev "
                      f"WHERE (s = 'zz' AND i >= 40 OR type = 'c' AND i < -45) AND {KEY} IS NOT NULL").to_arrow_table()
     assert sorted(zip(*got.to_pydict().values())) == sorted(zip(*want.to_pydict().values()))
+
+
+def test_pulls_the_bitmaps_decide_take_the_rows_the_scan_returns(monkeypatch):
+    """A pull whose condition the bitmaps decide is answered from the node's column cache: the
+    same rows, schema and order as DuckDB's scan of the indexed table, and as the unindexed node's
+    rows (time filters by partition, rows without a key, column lists, a cache too small)."""
+    data = _table(np.random.default_rng(21), 1500)
+    data = data.append_column("r", pa.array(np.arange(data.num_rows)[::-1].copy()))  # the name of a row id alias
+    a, b = _services(data, ["i", "f", "s", "d"])
+    idx = b.indexes.get(b.con, "ev", b._version("ev"))
+    ts = np.sort(np.array([t for t in data.column("ts").cast(pa.int64()).to_pylist() if t is not None]))
+    rng = random.Random(8)
+    decided = 0
+    for k in range(8):
+        cond = _condition(rng)
+        starts = np.sort(np.array([rng.randint(int(ts[0]), int(ts[-1])) for _ in range(rng.choice([1, 4, 30]))]))
+        tis = IntervalSet._merged(np.array([rng.randint(0, 3) for _ in starts], np.int64), starts,
+                                  starts + np.array([rng.randint(0, 4 * 10**9) for _ in starts], np.int64))
+        order = np.lexsort((tis.lo, tis.pk))
+        exact = np.concatenate([tis.pk[order], tis.lo[order], tis.hi[order]]).astype(np.int64).tobytes()
+        merged = IntervalSet._merged(np.zeros(len(tis), np.int64), np.sort(tis.lo), np.sort(tis.hi))
+        cover = np.concatenate([merged.lo, merged.hi]).astype(np.int64).tobytes()
+        reqs = [({"op": "pull", "table": "ev", "where": cond}, []),
+                ({"op": "pull", "table": "ev", "where": cond, "columns": ["ID", "s", "ts", "i", "r"]}, []),
+                ({"op": "pull", "table": "ev", "where": cond, "key_sql": KEY, "partition_sql": ['"part"'],
+                  "pk_bits": 2, "filter": {"kind": "exact", "blob": 0}, "cover": 1,
+                  "range": [int(tis.lo.min()), int(np.median(tis.hi))]}, [exact, cover])]
+        for req, blobs in reqs:
+            _same(a, b, req, blobs)
+            decided += idx.decided_rows(b.con, cond, req.get("key_sql", ""), b._cover(req, blobs)) is not None
+        got = b.answer(dict(reqs[1][0]), [])
+        with b._scope("ev", cond, reqs[1][0], [], True) as (cur, scope, _c):
+            want = cur.sql(f'SELECT "ID", s, ts, i, r FROM ev WHERE {scope} AND ({cond})').to_arrow_table()
+        assert got.to_pylist() == want.to_pylist(), cond  # in row order, as the scan hands them over
+    assert decided >= 4  # many random conditions are ranges and types the bitmaps decide
+    assert idx.columns  # and they were answered from the cache
+    for cond in ["CAST(type AS VARCHAR) = 'c' AND coalesce((i < -20), FALSE)", "CAST(i AS HUGEINT) BETWEEN 3 AND 5",
+                 "TRY_CAST(f AS INTEGER) = 2", "CAST(f AS DOUBLE) < -25", "CAST(type AS VARCHAR) IN ('b', 'ab')",
+                 "coalesce(i > 40, TRUE)", "CAST(s AS VARCHAR) = 'Y' AND coalesce(f >= 0, FALSE)"]:
+        for req in ({"op": "pull", "table": "ev", "where": cond},
+                    {"op": "candidates", "table": "ev", "condition": cond, "key_sql": KEY}):
+            _same(a, b, req, [])
+    monkeypatch.setattr(acer, "COLUMN_CACHE", 1000)  # a cache too small: DuckDB scans
+    b.indexes.forget("ev")
+    _same(a, b, {"op": "pull", "table": "ev", "where": "i < -40"}, [])
+    assert not b.indexes.get(b.con, "ev", b._version("ev")).columns
 
 
 def test_planner_scans_unless_the_index_narrows():

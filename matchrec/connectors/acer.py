@@ -23,7 +23,8 @@ Answering a condition with a time cover (the replay intervals, merged over parti
 one takes the type runs the condition's type tests allow and, inside each, the row ranges whose
 time lies in the cover (a binary search on the run's sorted keys); phase two evaluates the
 condition's attribute tests (``col op const``, BETWEEN, ``col = 'str'``, IN; dates and
-timestamps against DATE/TIMESTAMP literals) on the bit slices of the blocks those ranges touch
+timestamps against DATE/TIMESTAMP literals; a column may be cast to a type that keeps its values,
+and ``coalesce(test, FALSE)`` is the test) on the bit slices of the blocks those ranges touch
 (less the blocks whose code range cannot meet them) only. Both phases over-approximate (a part
 the index does not know keeps every row), so:
 
@@ -31,6 +32,9 @@ the index does not know keeps every row), so:
   code books expect to be at most ``EXACT_SHARE`` of the table, is answered from the index alone
   (the key, its position key for phase one and the partition hash of every row are cached by
   the node, 8 bytes a row each);
+* so is such a ``pull``: its rows are taken from the table's columns, kept by the node (at most
+  ``COLUMN_CACHE`` bytes a table), since DuckDB scans the type-major table slower than the table
+  in its load order and fetches scattered row ids slower still;
 * otherwise DuckDB scans with the condition, restricted to at most ``MAX_RANGES`` row-id ranges
   that cover every row the index let through; phase two runs for it only when the code books
   expect few rows. When those ranges would cover more than ``SCAN_SHARE`` of the table, DuckDB
@@ -67,6 +71,7 @@ FEW_ROWS = 2 * MAX_RANGES  # or when it is expected to keep so few rows that a f
 MAX_SEARCHES = 1 << 16  # type runs x intervals phase one searches at most
 MAX_RUNS = 256  # type runs phase one searches at most (one step each)
 EXACT_SHARE = 0.25  # the index answers candidates alone when they are at most this share of the table
+COLUMN_CACHE = 1 << 28  # bytes of a table's columns a node keeps to hand over the rows of pulls the index decides
 
 
 class IndexError_(ValueError):
@@ -286,11 +291,25 @@ def _literal(node):
     return None
 
 
-def _column(node) -> str | None:
+_T = exp.DataType.Type
+# casts that keep every value of a column of that kind as it is (the compute node's SQL casts the
+# type column to VARCHAR and keys to BIGINT): a test on the cast is a test on the column
+_SAME_VALUES = {"str": {_T.TEXT, _T.VARCHAR}, "int": {_T.BIGINT, _T.INT128}, "float": {_T.DOUBLE}}
+
+
+def _column(node, kinds: dict[str, str | None] | None = None) -> str | None:
+    """The column ``node`` reads as it is: a column, or one cast to a type that keeps its values."""
     while isinstance(node, exp.Paren):
         node = node.this
+    cast_to = None
+    if isinstance(node, exp.Cast) and kinds is not None:
+        cast_to, node = node.to.this, node.this
+        while isinstance(node, exp.Paren):
+            node = node.this
     if isinstance(node, exp.Column) and not node.table:
-        return node.name.lower()
+        name = node.name.lower()
+        if cast_to is None or cast_to in _SAME_VALUES.get(kinds.get(name), ()):
+            return name
     return None
 
 
@@ -309,13 +328,17 @@ def necessary(node, kinds: dict[str, str], type_column: str, type_kind: str | No
     parts is, so a tree without TRUE leaves is the condition itself."""
     while isinstance(node, exp.Paren):
         node = node.this
+    if (isinstance(node, exp.Coalesce) and len(node.expressions) == 1
+            and isinstance(node.expressions[0], exp.Boolean) and node.expressions[0].this is False):
+        return necessary(node.this, kinds, type_column, type_kind)  # TRUE exactly where its argument is
     if isinstance(node, (exp.And, exp.Or)):
         op = "and" if isinstance(node, exp.And) else "or"
         return (op, [necessary(c, kinds, type_column, type_kind) for c in (node.left, node.right)])
+    readable = {**kinds, type_column: type_kind} if type_column else kinds
     if type(node) in _FLIP:
-        op, col, lit = type(node), _column(node.left), _literal(node.right)
+        op, col, lit = type(node), _column(node.left, readable), _literal(node.right)
         if col is None:
-            op, col, lit = _FLIP[op], _column(node.right), _literal(node.left)
+            op, col, lit = _FLIP[op], _column(node.right, readable), _literal(node.left)
         if col is None or lit is None:
             return TRUE
         if col == type_column:
@@ -326,12 +349,12 @@ def necessary(node, kinds: dict[str, str], type_column: str, type_kind: str | No
             return In(col, frozenset([lit])) if kinds[col] == "str" else _cmp(op, col, lit)
         return TRUE
     if isinstance(node, exp.Between) and not node.args.get("symmetric"):
-        col, lo, hi = _column(node.this), _literal(node.args.get("low")), _literal(node.args.get("high"))
+        col, lo, hi = _column(node.this, readable), _literal(node.args.get("low")), _literal(node.args.get("high"))
         if col in kinds and kinds[col] != "str" and _fits(kinds[col], lo) and _fits(kinds[col], hi):
             return Cmp(col, lo, False, hi, False)
         return TRUE
     if isinstance(node, exp.In) and not node.args.get("query") and not node.args.get("unnest"):
-        col = _column(node.this)
+        col = _column(node.this, readable)
         lits = [_literal(e) for e in node.expressions]
         kind = type_kind if col == type_column else kinds.get(col)
         if lits and all(_fits(kind, v, equality=True) for v in lits):
@@ -509,6 +532,8 @@ class TableIndex:
         self.hashes: dict[tuple, np.ndarray] = {}
         self.literals: dict[tuple, int | None] = {}
         self.trees: dict[str, object] = {}
+        self.columns: dict[str, pa.Array] = {}
+        self.schemas: dict[str, pa.Schema] = {}  # a pull's select list -> its result's schema
         self._last_phase_one = None
         self._con = con
 
@@ -546,6 +571,79 @@ class TableIndex:
         with self.lock:
             self.keys[key_sql] = out
         return out
+
+    def taken(self, con, names: list[str], ids: np.ndarray) -> list[pa.Array] | None:
+        """The rows ``ids`` (sorted) of the table's columns ``names``, from columns the node keeps
+        in memory; None when they would take more than ``COLUMN_CACHE`` bytes. A scan of the
+        type-major table costs more per row than one of the table in its load order (columns that
+        were sorted there no longer are), so rows the bitmaps find are taken, not scanned for."""
+        keys = [n.lower() for n in names]
+        with self.lock:
+            missing = [n for n, k in zip(names, keys) if k not in self.columns]
+            held = sum(a.nbytes for a in self.columns.values())
+        if missing:
+            select = f"SELECT rowid AS r, {', '.join(quote_ident(n) for n in missing)} FROM {quote_ident(self.table)}"
+            head = con.cursor().sql(f"{select} LIMIT 4096").to_arrow_table()  # never read a table that cannot fit
+            if held + head.nbytes / max(head.num_rows, 1) * self.rows > COLUMN_CACHE:
+                return None
+            got = con.cursor().sql(select).to_arrow_table()
+            if got.num_rows != self.rows:
+                return None
+            r = got.column(0).to_numpy()  # by position: the table may have a column named r
+            if len(r) and ((np.diff(r) != 1).any() or r[0] != 0):
+                got = got.take(pa.array(np.argsort(r, kind="stable")))
+            fresh = {n.lower(): got.column(i + 1).combine_chunks() for i, n in enumerate(missing)}
+            if held + sum(a.nbytes for a in fresh.values()) > COLUMN_CACHE:
+                return None
+            with self.lock:
+                self.columns.update(fresh)
+        with self.lock:
+            arrays = [self.columns[k] for k in keys]
+        at = pa.array(ids, pa.int64())
+        return [a.take(at) for a in arrays]
+
+    def decided_rows(self, con, condition: str, key_sql: str, cover) -> np.ndarray | None:
+        """The sorted row ids where ``condition`` is TRUE inside ``cover`` (rows without a key
+        kept), from the index alone; None when the bitmaps do not decide the condition exactly
+        or when more than ``EXACT_SHARE`` of the table may pass (a scan hands those over as fast)."""
+        tree = self._tree(condition)
+        if not self._exact(tree, con):
+            return None
+        starts, ends, _ = self._phase_one(con, tree, key_sql, cover, True)
+        share = int((ends - starts + 1).sum())
+        if any(getattr(x, "column", None) is not None for x in _leaves(tree)):
+            share *= self._estimate(tree, con)
+            if share > EXACT_SHARE * self.rows:
+                return None
+            return self._rows(tree, con, starts, ends)
+        if share > EXACT_SHARE * self.rows:
+            return None
+        return _expand(starts, ends)
+
+    def pulled(self, con, condition: str, key_sql: str, partition_sql: list[str], pk_bits: int, cover,
+               keep=None, bounds=None) -> np.ndarray | None:
+        """The row ids a pull of ``condition`` returns, from the index alone: ``decided_rows``
+        less the rows with a key that ``keep(pk, t)`` refuses or that lie outside ``bounds``."""
+        ids = self.decided_rows(con, condition, key_sql, cover)
+        if ids is None or keep is None:
+            return ids
+        keyed = self._keys(con, key_sql)
+        if keyed is None:
+            return None
+        keys, valid = keyed[0], keyed[1]
+        has_key = valid[ids]
+        with_key = ids[has_key]
+        t = keys[with_key]
+        if partition_sql:
+            pk = (self._hashes(con, tuple(partition_sql))[with_key] >> np.uint64(64 - pk_bits)).astype(np.int64)
+        else:
+            pk = np.zeros(len(with_key), np.int64)
+        ok = np.asarray(keep(pk, t), bool)
+        if bounds:
+            ok &= (t >= bounds[0]) & (t <= bounds[1])
+        mask = ~has_key  # rows without a key are kept, as the scan keeps them: the engine decides on them
+        mask[has_key] = ok
+        return ids[mask]
 
     def _hashes(self, con, parts: tuple) -> np.ndarray:
         """hash(partition columns) per row, as DuckDB computes it (UBIGINT)."""
@@ -756,8 +854,8 @@ class TableIndex:
         bits = self._bitmap(tree, con, words)
         if bits is None:
             return _expand(starts, ends)
-        nz = np.flatnonzero(bits)  # unpack only the words with a row set
-        x = np.flatnonzero(np.unpackbits(bits[nz].view(np.uint8), bitorder="little"))
+        nz = np.flatnonzero(bits)  # decode only the words with a row set
+        x = _set_bits(bits[nz])
         word_ids = (nz + first) if isinstance(words, slice) else words[nz]
         rows = word_ids[x // 64] * 64 + x % 64
         k = np.searchsorted(starts, rows, "right") - 1
@@ -878,6 +976,18 @@ def _positions(keys: np.ndarray, valid: np.ndarray, run_lo, run_hi, first_null):
     if len(comp) > 1 and (np.diff(comp) < 0).any():
         return None
     return comp, kmin, span
+
+
+def _set_bits(words: np.ndarray) -> np.ndarray:
+    """Positions (word * 64 + bit, sorted) of the set bits of ``words``."""
+    single = np.bitwise_count(words) == 1
+    if 2 * int(single.sum()) < len(words):  # dense words: unpack them all
+        return np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little"))
+    # mostly one row per word (a selective test): its position is the word's binary exponent
+    at = np.arange(len(words))
+    one = at[single] * 64 + np.frexp(words[single].astype(np.float64))[1] - 1  # powers of two are exact
+    x = np.flatnonzero(np.unpackbits(words[~single].view(np.uint8), bitorder="little"))
+    return np.sort(np.r_[one, at[~single][x // 64] * 64 + x % 64])
 
 
 def _expand(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -329,14 +329,15 @@ class ShardService:
         tf = found.contains if found is not None else None
         if req.get("session") is not None:
             return self._session_candidates(req, blobs, name, table, cond, pk, key, values, joins, tf)
-        idx = self.indexes.get(self.con, name, self._version(name)) if not values and not joins else None
+        idx = self.indexes.get(self.con, name, self._version(name))
         rows = idx.candidates(self.con, cond, key, [check_fragment(p) for p in req.get("partition_sql", [])],
-                              req.get("pk_bits", 32), self._cover(req, blobs)) if idx is not None else None
+                              req.get("pk_bits", 32), self._cover(req, blobs)) \
+            if idx is not None and not values and not joins else None
         if rows is not None:  # the index decided the condition: no scan
             return self._candidate_reply(req, rows.filter(pa.array(self._candidate_mask(rows, [], blobs, tf))), 0)
         select = [f"{pk} AS pk", f"{key} AS t"] + [f"{v} AS v{i}" for i, v in enumerate(values)]
         select += [f"{j['_col']} AS j{i}" for i, j in enumerate(joins)]
-        with self._scope(name, cond, req, blobs, False) as (cur, scope, cond):
+        with self._scope(name, cond, req, blobs, False, idx) as (cur, scope, cond):
             for j in joins:
                 cond = f"({cond}) AND ({j['_col']}) IS NOT NULL"  # NULL never equals: such rows cannot match
             scan = f"SELECT {', '.join(select)} FROM {table} WHERE {scope} AND ({cond}) AND {key} IS NOT NULL"
@@ -404,11 +405,13 @@ class ShardService:
         return lo, hi
 
     @contextmanager
-    def _scope(self, name: str, cond: str, req: dict, blobs, keep_keyless: bool):
-        """A cursor, a rowid condition restricting a scan to the rows the table's index lets
-        through (TRUE without an index) and the condition to evaluate on them."""
+    def _scope(self, name: str, cond: str, req: dict, blobs, keep_keyless: bool, idx=False):
+        """A cursor, a rowid condition restricting a scan to the rows the table's index (``idx``
+        when the caller looked it up) lets through (TRUE without an index) and the condition to
+        evaluate on them."""
         cur = self._cursor()
-        idx = self.indexes.get(self.con, name, self._version(name))
+        if idx is False:
+            idx = self.indexes.get(self.con, name, self._version(name))
         scope = "TRUE"
         if idx is not None:  # the index's planner keeps "TRUE" when a scan of the whole table is cheaper
             scope, _ = idx.scope(self.con, cond, req.get("key_sql", ""), self._cover(req, blobs), keep_keyless)
@@ -528,12 +531,16 @@ class ShardService:
             union = req.get("union")
             if union is not None:
                 return self._session_pull(table, session, union, cols, where, tf, req)
+        idx = self.indexes.get(self.con, name, self._version(name))
+        decided = self._pull_decided(idx, table, cols, where, req, blobs, tf) if idx is not None else None
+        if decided is not None:
+            return decided
         if tf is None:
-            with self._scope(name, where, req, blobs, True) as (cur, scope, left):
+            with self._scope(name, where, req, blobs, True, idx) as (cur, scope, left):
                 return _compact(cur.sql(f"SELECT {cols} FROM {table} WHERE {scope} AND ({left})").to_arrow_table())
         pk, key = self._select_keys(req)
         bounds = req.get("range")
-        with self._scope(name, where, req, blobs, True) as (cur, scope, where):
+        with self._scope(name, where, req, blobs, True, idx) as (cur, scope, where):
             if bounds:  # the TIS's hull as a range DuckDB's scan can use (zone maps)
                 lo, hi = int(bounds[0]), int(bounds[1])
                 where = f"({where}) AND ({key} IS NULL OR {key} BETWEEN {lo} AND {hi})"
@@ -552,6 +559,29 @@ class ShardService:
             keep[valid] = tf(rows.column(H.PARTITION_HASH).to_numpy()[valid],
                              t.filter(pa.array(valid)).to_numpy())
         return _compact(rows.filter(pa.array(keep)).drop_columns([H.PARTITION_HASH, H.KEY]))
+
+    def _pull_decided(self, idx, table, cols, where, req, blobs, tf) -> pa.Table | None:
+        """The pull's rows when the table's index ``idx`` decides its condition and keeps its
+        columns in memory, or None: DuckDB scans."""
+        key, parts, bits, bounds = req.get("key_sql") or "", [], 32, None
+        if key:
+            key = check_fragment(key)
+        if tf is not None:
+            _, key = self._select_keys(req)
+            parts = [check_fragment(p) for p in req.get("partition_sql", [])]
+            bits = req.get("pk_bits", 32)
+            if req.get("range"):
+                bounds = (int(req["range"][0]), int(req["range"][1]))
+        ids = idx.pulled(self.con, where, key, parts, bits, self._cover(req, blobs), tf, bounds)
+        if ids is None:
+            return None
+        schema = idx.schemas.get(cols)
+        if schema is None:
+            schema = idx.schemas[cols] = self._cursor().sql(f"SELECT {cols} FROM {table} LIMIT 0").to_arrow_table().schema
+        arrays = idx.taken(self.con, schema.names, ids)
+        if arrays is None or any(a.type != f.type for a, f in zip(arrays, schema)):
+            return None
+        return _compact(pa.Table.from_arrays(arrays, schema=schema))
 
     def _session_pull(self, table, session, union, cols, where, tf, req) -> pa.Table:
         """The rows kept for ``union`` that lie in the final set (the union covers every
