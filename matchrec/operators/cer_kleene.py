@@ -202,10 +202,23 @@ class _Recompute:
             before = chain.preds[i] & bound
             self.lower.append([j for j in before if not chain.succs[j] & before])
         self.apart = chain.apart_steps(self.steps)
+        # a counted closure bound right before the spread step, with nothing checked in between:
+        # one trigger's matches through it are listed as arrays (``_list_block``), not one binding
+        # and one product per first event of the closure
+        s = last - 1
+        self.block = s if (self.spread == s + 1 and self.steps[s] in self.counted and self.upper[s]
+                           and not self.conds[s] and not self.negs[s] and self.steps[s] not in self.hollow
+                           and not self.apart[s + 1] and not chain.shared and self.keep
+                           and abs(prep.window) < _SAFE and self._keys_safe()) else -1
         self.first: dict = {}
         self.last: dict = {}
         self.binding: dict = {}
         self.expand: list = []  # (var, cands, a, b, first row, last row, min size, max size) of unbound events
+
+    def _keys_safe(self) -> bool:
+        """Whether key arithmetic (a key plus or minus the window) stays well within int64."""
+        keys = [c.keys for c in self.cands.values() if c.n]
+        return all(int(k[0]) > -_SAFE and int(k[-1]) < _SAFE for k in keys)
 
     def run(self) -> None:
         if not all(c.n for c in self.cands.values()):
@@ -396,9 +409,12 @@ class _Recompute:
         if self.upper[s]:
             # the element is followed by elements bound already: its sequences end before them, so
             # only their first event matters; paths[j]: the valid sequences that begin with j
+            succ = [self.successors(i, c, j, b) for j in range(a, b)]
             paths = {}
             for j in range(b - 1, a - 1, -1):
-                paths[j] = 1 + sum(paths[k] for k in self.successors(i, c, j, b))
+                paths[j] = 1 + sum(paths[k] for k in succ[j - a])
+            if s == self.block and not self.expand and self._list_block(s, i, c, a, b, succ, paths, lo_all, hi_all):
+                return
             listed: dict = {}  # candidate -> its sequences, listed once for every match that holds them
             for j in range(a, b):
                 if self._first_ok(i, rowl[j]):
@@ -425,6 +441,53 @@ class _Recompute:
                     self.bind(s, i, value, keyl[j], keyl[j1], lo_all, hi_all, weight * to_end[j])
                 finally:
                     self.expand.pop()
+
+    def _list_block(self, s: int, i: int, c: Cands, a: int, b: int, succ: list, paths: dict, lo_all, hi_all) -> bool:
+        """List the matches of the current binding through the counted closure at step s and
+        the spread step after it, for every first event in [a, b) at once: the closure's
+        sequences as flat rows plus offsets and the matches as arrays, handed to the sink as one
+        block. The bounds are those ``bind`` and ``step`` apply to one first event, vectorized.
+        False (nothing done) when the sizes could pass int64."""
+        m = b - a
+        if sum(paths.values()) * m >= _SAFE:
+            return False
+        keys = c.keys[a:b]
+        lo2 = keys if lo_all is None else np.minimum(keys, lo_all)
+        hi2 = keys if hi_all is None else np.maximum(keys, hi_all)
+        w = self.w
+        valid = hi2 - lo2 <= w
+        if not all(cd.uses_prev for cd in self.iteration[i]):  # a condition on the first event too
+            rowl = c.rowl
+            valid &= np.fromiter((self._first_ok(i, rowl[j]) for j in range(a, b)), bool, m)
+        t = s + 1
+        e = self.steps[t]
+        spread = self.cands[e]
+        ek = spread.keys
+        hi = np.full(m, spread.n, np.int64)
+        for j in self.upper[t]:
+            hi = np.minimum(hi, np.searchsorted(ek, keys if j == i else self.first[j], "left"))
+        lo = np.searchsorted(ek, hi2 - w, "left")
+        for j in self.lower[t]:
+            lo = np.maximum(lo, np.searchsorted(ek, keys if j == i else self.last[j], "right"))
+            hi = np.minimum(hi, np.searchsorted(ek, lo2 + w, "right"))
+        valid &= lo < hi
+        # the spread step's own range: within the window of every key bound so far
+        lo = np.minimum(np.maximum(np.searchsorted(ek, hi2 - w, "left"), lo), hi)
+        hi = np.minimum(np.maximum(np.searchsorted(ek, lo2 + w, "right"), lo), hi)
+        valid &= lo < hi
+        if not valid.any():
+            return True
+        picked = np.flatnonzero(valid).tolist()
+        total = sum((hi[j] - lo[j]).item() * paths[a + j] for j in picked)
+        if total >= _SAFE:
+            return False
+        self.spend(PYTHON_STEP_COST * (m + total))
+        from matchrec.operators.cer_kleene_kernels import list_block
+        off = np.fromiter(itertools.accumulate(map(len, succ), initial=0), np.int64, m + 1)
+        idx = np.fromiter(itertools.chain.from_iterable(succ), np.int64, int(off[-1])) - a
+        flat, offsets, rows, ids = list_block(off, idx, c.rows[a:b], valid, lo, hi, spread.rows)
+        self.sink.add_block(self.chain, self.binding, self.vars[t], rows, self.vars[s], ids, flat, offsets)
+        return True
 
     def _listing(self, i: int, c: Cands, j: int, b: int, end: int | None, listed: dict) -> list:
         """The valid sequences of element i that begin with candidate j, stay below b and (``end``
@@ -543,6 +606,9 @@ class _Recompute:
             rows = listing()
             choices.append((var, rows if isinstance(rows, list) else list(self._polled(rows))))
         self.sink.add_product(self.chain, binding, choices)
+
+
+_SAFE = 1 << 61  # keys, windows and sizes below this keep int64 arithmetic exact
 
 
 # ---------------------------------------------------------------- subsets of a candidate range
