@@ -510,8 +510,11 @@ def check_blocks(seeds) -> int:
     return listed[0]
 
 
-def test_array_listing_agrees_with_eager():
+def test_array_listing_agrees_with_eager(monkeypatch):
     assert check_blocks(range(60)) > 300
+    from matchrec.operators import cer_kleene
+    monkeypatch.setattr(cer_kleene, "_LISTED_AT_ONCE", 0)  # every block sized and charged before it is listed
+    assert check_blocks(range(60, 80)) > 50
 
 
 @pytest.mark.slow

@@ -410,11 +410,11 @@ class _Recompute:
             # the element is followed by elements bound already: its sequences end before them, so
             # only their first event matters; paths[j]: the valid sequences that begin with j
             succ = [self.successors(i, c, j, b) for j in range(a, b)]
+            if s == self.block and not self.expand and self._list_block(s, i, c, a, b, succ, lo_all, hi_all):
+                return
             paths = {}
             for j in range(b - 1, a - 1, -1):
                 paths[j] = 1 + sum(paths[k] for k in succ[j - a])
-            if s == self.block and not self.expand and self._list_block(s, i, c, a, b, succ, paths, lo_all, hi_all):
-                return
             listed: dict = {}  # candidate -> its sequences, listed once for every match that holds them
             for j in range(a, b):
                 if self._first_ok(i, rowl[j]):
@@ -442,15 +442,13 @@ class _Recompute:
                 finally:
                     self.expand.pop()
 
-    def _list_block(self, s: int, i: int, c: Cands, a: int, b: int, succ: list, paths: dict, lo_all, hi_all) -> bool:
+    def _list_block(self, s: int, i: int, c: Cands, a: int, b: int, succ: list, lo_all, hi_all) -> bool:
         """List the matches of the current binding through the counted closure at step s and
         the spread step after it, for every first event in [a, b) at once: the closure's
-        sequences as flat rows plus offsets and the matches as arrays, handed to the sink as one
-        block. The bounds are those ``bind`` and ``step`` apply to one first event, vectorized.
-        False (nothing done) when the sizes could pass int64."""
+        sequences as flat rows plus offsets and the matches as arrays (a compiled loop), handed
+        to the sink as one block. The bounds are those ``bind`` and ``step`` apply to one first
+        event, vectorized. False (nothing done) when the sizes are past counting exactly."""
         m = b - a
-        if sum(paths.values()) * m >= _SAFE:
-            return False
         keys = c.keys[a:b]
         lo2 = keys if lo_all is None else np.minimum(keys, lo_all)
         hi2 = keys if hi_all is None else np.maximum(keys, hi_all)
@@ -463,29 +461,36 @@ class _Recompute:
         e = self.steps[t]
         spread = self.cands[e]
         ek = spread.keys
-        hi = np.full(m, spread.n, np.int64)
+        hi = spread.n
         for j in self.upper[t]:
             hi = np.minimum(hi, np.searchsorted(ek, keys if j == i else self.first[j], "left"))
-        lo = np.searchsorted(ek, hi2 - w, "left")
+        start = np.searchsorted(ek, hi2 - w, "left")
+        lo = start
         for j in self.lower[t]:
             lo = np.maximum(lo, np.searchsorted(ek, keys if j == i else self.last[j], "right"))
             hi = np.minimum(hi, np.searchsorted(ek, lo2 + w, "right"))
         valid &= lo < hi
         # the spread step's own range: within the window of every key bound so far
-        lo = np.minimum(np.maximum(np.searchsorted(ek, hi2 - w, "left"), lo), hi)
+        lo = np.minimum(np.maximum(start, lo), hi)
         hi = np.minimum(np.maximum(np.searchsorted(ek, lo2 + w, "right"), lo), hi)
         valid &= lo < hi
         if not valid.any():
             return True
-        picked = np.flatnonzero(valid).tolist()
-        total = sum((hi[j] - lo[j]).item() * paths[a + j] for j in picked)
-        if total >= _SAFE:
-            return False
-        self.spend(PYTHON_STEP_COST * (m + total))
         from matchrec.operators.cer_kleene_kernels import list_block
         off = np.fromiter(itertools.accumulate(map(len, succ), initial=0), np.int64, m + 1)
         idx = np.fromiter(itertools.chain.from_iterable(succ), np.int64, int(off[-1])) - a
-        flat, offsets, rows, ids = list_block(off, idx, c.rows[a:b], valid, lo, hi, spread.rows)
+        lo, hi = np.broadcast_to(lo, m).astype(np.int64), np.broadcast_to(hi, m).astype(np.int64)
+        args = (off, idx, c.rows[a:b], valid, lo, hi, spread.rows)
+        flat, offsets, rows, ids, size = list_block(*args, _LISTED_AT_ONCE)
+        if size > _LISTED_AT_ONCE:  # charged (and checked against the limit) before it is listed
+            if size >= _EXACT:
+                return False
+            self.spend(PYTHON_STEP_COST * (m + int(size)))
+            if self.sink.max is not None and self.sink.n + int(size) > self.sink.max:
+                raise too_many(self.sink.max)
+            flat, offsets, rows, ids, size = list_block(*args, _EXACT)
+        else:
+            self.spend(PYTHON_STEP_COST * (m + int(size)))
         self.sink.add_block(self.chain, self.binding, self.vars[t], rows, self.vars[s], ids, flat, offsets)
         return True
 
@@ -609,6 +614,8 @@ class _Recompute:
 
 
 _SAFE = 1 << 61  # keys, windows and sizes below this keep int64 arithmetic exact
+_LISTED_AT_ONCE = 1 << 20  # matches or rows of one trigger listed before the budget is asked
+_EXACT = 1 << 52  # sizes counted in floating point are exact below this
 
 
 # ---------------------------------------------------------------- subsets of a candidate range
