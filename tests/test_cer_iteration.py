@@ -479,6 +479,9 @@ def block_case(seed: int):
     if rng.random() < 0.4:
         filters["c"] = np.array([v is not None and v >= 2 for v in val], bool)
     root = Seq((Element("a", "a"), Element("b", "b", (1, None)), Element("c", "c")))
+    if rng.random() < 0.25:  # a second alternative over other variables: blocks of two closures
+        root = Or((root, Seq((Element("c", "x"), Element("b", "y", (1, None)), Element("a", "z")))))
+        conds.append(IterationCondition({"y"}, "y", lambda b, p, c: _gt(val[p], val[c]), True))
     return Pattern(root, rng.choice([3, 6, 10, 100]), "any", filters, conds), ev
 
 

@@ -165,13 +165,15 @@ class _Table:
         self.raw: list = []  # (flat, offsets) of sequences added as arrays, after the distinct ones
         self.n_raw = 0
 
-    def add_raw(self, flat: np.ndarray, offsets: np.ndarray) -> int:
-        """Append sequences given as arrays, without looking for them among the known ones (so
-        no distinct sequence may be added after): the id of the first."""
-        base = len(self.index) + self.n_raw
-        self.raw.append((flat, offsets))
-        self.n_raw += len(offsets) - 1
-        return base
+    def add_raw(self, flats: list, offsets: list) -> np.ndarray:
+        """Append chunks of sequences given as arrays (flat rows, offsets from 0), without looking
+        for them among the known ones (so no distinct sequence may be added after): the id of
+        each chunk's first sequence."""
+        counts = np.fromiter((len(o) - 1 for o in offsets), np.int64, len(offsets))
+        bases = len(self.index) + self.n_raw + np.cumsum(counts) - counts
+        self.raw.append((flats, offsets))
+        self.n_raw += int(counts.sum())
+        return bases
 
     def id(self, seq: tuple) -> int:
         k = self.index.get(seq)
@@ -198,11 +200,12 @@ class _Table:
         flat, offsets = np.array(self.flat, np.int64), np.array(self.offsets, np.int64)
         if not self.raw:
             return Sequences(flat, offsets, list(self.index))
-        flats, offs, at = [flat], [offsets], len(self.flat)
-        for f, o in self.raw:
-            flats.append(f)
-            offs.append(o[1:] + at)
-            at += len(f)
+        flats = [flat] + [f for chunk, _ in self.raw for f in chunk]
+        tails = [o[1:] for _, chunk in self.raw for o in chunk]
+        sizes = np.fromiter(map(len, flats), np.int64, len(flats))
+        # each chunk's offsets start at 0: shifted by the rows before the chunk
+        shift = np.repeat((np.cumsum(sizes) - sizes)[1:], np.fromiter(map(len, tails), np.int64, len(tails)))
+        offs = [offsets, np.concatenate(tails) + shift]
         return Sequences(np.concatenate(flats), np.concatenate(offs))
 
 
@@ -326,18 +329,43 @@ def _expand(products: list, sizes: list, tables: dict, column, at: int, spend) -
 
 
 def _fill(blocks: list, tables: dict, column, at: int) -> None:
-    """Every block's matches into the columns from row ``at`` on. The distinct sequences a block's
-    other variables hold are coded first: the blocks' own sequences come after them."""
-    spans = []
-    for block in blocks:
-        end = at + len(block)
+    """Every block's matches into the columns from row ``at`` on, a few numpy calls per variable
+    rather than per block. The distinct sequences a block's other variables hold are coded
+    first: the blocks' own sequences come after them."""
+    nb = len(blocks)
+    lengths = np.fromiter(map(len, blocks), np.int64, nb)
+    end = at + int(lengths.sum())
+    fixed: dict = {}  # var -> its value per block
+    spread: dict = {}  # var -> [(block index, rows)]
+    for k, block in enumerate(blocks):
         for var, v in block.items:
-            column(var)[at:end] = tables[var].id(v if type(v) is tuple else (v,)) if var in tables else v
-        if block.spread_var in tables:
-            column(block.spread_var)[at:end] = tables[block.spread_var].ids([(r,) for r in block.spread_rows.tolist()])
+            f = fixed.get(var)
+            if f is None:
+                f = fixed[var] = [ABSENT] * nb
+            f[k] = tables[var].id(v if type(v) is tuple else (v,)) if var in tables else v
+        spread.setdefault(block.spread_var, []).append(k)
+    for var, f in fixed.items():
+        column(var)[at:end] = np.repeat(np.asarray(f, np.int64), lengths)
+    starts = np.cumsum(lengths) - lengths + at
+    for var, ks in spread.items():
+        target = column(var)
+        if var in tables:
+            for k in ks:
+                rows = [(r,) for r in blocks[k].spread_rows.tolist()]
+                target[starts[k]:starts[k] + lengths[k]] = tables[var].ids(rows)
+        elif len(ks) == nb:
+            target[at:end] = np.concatenate([b.spread_rows for b in blocks])
         else:
-            column(block.spread_var)[at:end] = block.spread_rows
-        spans.append((at, end))
-        at = end
-    for block, (start, end) in zip(blocks, spans):
-        column(block.kleene_var)[start:end] = block.ids + tables[block.kleene_var].add_raw(block.flat, block.offsets)
+            for k in ks:
+                target[starts[k]:starts[k] + lengths[k]] = blocks[k].spread_rows
+    by_var: dict = {}
+    for k, block in enumerate(blocks):
+        by_var.setdefault(block.kleene_var, []).append(k)
+    for var, ks in by_var.items():
+        bases = tables[var].add_raw([blocks[k].flat for k in ks], [blocks[k].offsets for k in ks])
+        ids = np.concatenate([blocks[k].ids for k in ks]) + np.repeat(bases, lengths[ks])
+        if len(ks) == nb:
+            column(var)[at:end] = ids
+        else:
+            target = column(var)
+            target[np.concatenate([np.arange(starts[k], starts[k] + lengths[k]) for k in ks])] = ids
