@@ -240,10 +240,12 @@ class _Recompute:
             b = min(b, bisect_left(keyl, self.first[j]))
         a = 0
         if hi_all is not None:
+            # within the window of every key bound so far, on both sides: an element no bound one
+            # precedes (an AND's item) is bounded above by the window alone
             a = bisect_left(keyl, hi_all - w)
+            b = min(b, bisect_right(keyl, lo_all + w))
         for j in self.lower[s]:
             a = max(a, bisect_right(keyl, self.last[j]))
-            b = min(b, bisect_right(keyl, lo_all + w))
         holes = None
         for own, other in self.apart[s]:
             h0 = min(self.first[self.steps[t]] for t in other)
@@ -464,15 +466,10 @@ class _Recompute:
         hi = spread.n
         for j in self.upper[t]:
             hi = np.minimum(hi, np.searchsorted(ek, keys if j == i else self.first[j], "left"))
-        start = np.searchsorted(ek, hi2 - w, "left")
-        lo = start
+        lo = np.searchsorted(ek, hi2 - w, "left")
+        hi = np.minimum(hi, np.searchsorted(ek, lo2 + w, "right"))
         for j in self.lower[t]:
             lo = np.maximum(lo, np.searchsorted(ek, keys if j == i else self.last[j], "right"))
-            hi = np.minimum(hi, np.searchsorted(ek, lo2 + w, "right"))
-        valid &= lo < hi
-        # the spread step's own range: within the window of every key bound so far
-        lo = np.minimum(np.maximum(start, lo), hi)
-        hi = np.minimum(np.maximum(np.searchsorted(ek, lo2 + w, "right"), lo), hi)
         valid &= lo < hi
         if not valid.any():
             return True
