@@ -209,7 +209,7 @@ class _Recompute:
         self.block = s if (self.spread == s + 1 and self.steps[s] in self.counted and self.upper[s]
                            and not self.conds[s] and not self.negs[s] and self.steps[s] not in self.hollow
                            and not self.apart[s + 1] and not chain.shared and self.keep
-                           and abs(prep.window) < _SAFE and self._keys_safe()) else -1
+                           and ARRAY_LISTING and abs(prep.window) < _SAFE and self._keys_safe()) else -1
         self.first: dict = {}
         self.last: dict = {}
         self.binding: dict = {}
@@ -610,6 +610,7 @@ class _Recompute:
         self.sink.add_product(self.chain, binding, choices)
 
 
+ARRAY_LISTING = True  # False: every first event bound and listed as row tuples (the bench times both ways)
 _SAFE = 1 << 61  # keys, windows and sizes below this keep int64 arithmetic exact
 _LISTED_AT_ONCE = 1 << 20  # matches or rows of one trigger listed before the budget is asked
 _EXACT = 1 << 52  # sizes counted in floating point are exact below this
