@@ -335,8 +335,10 @@ def listing_table(title: str, note: str, ev: Events, columns: dict, first: str, 
     from matchrec.operators import cer_kleene
     con, cur = _connect(ev, columns, first, mid, last, windows[0][1])
     lines += [f"### {title}: rcep listing as tuples and as arrays, through SQL", "", note,
-              "- the statement of the tables above; `tuples` / `arrays`: rcep with the closure's sequences "
-              "listed as row tuples per first event / as arrays per trigger, timed in turn, each the best of "
+              "- `RETURN a.ts, count(b) AS n, first(b.x) AS f, last(b.x) AS l, max(b.x) AS m, sum(b.x) AS s, c.ts "
+              "AS e` executed and fetched as Arrow, `count`: `RETURN COUNT(*)`; `tuples` / `arrays`: rcep with "
+              "the closure's sequences listed as row tuples per first event / as arrays per trigger, timed in "
+              "turn, each the best of "
               f"{repeat}; `us per match`: (list s - rcep count s) / matches; peak MB: tracemalloc over one more "
               "listing of each (untimed)", "",
               "| window | matches | eager list s | tuples list s | arrays list s | eager / tuples | eager / arrays | "
