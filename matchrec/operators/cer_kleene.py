@@ -411,8 +411,11 @@ class _Recompute:
         if self.upper[s]:
             # the element is followed by elements bound already: its sequences end before them, so
             # only their first event matters; paths[j]: the valid sequences that begin with j
+            block = s == self.block and not self.expand
+            if block and self._out_of_reach(s, i, c, b, hi_all):
+                return
             succ = [self.successors(i, c, j, b) for j in range(a, b)]
-            if s == self.block and not self.expand and self._list_block(s, i, c, a, b, succ, lo_all, hi_all):
+            if block and self._list_block(s, i, c, a, b, succ, lo_all, hi_all):
                 return
             paths = {}
             for j in range(b - 1, a - 1, -1):
@@ -444,12 +447,25 @@ class _Recompute:
                 finally:
                     self.expand.pop()
 
+    def _out_of_reach(self, s: int, i: int, c: Cands, b: int, hi_all) -> bool:
+        """Whether no candidate of the spread step after step s is in reach of any first event of
+        the closure below b (by bisection: most triggers of a sparse partition have none, and
+        then no array need be built)."""
+        t = s + 1
+        keyl = self.cands[self.steps[t]].keyl
+        top = len(keyl)
+        for j in self.upper[t]:
+            top = min(top, bisect_left(keyl, c.keyl[b - 1] if j == i else self.first[j]))
+        return hi_all is not None and bisect_left(keyl, hi_all - self.w) >= top
+
     def _list_block(self, s: int, i: int, c: Cands, a: int, b: int, succ: list, lo_all, hi_all) -> bool:
         """List the matches of the current binding through the counted closure at step s and
         the spread step after it, for every first event in [a, b) at once: the closure's
         sequences as flat rows plus offsets and the matches as arrays (a compiled loop), handed
         to the sink as one block. The bounds are those ``bind`` and ``step`` apply to one first
         event, vectorized. False (nothing done) when the sizes are past counting exactly."""
+        t = s + 1
+        spread = self.cands[self.steps[t]]
         m = b - a
         keys = c.keys[a:b]
         lo2 = keys if lo_all is None else np.minimum(keys, lo_all)
@@ -459,9 +475,6 @@ class _Recompute:
         if not all(cd.uses_prev for cd in self.iteration[i]):  # a condition on the first event too
             rowl = c.rowl
             valid &= np.fromiter((self._first_ok(i, rowl[j]) for j in range(a, b)), bool, m)
-        t = s + 1
-        e = self.steps[t]
-        spread = self.cands[e]
         ek = spread.keys
         hi = spread.n
         for j in self.upper[t]:
