@@ -38,7 +38,12 @@ trigger (a sequence from j is j followed by one from a successor: one concatenat
 shared by every match that holds them; when the last step binds a single event that nothing
 checks once bound, its candidates in the window are not bound one by one but spread: the sink
 builds the binding's matches as one product of those candidates and the closure's sequences
-(``Sink.add_product``).
+(``Sink.add_product``). When that single event is bound right after a counted closure (SEQ(a, b+,
+c): the trigger c, the closure b, then a), a trigger's matches are listed without a binding per
+first event of the closure: its bounds are computed for every first event at once, and a compiled
+loop (``cer_kleene_kernels``) lists the closure's sequences as flat rows plus offsets and the
+matches as arrays of rows and sequence ids (``Sink.add_block``); ``ARRAY_LISTING`` off keeps the
+row tuples.
 
 When one ``AttributeEquality`` covers every positive variable of an alternative, candidates
 are grouped by that attribute and each group is searched on its own (the condition then holds
