@@ -494,7 +494,7 @@ class _Recompute:
         from matchrec.operators.cer_kleene_kernels import list_block
         off = np.fromiter(itertools.accumulate(map(len, succ), initial=0), np.int64, m + 1)
         idx = np.fromiter(itertools.chain.from_iterable(succ), np.int64, int(off[-1])) - a
-        lo, hi = np.broadcast_to(lo, m).astype(np.int64), np.broadcast_to(hi, m).astype(np.int64)
+        lo, hi = lo.astype(np.int64, copy=False), hi.astype(np.int64, copy=False)
         args = (off, idx, c.rows[a:b], valid, lo, hi, spread.rows)
         flat, offsets, rows, ids, size = list_block(*args, _LISTED_AT_ONCE)
         if size > _LISTED_AT_ONCE:  # charged (and checked against the limit) before it is listed
