@@ -1,6 +1,6 @@
 """Kleene iteration conditions (``b[i].price > b[i-1].price``): recomputation vs the eager NFA.
 
-    python -m bench.cer_iteration [--events 20000] [--budget 30] [--repeat 1] [--no-append]
+    python -m bench.cer_iteration [--events 20000] [--budget 30] [--repeat 1] [--listings] [--no-append]
 
 RCEP's Query 1 shape, a rising run between two events, skip-till-any-match, matches enumerated
 (``run``: every binding listed, as RETURN with projections does) and counted (``count``), at
@@ -22,7 +22,9 @@ Each workload is also run through SQL (``--sql``, the default): the same events 
 table, ``SET matchrec_cer_mechanism`` to eager then rcep, the statement listing every match with
 projections (``RETURN a.ts, count(b), first(b.x), last(b.x), max(b.x), sum(b.x), c.ts``: the
 result table built column-wise) and counting it (``RETURN COUNT(*)``); both mechanisms' tables
-are checked equal.
+are checked equal. ``--listings`` replaces those tables with rcep's two ways of listing a closure's
+sequences (row tuples per first event, arrays per trigger) timed in turn against each other, the
+eager NFA and rcep's count, with the peak memory of each listing.
 
 Per window: the matches, the seconds of each mechanism, what listing costs rcep per match
 beyond counting, and the peak memory each holds while
@@ -222,6 +224,8 @@ REPEAT_SECONDS = 3.0
 def sql_table(title: str, note: str, ev: Events, columns: dict, first: str, mid: str, last: str, where: str,
               windows: list, budget: float, lines: list, repeat: int = 1) -> None:
     """The workload through SQL: listing with projections and counting, eager against rcep."""
+    if LISTINGS:
+        return listing_table(title, note, ev, columns, first, mid, last, where, windows, budget, lines, repeat)
     import duckdb
     import pyarrow as pa
 
@@ -294,6 +298,116 @@ def sql_table(title: str, note: str, ev: Events, columns: dict, first: str, mid:
     con.close()
 
 
+LISTINGS = False  # --listings: rcep's two ways of listing a closure's sequences against each other
+
+
+def _connect(ev: Events, columns: dict, first: str, mid: str, last: str, window: int):
+    """A DuckDB connection holding the events as table ``t`` and a cursor whose first statements
+    (imports, compiled loops) ran on a small copy for each mechanism."""
+    import duckdb
+    import pyarrow as pa
+
+    import matchrec
+    duck = duckdb.connect()
+    part = ev.partition if ev.partition is not None else np.zeros(len(ev), np.int64)
+    src = pa.table({"p": pa.array(part, pa.int64()), "ts": pa.array(ev.key, pa.int64()),
+                    "type": pa.array(list(ev.type), pa.string()),
+                    **{k: pa.array(v, pa.float64()) for k, v in columns.items()}})
+    duck.register("__src", src)
+    duck.execute("CREATE TABLE t AS SELECT * FROM __src")
+    duck.execute("CREATE TABLE warm AS SELECT * FROM __src LIMIT 200")
+    duck.unregister("__src")
+    con = matchrec.connect(duck)
+    cur = con.cursor()
+    for mech in ("eager", "rcep"):
+        cur.execute(f"SET matchrec_cer_mechanism = {mech}")
+        cur.execute(f"PATTERN SEQ({first} a, {mid}+ b, {last} c) FROM warm PARTITION BY p "
+                    f"WHERE b[i].x > b[i-1].x WITHIN {window} RETURN a.ts, count(b), first(b.x), sum(b.x)")
+        cur.fetch_arrow_table()
+    return con, cur
+
+
+def listing_table(title: str, note: str, ev: Events, columns: dict, first: str, mid: str, last: str, where: str,
+                  windows: list, budget: float, lines: list, repeat: int) -> None:
+    """rcep's listing through SQL with the closure's sequences as row tuples (every first event
+    bound on its own) and as arrays, the two timed in turn (best of ``repeat`` each), against
+    the eager NFA and rcep's count; the peak memory of each listing traced in a further run."""
+    from matchrec.operators import cer_kleene
+    con, cur = _connect(ev, columns, first, mid, last, windows[0][1])
+    lines += [f"### {title}: rcep listing as tuples and as arrays, through SQL", "", note,
+              "- `RETURN a.ts, count(b) AS n, first(b.x) AS f, last(b.x) AS l, max(b.x) AS m, sum(b.x) AS s, c.ts "
+              "AS e` executed and fetched as Arrow, `count`: `RETURN COUNT(*)`; `tuples` / `arrays`: rcep with "
+              "the closure's sequences listed as row tuples per first event / as arrays per trigger, timed in "
+              "turn, each the best of "
+              f"{repeat}; `us per match`: (list s - rcep count s) / matches; peak MB: tracemalloc over one more "
+              "listing of each (untimed)", "",
+              "| window | matches | eager list s | tuples list s | arrays list s | eager / tuples | eager / arrays | "
+              "rcep count s | tuples us per match | arrays us per match | tuples peak MB | arrays peak MB |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def timed_once(mech, q, arrays=True):
+        cur.execute(f"SET matchrec_cer_mechanism = {mech}")
+        cer_kleene.ARRAY_LISTING = arrays
+        try:
+            t0 = time.perf_counter()
+            cur.execute(q)
+            out = cur.fetch_arrow_table()
+            return time.perf_counter() - t0, out
+        finally:
+            cer_kleene.ARRAY_LISTING = True
+
+    def traced(q, arrays):
+        tracemalloc.start()
+        try:
+            timed_once("rcep", q, arrays)
+            return tracemalloc.get_traced_memory()[1] / 1e6
+        finally:
+            tracemalloc.stop()
+    eager_on, prev = True, None
+    for label, w in windows:
+        print(f"{title[:4]} listings {label} ...", file=sys.stderr, flush=True)
+        base = (f"PATTERN SEQ({first} a, {mid}+ b, {last} c) FROM t PARTITION BY p WHERE {where}"
+                f"b[i].x > b[i-1].x WITHIN {w}")
+        listing = base + " RETURN a.ts, count(b) AS n, first(b.x) AS f, last(b.x) AS l, max(b.x) AS m, " \
+                         "sum(b.x) AS s, c.ts AS e"
+        best = {"tuples": None, "arrays": None, "count": None}
+        outs = {}
+        for _ in range(max(1, repeat)):  # in turn, so that a busy spell of the machine hits both
+            for name, q, arrays in (("tuples", listing, False), ("arrays", listing, True),
+                                    ("count", base + " RETURN COUNT(*)", True)):
+                took, outs[name] = timed_once("rcep", q, arrays)
+                best[name] = took if best[name] is None else min(best[name], took)
+        n = outs["count"].column(0)[0].as_py()
+        if not (outs["tuples"].equals(outs["arrays"]) and outs["arrays"].num_rows == n):
+            raise SystemExit(f"{title} {label}: rcep's two listings differ")
+        tt, ta, tc = best["tuples"], best["arrays"], best["count"]
+        peak_t, peak_a = traced(listing, False), traced(listing, True)
+        per = (f"{(tt - tc) / n * 1e6:.2f} | {(ta - tc) / n * 1e6:.2f}") if n else "- | -"
+        te = None
+        if eager_on:
+            import matchrec
+            try:
+                for _ in range(max(1, repeat)):
+                    took, want = timed_once("eager", listing)
+                    te = took if te is None else min(te, took)
+                    if took > REPEAT_SECONDS:
+                        break
+            except matchrec.OperationalError:  # past the statement's step limit
+                te, eager_on = None, False
+        if te is not None:
+            if not want.equals(outs["arrays"]):
+                raise SystemExit(f"{title} {label}: eager and rcep tables differ")
+            lines.append(f"| {label} | {n:,} | {te:.3f} | {tt:.3f} | {ta:.3f} | {te / tt:.1f}x | {te / ta:.1f}x | "
+                         f"{tc:.3f} | {per} | {peak_t:.1f} | {peak_a:.1f} |")
+            eager_on = te * (te / prev if prev else 1) <= budget
+            prev = te
+        else:
+            lines.append(f"| {label} | {n:,} | over budget | {tt:.3f} | {ta:.3f} | - | - | {tc:.3f} | {per} | "
+                         f"{peak_t:.1f} | {peak_a:.1f} |")
+    lines.append("")
+    con.close()
+
+
 def part_b(limit: int | None, budget: float, lines: list, mechanism: bool = True, sql: bool = False,
            repeat: int = 1) -> None:
     try:
@@ -323,8 +437,12 @@ def main(argv=None) -> int:
     parser.add_argument("--no-mechanism", action="store_true", help="skip the mechanism-level runs")
     parser.add_argument("--repeat", type=int, default=1,
                         help="time each SQL statement the best of up to this many runs (while they take under 3 s)")
+    parser.add_argument("--listings", action="store_true",
+                        help="through SQL, time rcep's listing as row tuples against its listing as arrays")
     parser.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
     args = parser.parse_args(argv)
+    global LISTINGS
+    LISTINGS = args.listings
     started = time.perf_counter()
     cmd = "python -m bench.cer_iteration" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     lines = [f"## Kleene iteration conditions, recomputation vs eager NFA (RCEP Query 1 shape): `{cmd}`", "",

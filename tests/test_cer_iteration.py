@@ -453,3 +453,91 @@ def test_float_sums_round_as_python_sum():
     lengths = np.array([len(s) for s in segs])
     flat = np.array([x for s in segs for x in s])
     assert _float_sums(flat, np.r_[0, np.cumsum(lengths)[:-1]], lengths).tolist() == [sum(s) for s in segs]
+
+
+# ---------------------------------------------------------------- listing as arrays
+def block_case(seed: int):
+    """SEQ(a, b+, c) with the closure's conditions reading its previous event, the current one
+    alone or c's event (never a: then the closure is bound last), filters on a and c now and
+    then, over one or two partitions with ties or not: the shape rcep lists as arrays."""
+    rng = random.Random(seed)
+    ev, val = _events(rng, rng.randint(10, 24), rng.choice(["abc", "abbbc", "aabbbcc"]))
+    conds = []
+    kind = rng.choice(["rise", "rise", "fall", "none"])
+    if kind == "rise":
+        conds.append(IterationCondition({"b"}, "b", lambda b, p, c: _gt(val[c], val[p]), True))
+    elif kind == "fall":
+        conds.append(IterationCondition({"b"}, "b", lambda b, p, c: not _gt(val[c], val[p]), True))
+    if rng.random() < 0.3:
+        lim = rng.randint(1, 5)
+        conds.append(IterationCondition({"b"}, "b", lambda b, p, c: val[c] is not None and val[c] <= lim, False))
+    if rng.random() < 0.3:
+        conds.append(IterationCondition({"b", "c"}, "b", lambda b, p, c: _gt(val[b["c"]], val[c]), False))
+    filters = {}
+    if rng.random() < 0.4:
+        filters["a"] = np.array([v is not None and v <= 2 for v in val], bool)
+    if rng.random() < 0.4:
+        filters["c"] = np.array([v is not None and v >= 2 for v in val], bool)
+    root = Seq((Element("a", "a"), Element("b", "b", (1, None)), Element("c", "c")))
+    if rng.random() < 0.25:  # a second alternative over other variables: blocks of two closures
+        root = Or((root, Seq((Element("c", "x"), Element("b", "y", (1, None)), Element("a", "z")))))
+        conds.append(IterationCondition({"y"}, "y", lambda b, p, c: _gt(val[p], val[c]), True))
+    return Pattern(root, rng.choice([3, 6, 10, 100]), "any", filters, conds), ev
+
+
+def check_blocks(seeds) -> int:
+    """rcep's array listing (tuples and columns) against the eager NFA and the reference; how
+    many matches it listed as arrays."""
+    from matchrec.operators import cer_common
+    listed = [0]
+    original = cer_common.Sink.add_block
+
+    def add_block(sink, chain, binding, *args):
+        listed[0] += len(args[3])
+        original(sink, chain, binding, *args)
+    cer_common.Sink.add_block = add_block
+    try:
+        for seed in seeds:
+            pattern, ev = block_case(seed)
+            want = reference_matches(pattern, ev)
+            assert M.run("eager", pattern, ev) == want, f"seed {seed}: eager"
+            assert M.run("rcep", pattern, ev) == want, f"seed {seed}: rcep"
+            got = M.run_columns("rcep", pattern, ev)
+            assert sorted(got.tuples()) == want, f"seed {seed}: rcep columns"
+            assert got.ordered().tuples() == M.run_columns("eager", pattern, ev).ordered().tuples(), f"seed {seed}"
+            if want:
+                with pytest.raises(OperationalError, match="more than"):
+                    M.run("rcep", pattern, ev, max_matches=len(want) - 1)
+    finally:
+        cer_common.Sink.add_block = original
+    return listed[0]
+
+
+def test_array_listing_agrees_with_eager(monkeypatch):
+    assert check_blocks(range(60)) > 300
+    from matchrec.operators import cer_kleene
+    monkeypatch.setattr(cer_kleene, "_LISTED_AT_ONCE", 0)  # every block sized and charged before it is listed
+    assert check_blocks(range(60, 80)) > 50
+
+
+@pytest.mark.slow
+def test_array_listing_agrees_with_eager_more_seeds():
+    assert check_blocks(range(60, 1000)) > 5000
+
+
+def test_sequence_ranks_tie_equal_sequences():
+    """Equal sequences (one table may hold a sequence twice) rank equal, whether sorted padded or as tuples."""
+    from matchrec.operators import cer_columns as C
+    rng = random.Random(5)
+    seqs = [tuple(sorted(rng.sample(range(9), rng.randint(1, 4)))) for _ in range(300)]
+    flat = np.array([x for s in seqs for x in s], np.int64)
+    offsets = np.r_[0, np.cumsum([len(s) for s in seqs])].astype(np.int64)
+    distinct = sorted(set(seqs))
+    want = [distinct.index(s) for s in seqs]
+    assert C._ranks(C.Sequences(flat, offsets)).tolist() == want
+    saved = C._PADDED_MAX
+    C._PADDED_MAX = 0
+    try:
+        assert C._ranks(C.Sequences(flat, offsets)).tolist() == want
+    finally:
+        C._PADDED_MAX = saved

@@ -97,12 +97,62 @@ class MatchColumns:
             starts = seqs.flat[seqs.offsets[:-1]] if len(seqs.flat) else np.zeros(len(seqs), np.int64)
             heads = starts[np.maximum(ids, 0)] if len(seqs) else np.zeros(self.n, np.int64)
             first = np.minimum(first, np.where(ids == ABSENT, first, heads))
-            # the sequences' order as tuples of rows: one sort of the distinct sequences
-            rank = np.empty(len(seqs), np.int64)
-            rank[sorted(range(len(seqs)), key=seqs.all_rows().__getitem__)] = np.arange(len(seqs))
+            rank = _ranks(seqs)
             keys.append(np.where(ids == ABSENT, ABSENT, rank[np.maximum(ids, 0)] if len(seqs) else ABSENT))
         order = np.lexsort(tuple(reversed(keys)) + (first,)) if keys else np.arange(self.n)
         return self.take(order)
+
+
+@dataclass
+class Block:
+    """Matches as arrays (``Sink.add_block``): match m binds ``spread_var`` to ``spread_rows[m]``,
+    ``kleene_var`` to sequence ``ids[m]`` of ``flat``/``offsets`` (not necessarily distinct
+    sequences) and the variables of ``items`` to their values."""
+    items: tuple
+    spread_var: str
+    spread_rows: np.ndarray
+    kleene_var: str
+    ids: np.ndarray
+    flat: np.ndarray
+    offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def tuples(self) -> list[tuple]:
+        """The matches in ``cer_reference.reference_matches``' format."""
+        flat, off = self.flat.tolist(), self.offsets.tolist()
+        seqs = [tuple(flat[off[k]:off[k + 1]]) for k in range(len(off) - 1)]
+        items = self.items
+        return [tuple(sorted(items + ((self.spread_var, r), (self.kleene_var, seqs[k]))))
+                for r, k in zip(self.spread_rows.tolist(), self.ids.tolist())]
+
+
+def _ranks(seqs: Sequences) -> np.ndarray:
+    """Each sequence's rank in the order of tuples of rows, equal sequences ranked equal."""
+    s = len(seqs)
+    if not s:
+        return np.zeros(0, np.int64)
+    lengths = np.diff(seqs.offsets)
+    width = int(lengths.max())
+    if s * width <= _PADDED_MAX:
+        # rows padded with -1 on the right (a prefix sorts first), sorted column by column
+        grid = np.full((s, width), -1, np.int64)
+        grid[np.repeat(np.arange(s), lengths), np.arange(len(seqs.flat)) - np.repeat(seqs.offsets[:-1], lengths)] = \
+            seqs.flat
+        order = np.lexsort(grid.T[::-1])
+        ordered = grid[order]
+        differs = np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)]
+    else:
+        rows = seqs.all_rows()
+        order = np.array(sorted(range(s), key=rows.__getitem__), np.int64)
+        differs = np.r_[True, [rows[x] != rows[y] for x, y in zip(order[1:].tolist(), order[:-1].tolist())]]
+    rank = np.empty(s, np.int64)
+    rank[order] = np.cumsum(differs) - 1
+    return rank
+
+
+_PADDED_MAX = 1 << 24  # cells of the padded grid ``_ranks`` sorts; larger tables are sorted as tuples
 
 
 class _Table:
@@ -112,6 +162,18 @@ class _Table:
         self.index: dict = {}
         self.flat: list = []
         self.offsets: list = [0]
+        self.raw: list = []  # (flat, offsets) of sequences added as arrays, after the distinct ones
+        self.n_raw = 0
+
+    def add_raw(self, flats: list, offsets: list) -> np.ndarray:
+        """Append chunks of sequences given as arrays (flat rows, offsets from 0), without looking
+        for them among the known ones (so no distinct sequence may be added after): the id of
+        each chunk's first sequence."""
+        counts = np.fromiter((len(o) - 1 for o in offsets), np.int64, len(offsets))
+        bases = len(self.index) + self.n_raw + np.cumsum(counts) - counts
+        self.raw.append((flats, offsets))
+        self.n_raw += int(counts.sum())
+        return bases
 
     def id(self, seq: tuple) -> int:
         k = self.index.get(seq)
@@ -135,7 +197,16 @@ class _Table:
         return np.fromiter(map(index.__getitem__, seqs), np.int64, len(seqs))
 
     def done(self) -> Sequences:
-        return Sequences(np.array(self.flat, np.int64), np.array(self.offsets, np.int64), list(self.index))
+        flat, offsets = np.array(self.flat, np.int64), np.array(self.offsets, np.int64)
+        if not self.raw:
+            return Sequences(flat, offsets, list(self.index))
+        flats = [flat] + [f for chunk, _ in self.raw for f in chunk]
+        tails = [o[1:] for _, chunk in self.raw for o in chunk]
+        sizes = np.fromiter(map(len, flats), np.int64, len(flats))
+        # each chunk's offsets start at 0: shifted by the rows before the chunk
+        shift = np.repeat((np.cumsum(sizes) - sizes)[1:], np.fromiter(map(len, tails), np.int64, len(tails)))
+        offs = [offsets, np.concatenate(tails) + shift]
+        return Sequences(np.concatenate(flats), np.concatenate(offs))
 
 
 def from_tuples(matches: list) -> MatchColumns:
@@ -143,10 +214,11 @@ def from_tuples(matches: list) -> MatchColumns:
     return build(matches, [])
 
 
-def build(matches: list, products: list, spend=None) -> MatchColumns:
+def build(matches: list, products: list, spend=None, blocks: list = ()) -> MatchColumns:
     """``matches``: (variable, value) tuples; ``products``: (binding items, choices) where every
     combination of the choices' values ((variable, values) each) with the binding's other items
-    is a match (``Sink.add_product``). ``spend``: the budget's step charge, asked between products."""
+    is a match (``Sink.add_product``); ``blocks``: matches as arrays (``Block``). ``spend``: the
+    budget's step charge, asked between products."""
     tables: dict = {}
     kleene: set = set()
     for m in matches:  # which variables hold sequences: a tuple anywhere makes the variable Kleene
@@ -160,11 +232,16 @@ def build(matches: list, products: list, spend=None) -> MatchColumns:
         for var, values in choices:
             if values and type(values[0]) is tuple:
                 kleene.add(var)
+    for block in blocks:
+        kleene.add(block.kleene_var)
+        for var, v in block.items:
+            if type(v) is tuple:
+                kleene.add(var)
     for var in kleene:
         tables[var] = _Table()
     n_tuples = len(matches)
     sizes = [math.prod(len(vs) for _, vs in choices) for _, choices in products]
-    n = n_tuples + sum(sizes)
+    n = n_tuples + sum(sizes) + sum(map(len, blocks))
     cols: dict = {}
 
     def column(var):
@@ -188,6 +265,8 @@ def build(matches: list, products: list, spend=None) -> MatchColumns:
             column(var)[:n_tuples] = lst
     if products:
         _expand(products, sizes, tables, column, n_tuples, spend)
+    if blocks:
+        _fill(blocks, tables, column, n_tuples + sum(sizes))
     rows = {v: c for v, c in cols.items() if v not in tables}
     ids = {v: c for v, c in cols.items() if v in tables}
     return MatchColumns(n, rows, ids, {v: t.done() for v, t in tables.items()})
@@ -247,3 +326,46 @@ def _expand(products: list, sizes: list, tables: dict, column, at: int, spend) -
         idx = (local // np.asarray(inner, np.int64)[owner]) % np.asarray(length, np.int64)[owner] + b
         target = column(var)
         target[at:end] = np.where(b == ABSENT, target[at:end], values[np.maximum(idx, 0)])
+
+
+def _fill(blocks: list, tables: dict, column, at: int) -> None:
+    """Every block's matches into the columns from row ``at`` on, a few numpy calls per variable
+    rather than per block. The distinct sequences a block's other variables hold are coded
+    first: the blocks' own sequences come after them."""
+    nb = len(blocks)
+    lengths = np.fromiter(map(len, blocks), np.int64, nb)
+    end = at + int(lengths.sum())
+    fixed: dict = {}  # var -> its value per block
+    spread: dict = {}  # var -> [(block index, rows)]
+    for k, block in enumerate(blocks):
+        for var, v in block.items:
+            f = fixed.get(var)
+            if f is None:
+                f = fixed[var] = [ABSENT] * nb
+            f[k] = tables[var].id(v if type(v) is tuple else (v,)) if var in tables else v
+        spread.setdefault(block.spread_var, []).append(k)
+    for var, f in fixed.items():
+        column(var)[at:end] = np.repeat(np.asarray(f, np.int64), lengths)
+    starts = np.cumsum(lengths) - lengths + at
+    for var, ks in spread.items():
+        target = column(var)
+        if var in tables:
+            for k in ks:
+                rows = [(r,) for r in blocks[k].spread_rows.tolist()]
+                target[starts[k]:starts[k] + lengths[k]] = tables[var].ids(rows)
+        elif len(ks) == nb:
+            target[at:end] = np.concatenate([b.spread_rows for b in blocks])
+        else:
+            for k in ks:
+                target[starts[k]:starts[k] + lengths[k]] = blocks[k].spread_rows
+    by_var: dict = {}
+    for k, block in enumerate(blocks):
+        by_var.setdefault(block.kleene_var, []).append(k)
+    for var, ks in by_var.items():
+        bases = tables[var].add_raw([blocks[k].flat for k in ks], [blocks[k].offsets for k in ks])
+        ids = np.concatenate([blocks[k].ids for k in ks]) + np.repeat(bases, lengths[ks])
+        if len(ks) == nb:
+            column(var)[at:end] = ids
+        else:
+            target = column(var)
+            target[np.concatenate([np.arange(starts[k], starts[k] + lengths[k]) for k in ks])] = ids

@@ -462,6 +462,7 @@ class Sink:
         self.n = 0
         self.kept: list = []
         self.products: list = []  # (binding items, choices) of add_product: every combination is a match
+        self.blocks: list = []  # cer_columns.Block of add_block: matches as arrays
         self.sets: dict = {}
         # the statement's step budget: a mechanism charges what it binds or extends (matchrec.budget)
         self.spend = budget.current().spend
@@ -519,6 +520,19 @@ class Sink:
         self.products.append((items, list(choices)))
         self.n += n
 
+    def add_block(self, chain: ChainPlan, binding: dict, spread_var: str, spread_rows: np.ndarray,
+                  kleene_var: str, ids: np.ndarray, flat: np.ndarray, offsets: np.ndarray) -> None:
+        """Matches given as arrays: match m binds ``spread_var`` to ``spread_rows[m]``,
+        ``kleene_var`` to sequence ``ids[m]`` (its rows ``flat[offsets[k]:offsets[k + 1]]``) and
+        the other variables as in ``binding``. The sequences need not be distinct."""
+        assert not chain.shared and not self.counting
+        n = len(ids)
+        if self.max is not None and self.n + n > self.max:
+            raise too_many(self.max)
+        items = tuple((v, x) for v, x in binding.items() if v != spread_var and v != kleene_var)
+        self.blocks.append(cer_columns.Block(items, spread_var, spread_rows, kleene_var, ids, flat, offsets))
+        self.n += n
+
     def add_count(self, chain: ChainPlan, n: int) -> None:
         """``n`` matches of a chain whose matches need not be kept."""
         assert self.counting and not chain.shared
@@ -538,6 +552,10 @@ class Sink:
                 out.extend(chunk)
                 self.spend(0)
         self.products = []
+        for block in self.blocks:
+            out.extend(block.tuples())
+            self.spend(0)
+        self.blocks = []
         for s in self.sets.values():
             out.extend(s)
         out.sort()
@@ -549,7 +567,7 @@ class Sink:
         kept = self.kept
         for s in self.sets.values():
             kept = kept + list(s)
-        return cer_columns.build(kept, self.products, self.spend)
+        return cer_columns.build(kept, self.products, self.spend, self.blocks)
 
     def total(self) -> int:
         return self.n

@@ -38,7 +38,12 @@ trigger (a sequence from j is j followed by one from a successor: one concatenat
 shared by every match that holds them; when the last step binds a single event that nothing
 checks once bound, its candidates in the window are not bound one by one but spread: the sink
 builds the binding's matches as one product of those candidates and the closure's sequences
-(``Sink.add_product``).
+(``Sink.add_product``). When that single event is bound right after a counted closure (SEQ(a, b+,
+c): the trigger c, the closure b, then a), a trigger's matches are listed without a binding per
+first event of the closure: its bounds are computed for every first event at once, and a compiled
+loop (``cer_kleene_kernels``) lists the closure's sequences as flat rows plus offsets and the
+matches as arrays of rows and sequence ids (``Sink.add_block``); ``ARRAY_LISTING`` off keeps the
+row tuples.
 
 When one ``AttributeEquality`` covers every positive variable of an alternative, candidates
 are grouped by that attribute and each group is searched on its own (the condition then holds
@@ -202,10 +207,23 @@ class _Recompute:
             before = chain.preds[i] & bound
             self.lower.append([j for j in before if not chain.succs[j] & before])
         self.apart = chain.apart_steps(self.steps)
+        # a counted closure bound right before the spread step, with nothing checked in between:
+        # one trigger's matches through it are listed as arrays (``_list_block``), not one binding
+        # and one product per first event of the closure
+        s = last - 1
+        self.block = s if (self.spread == s + 1 and self.steps[s] in self.counted and self.upper[s]
+                           and not self.conds[s] and not self.negs[s] and self.steps[s] not in self.hollow
+                           and not self.apart[s + 1] and not chain.shared and self.keep
+                           and ARRAY_LISTING and abs(prep.window) < _SAFE and self._keys_safe()) else -1
         self.first: dict = {}
         self.last: dict = {}
         self.binding: dict = {}
         self.expand: list = []  # (var, cands, a, b, first row, last row, min size, max size) of unbound events
+
+    def _keys_safe(self) -> bool:
+        """Whether key arithmetic (a key plus or minus the window) stays well within int64."""
+        keys = [c.keys for c in self.cands.values() if c.n]
+        return all(int(k[0]) > -_SAFE and int(k[-1]) < _SAFE for k in keys)
 
     def run(self) -> None:
         if not all(c.n for c in self.cands.values()):
@@ -227,10 +245,12 @@ class _Recompute:
             b = min(b, bisect_left(keyl, self.first[j]))
         a = 0
         if hi_all is not None:
+            # within the window of every key bound so far, on both sides: an element no bound one
+            # precedes (an AND's item) is bounded above by the window alone
             a = bisect_left(keyl, hi_all - w)
+            b = min(b, bisect_right(keyl, lo_all + w))
         for j in self.lower[s]:
             a = max(a, bisect_right(keyl, self.last[j]))
-            b = min(b, bisect_right(keyl, lo_all + w))
         holes = None
         for own, other in self.apart[s]:
             h0 = min(self.first[self.steps[t]] for t in other)
@@ -396,9 +416,15 @@ class _Recompute:
         if self.upper[s]:
             # the element is followed by elements bound already: its sequences end before them, so
             # only their first event matters; paths[j]: the valid sequences that begin with j
+            block = s == self.block and not self.expand
+            if block and self._out_of_reach(s, i, c, b, hi_all):
+                return
+            succ = [self.successors(i, c, j, b) for j in range(a, b)]
+            if block and self._list_block(s, i, c, a, b, succ, lo_all, hi_all):
+                return
             paths = {}
             for j in range(b - 1, a - 1, -1):
-                paths[j] = 1 + sum(paths[k] for k in self.successors(i, c, j, b))
+                paths[j] = 1 + sum(paths[k] for k in succ[j - a])
             listed: dict = {}  # candidate -> its sequences, listed once for every match that holds them
             for j in range(a, b):
                 if self._first_ok(i, rowl[j]):
@@ -425,6 +451,63 @@ class _Recompute:
                     self.bind(s, i, value, keyl[j], keyl[j1], lo_all, hi_all, weight * to_end[j])
                 finally:
                     self.expand.pop()
+
+    def _out_of_reach(self, s: int, i: int, c: Cands, b: int, hi_all) -> bool:
+        """Whether no candidate of the spread step after step s is in reach of any first event of
+        the closure below b (by bisection: most triggers of a sparse partition have none, and
+        then no array need be built)."""
+        t = s + 1
+        keyl = self.cands[self.steps[t]].keyl
+        top = len(keyl)
+        for j in self.upper[t]:
+            top = min(top, bisect_left(keyl, c.keyl[b - 1] if j == i else self.first[j]))
+        return hi_all is not None and bisect_left(keyl, hi_all - self.w) >= top
+
+    def _list_block(self, s: int, i: int, c: Cands, a: int, b: int, succ: list, lo_all, hi_all) -> bool:
+        """List the matches of the current binding through the counted closure at step s and
+        the spread step after it, for every first event in [a, b) at once: the closure's
+        sequences as flat rows plus offsets and the matches as arrays (a compiled loop), handed
+        to the sink as one block. The bounds are those ``bind`` and ``step`` apply to one first
+        event, vectorized. False (nothing done) when the sizes are past counting exactly."""
+        t = s + 1
+        spread = self.cands[self.steps[t]]
+        m = b - a
+        keys = c.keys[a:b]
+        lo2 = keys if lo_all is None else np.minimum(keys, lo_all)
+        hi2 = keys if hi_all is None else np.maximum(keys, hi_all)
+        w = self.w
+        valid = hi2 - lo2 <= w
+        if not all(cd.uses_prev for cd in self.iteration[i]):  # a condition on the first event too
+            rowl = c.rowl
+            valid &= np.fromiter((self._first_ok(i, rowl[j]) for j in range(a, b)), bool, m)
+        ek = spread.keys
+        hi = spread.n
+        for j in self.upper[t]:
+            hi = np.minimum(hi, np.searchsorted(ek, keys if j == i else self.first[j], "left"))
+        lo = np.searchsorted(ek, hi2 - w, "left")
+        hi = np.minimum(hi, np.searchsorted(ek, lo2 + w, "right"))
+        for j in self.lower[t]:
+            lo = np.maximum(lo, np.searchsorted(ek, keys if j == i else self.last[j], "right"))
+        valid &= lo < hi
+        if not valid.any():
+            return True
+        from matchrec.operators.cer_kleene_kernels import list_block
+        off = np.fromiter(itertools.accumulate(map(len, succ), initial=0), np.int64, m + 1)
+        idx = np.fromiter(itertools.chain.from_iterable(succ), np.int64, int(off[-1])) - a
+        lo, hi = lo.astype(np.int64, copy=False), hi.astype(np.int64, copy=False)
+        args = (off, idx, c.rows[a:b], valid, lo, hi, spread.rows)
+        flat, offsets, rows, ids, size = list_block(*args, _LISTED_AT_ONCE)
+        if size > _LISTED_AT_ONCE:  # charged (and checked against the limit) before it is listed
+            if size >= _EXACT:
+                return False
+            self.spend(PYTHON_STEP_COST * (m + int(size)))
+            if self.sink.max is not None and self.sink.n + int(size) > self.sink.max:
+                raise too_many(self.sink.max)
+            flat, offsets, rows, ids, size = list_block(*args, _EXACT)
+        else:
+            self.spend(PYTHON_STEP_COST * (m + int(size)))
+        self.sink.add_block(self.chain, self.binding, self.vars[t], rows, self.vars[s], ids, flat, offsets)
+        return True
 
     def _listing(self, i: int, c: Cands, j: int, b: int, end: int | None, listed: dict) -> list:
         """The valid sequences of element i that begin with candidate j, stay below b and (``end``
@@ -543,6 +626,12 @@ class _Recompute:
             rows = listing()
             choices.append((var, rows if isinstance(rows, list) else list(self._polled(rows))))
         self.sink.add_product(self.chain, binding, choices)
+
+
+ARRAY_LISTING = True  # False: every first event bound and listed as row tuples (the bench times both ways)
+_SAFE = 1 << 61  # keys, windows and sizes below this keep int64 arithmetic exact
+_LISTED_AT_ONCE = 1 << 20  # matches or rows of one trigger listed before the budget is asked
+_EXACT = 1 << 52  # sizes counted in floating point are exact below this
 
 
 # ---------------------------------------------------------------- subsets of a candidate range
