@@ -50,6 +50,7 @@ __all__ = ["BLOCK", "Cond", "Neg", "Kleene", "Unit", "Node", "Stream", "PatternS
 
 BLOCK = 1 << 18  # partial matches built at once by one extension
 LIMIT_KEY = 1 << 62
+STEP_CALLS = 256  # a binary search step's numpy calls cost about as much as comparing this many candidates
 
 
 class Unshareable(Exception):
@@ -562,13 +563,14 @@ class Evaluator:
     def ranks_pay(self, node: Node, columns: list, bindings: int, candidates: int) -> bool:
         """Whether checking ``node``'s candidates by ranks should cost less than evaluating its
         conditions on each: the binary searches cost about a comparison per distinct binding, ray
-        and halving step, the candidates' check next to nothing; evaluating costs one per candidate
-        (and gathering every candidate's bound rows)."""
+        and halving step, plus each step's few numpy calls (``STEP_CALLS``), the candidates' check
+        next to nothing; evaluating costs one comparison per candidate (and gathering every
+        candidate's bound rows)."""
         steps = 0
         for conds in columns:
             distinct = len(self.ranks(node.cls, conds[0][0])[1])
             steps += sum(len(r.rays) for r, _ in conds) * max(1, distinct.bit_length())
-        return candidates > bindings * steps
+        return candidates > (bindings + STEP_CALLS) * steps
 
     @staticmethod
     def ranked_survivors(bounds, a: np.ndarray, counts: np.ndarray, start: int, total: int):
