@@ -147,3 +147,74 @@ def test_rays_count_what_the_condition_holds_on():
             inside = (rank >= k[a_rows]) if up else (rank < k[a_rows])
             got &= inside & good[b_rows]
         assert (got == want).all()
+
+
+def _built_statement(rng: random.Random) -> str:
+    """A statement whose extensions are built: a counted Kleene closure between two or three events,
+    a negation, rows returned, or four to five events whose inner nodes check rays."""
+    extra = rng.random()
+    names = ["v0", "v1", "v2", "v3", "v4"][:rng.randint(2, 3) if extra < 0.45 else rng.randint(3, 5)]
+    where = []
+    for a, b in zip(names, names[1:]):
+        if rng.random() < 0.9:
+            form = rng.choice(RAYS) if rng.random() < 0.85 else rng.choice(OTHERS)
+            a, b = (a, b) if rng.random() < 0.7 else (b, a)
+            where.append(form.format(a=a, b=b, k=rng.randint(0, 3)))
+    items = [f"{rng.choice('ABC')} {v}" for v in names]
+    if extra < 0.45:
+        at = rng.randint(1, len(items) - 1)
+        items.insert(at, f"{rng.choice('ABC')}+{rng.choice(['', '{2,}', '{1,2}'])} k")
+    elif extra < 0.6:
+        items.insert(rng.randint(1, len(items) - 1), f"~{rng.choice('ABC')} n")
+    text = f"PATTERN SEQ({', '.join(items)}) FROM ev TYPE type ORDER BY ts"
+    text += f" WHERE {' AND '.join(where)}" if where else ""
+    counted = extra < 0.45 or rng.random() < 0.75  # a Kleene closure is counted (shared) under COUNT(*) only
+    returns = " RETURN COUNT(*)" if counted else f" RETURN {names[0]}.ts, {names[-1]}.ts AS last"
+    return text + f" WITHIN {rng.choice([6, 12, 30])}" + returns
+
+
+def _built_by_ranks(monkeypatch, seeds) -> None:
+    """Every statement's table with its built nodes checked by ranks wherever their conditions are
+    rays (``ranks_pay`` always true) and the leaves finishing counted Kleene closures weighed
+    without being built (``weighed_leaf``) equals the one with the conditions evaluated per
+    candidate and every such leaf's matches built and counted one by one."""
+    used = {"ranks": 0, "weighed": 0}
+    weighed = O.Evaluator.add_weighed
+
+    def always(self, *args):
+        used["ranks"] += 1
+        return True
+
+    def spy(self, *args):
+        used["weighed"] += 1
+        return weighed(self, *args)
+    monkeypatch.setattr(O.Evaluator, "add_weighed", spy)
+    for seed in seeds:
+        rng = random.Random(seed)
+        con = matchrec.connect()
+        try:
+            _table(con, rng)
+            stmts = [_built_statement(rng) for _ in range(10)]
+            slices = rng.choice([None, 17])
+            got = {}
+            with monkeypatch.context() as m:
+                m.setattr(O.Evaluator, "ranks_pay", lambda self, *args: False)
+                m.setattr(O.Evaluator, "weighed_leaf", lambda self, node: False)
+                got["per candidate"] = matchrec.run_many(con, stmts, budget=0.02, slice_events=slices).tables
+            with monkeypatch.context() as m:
+                m.setattr(O.Evaluator, "ranks_pay", always)
+                got["ranks"] = matchrec.run_many(con, stmts, budget=0.02, slice_events=slices).tables
+            for s, a, b in zip(stmts, got["per candidate"], got["ranks"]):
+                assert a.equals(b), f"seed {seed}\n{s}"
+        finally:
+            con.close()
+    assert used["ranks"] > 10 and used["weighed"] > 3
+
+
+def test_built_nodes_by_ranks_equal_conditions_per_candidate(monkeypatch):
+    _built_by_ranks(monkeypatch, range(3))
+
+
+@pytest.mark.slow
+def test_built_nodes_by_ranks_many_seeds(monkeypatch):
+    _built_by_ranks(monkeypatch, range(200, 260))

@@ -25,7 +25,10 @@ allows, else the single-statement path's Python function per binding). A leaf wh
 are only counted builds none: without conditions each range is its count; where every condition
 is monotone in a column of the new event (``engine.multi_rays``), a binary search over the
 column's distinct values per distinct binding of the other events gives an interval of ranks,
-and a compiled loop (``cer_shared_kernels``) counts the candidates of each range inside it.
+and a compiled loop (``cer_shared_kernels``) counts the candidates of each range inside it. A node
+whose extensions are built (inner nodes; leaves finishing a counted Kleene closure, a negation or
+rows to return) and whose conditions are all such rays lists its surviving candidates the same
+way when the binary searches cost less than evaluating the conditions on every candidate.
 
 ``Evaluator.run(roots, lo, hi)`` finds the matches whose last event has a composite key in
 ``[lo, hi)``; a workload may use a different plan for each such slice of the stream (re-planning)
@@ -47,6 +50,7 @@ __all__ = ["BLOCK", "Cond", "Neg", "Kleene", "Unit", "Node", "Stream", "PatternS
 
 BLOCK = 1 << 18  # partial matches built at once by one extension
 LIMIT_KEY = 1 << 62
+STEP_CALLS = 256  # a binary search step's numpy calls cost about as much as comparing this many candidates
 
 
 class Unshareable(Exception):
@@ -275,6 +279,7 @@ class Evaluator:
         self.work = {"partial_matches": 0, "searches": 0, "candidates": 0, "matches": 0}
         self._tied: dict = {}  # class -> whether two of its candidates share a key
         self._counted: dict = {}  # id(node) -> (node, whether its extensions are only counted)
+        self._weighed: dict = {}  # id(node) -> (node, whether they are counted with Kleene weights)
         self._rays: dict = {}  # id(node) -> (node, its conditions as rays or None: ``ray_spec``)
         self._ranks: dict = {}  # (class, column) -> (rank per candidate, a row per distinct value)
         # the statement's step budget: a candidate tried in a block is one step (numpy, as compiled)
@@ -345,10 +350,12 @@ class Evaluator:
             return
         if counted and self.count_ranked(node, pm, a, counts):
             return
+        weighed = not counted and self.weighed_leaf(node)
         live = np.flatnonzero(counts)
         if len(live) < len(counts):
             pm, a, counts = pm.take(live), a[live], counts[live]
         cum = np.cumsum(counts)
+        bounds = self.rank_bounds(node, pm, int(cum[-1])) if node.conds else None
         start = 0
         m = len(counts)
         while start < m:
@@ -358,16 +365,24 @@ class Evaluator:
             tot = int(cum[end - 1]) - base
             self.work["candidates"] += tot
             self.spend(tot)
-            idx = np.repeat(np.arange(start, end), cnt)
-            # candidate positions: each range's start, less where its run begins, plus the run position
-            j = np.repeat(a[start:end] - (cum[start:end] - cnt - base), cnt)
-            j += np.arange(tot)
-            if node.conds:
-                idx, j = self.survivors(node, pm, idx, rows[j], j)
-            if counted:
+            if bounds is not None:
+                idx, j = self.ranked_survivors(bounds, a[start:end], cnt, start, tot)
+            else:
+                idx = np.repeat(np.arange(start, end), cnt)
+                # candidate positions: each range's start, less where its run begins, plus the run position
+                j = np.repeat(a[start:end] - (cum[start:end] - cnt - base), cnt)
+                j += np.arange(tot)
+                if node.conds:
+                    idx, j = self.survivors(node, pm, idx, rows[j], j)
+            if counted or weighed:
                 if len(idx):
                     late = (pm.hi[idx] < self.lo) & (ck[j] < self.lo)  # the match ends before this range
-                    self.add_counted(node, len(idx) - int(late.sum()))
+                    if counted:
+                        self.add_counted(node, len(idx) - int(late.sum()))
+                    else:
+                        if late.any():
+                            idx, j = idx[~late], j[~late]
+                        self.add_weighed(node, pm, idx, rows[j])
             elif len(idx):
                 new_ck = ck[j]
                 self.process(node, _PMs([r[idx] for r in pm.rows] + [rows[j]], np.minimum(pm.lo[idx], new_ck),
@@ -395,6 +410,51 @@ class Evaluator:
         self._counted[id(node)] = (node, counted)  # the node kept: a re-plan's new node may reuse an id
         return counted
 
+    def weighed_leaf(self, node: Node) -> bool:
+        """Whether ``node``'s extensions need only be counted, each weighed by the counted Kleene
+        closures of the units it finishes (``kleene_count``): as ``counted_leaf``, but a unit may
+        count Kleene closures. Their partial matches are then never built: the weights read only
+        the rows of the closures' neighbours."""
+        got = self._weighed.get(id(node))
+        if got is not None and got[0] is node:
+            return got[1]
+        s = self.s
+        weighed = not node.children and bool(node.finishing)
+        for u, _ in node.finishing if weighed else ():
+            unit = self.units[u]
+            sink = self.sinks[unit.pattern]
+            if (not sink.counting or frozenset(unit.vars) in sink.shared or unit.negs
+                    or s.clamp(unit.window) != s.clamp(node.window)):
+                weighed = False
+                break
+        self._weighed[id(node)] = (node, weighed)
+        return weighed
+
+    def add_weighed(self, node: Node, pm: _PMs, idx: np.ndarray, new_rows: np.ndarray) -> None:
+        """The extensions (parent ``idx``, candidate row ``new_rows``) of a ``weighed_leaf``: each
+        finishing unit's matches, every one standing for its Kleene closures' number of sets."""
+        n = len(idx)
+        if not n:
+            return
+        new = len(pm.rows)
+        gathered: dict = {new: new_rows}
+        self.work["partial_matches"] += n
+        for u, slots in node.finishing:
+            unit = self.units[u]
+            self.work["matches"] += n
+            if not unit.kleene:
+                self.sinks[unit.pattern].add_count(n)
+                continue
+            rows = {}
+            for k in unit.kleene:
+                for i in (k.prev, k.next):
+                    slot = slots[i]
+                    got = gathered.get(slot)
+                    if got is None:
+                        got = gathered[slot] = pm.rows[slot][idx]
+                    rows[i] = got
+            self.sinks[unit.pattern].add_count(self.kleene_count(unit, rows))
+
     def add_counted(self, node: Node, n: int) -> None:
         if n <= 0:
             return
@@ -417,24 +477,41 @@ class Evaluator:
 
     def count_ranked(self, node: Node, pm: _PMs, a: np.ndarray, counts: np.ndarray) -> bool:
         """A counted leaf whose conditions are rays of columns of its new variable (``Cond.rays``):
-        per distinct binding of the other variables they read and per column, the interval of
-        ranks (the column's distinct values among the class's candidates, in order) where the
-        column's conditions hold, by binary search; then the candidates in each partial match's
-        range with every rank in its interval, counted by a compiled loop. False when the
-        conditions are not all rays (the extensions are then built and checked)."""
-        spec = self.ray_spec(node, len(pm.rows))
-        if spec is None:
-            return False
-        var, columns = spec
+        the candidates in each partial match's range with every rank in its binding's interval
+        (``rank_bounds``), counted by a compiled loop. False when the conditions are not all rays
+        (the extensions are then built and checked)."""
         live = np.flatnonzero(counts)
+        bounds = self.rank_bounds(node, pm.take(live) if len(live) < len(counts) else pm)
+        if bounds is None:
+            return False
+        ranks, lows, highs, which = bounds
         a, b = a[live], a[live] + counts[live]
         tried = int(counts.sum())
         early = pm.hi[live] < self.lo  # such a match ends in this slice only with a candidate in it
         if early.any():
             first = int(np.searchsorted(self.s.cks[node.cls], self.lo, "left"))
             a = np.where(early, np.maximum(a, first), a)
+        from matchrec.operators.cer_shared_kernels import count_ranked
+        self.work["candidates"] += tried
+        self.spend(tried)
+        n = count_ranked(ranks, a.astype(np.int64), b.astype(np.int64), which, lows, highs)
+        self.add_counted(node, int(n))
+        return True
+
+    def rank_bounds(self, node: Node, pm: _PMs, candidates: int | None = None):
+        """When every condition of ``node`` is rays of a column of its new variable (``Cond.rays``):
+        per distinct binding of the other variables they read and per column, the interval of ranks
+        (the column's distinct values among the class's candidates, in order) where the column's
+        conditions hold, by binary search. Returns (rank per column and candidate, lows, highs: per
+        column and binding, the binding of each partial match) or None: not rays, the compiled
+        comparison refused these values, or (given the ``candidates`` to check) the searches would
+        cost more than evaluating the conditions on each candidate (``ranks_pay``)."""
+        spec = self.ray_spec(node, len(pm.rows))
+        if spec is None:
+            return None
+        var, columns = spec
         slots = sorted({j for conds in columns for _, sl in conds for v, j in sl.items() if v != var})
-        rows = [pm.rows[j][live] for j in slots]
+        rows = [pm.rows[j] for j in slots]
         inverse = None
         if len(slots) == 1 and len(rows[0]) * 16 > self.s.n:
             seen = np.zeros(self.s.n, bool)  # many partial matches: distinct rows by a mark per row, not a sort
@@ -455,6 +532,8 @@ class Evaluator:
                 _, first_at, inverse = np.unique(packed, return_index=True, return_inverse=True)
                 rows = [r[first_at] for r in rows]
         u = len(rows[0]) if rows else 1
+        if candidates is not None and not self.ranks_pay(node, columns, u, candidates):
+            return None
         ranks, lows, highs = [], [], []
         for conds in columns:
             rank, rep = self.ranks(node.cls, conds[0][0])
@@ -465,7 +544,7 @@ class Evaluator:
                 for vec, up in ray_set.rays:
                     k = self.first_flip(vec, up, var, rep, binding, u)
                     if k is None:
-                        return False  # the compiled comparison refused these values: build and check instead
+                        return None
                     if up:
                         np.maximum(low, k, out=low)
                     else:
@@ -476,37 +555,63 @@ class Evaluator:
         if inverse is not None:
             inverse = inverse.reshape(-1).astype(np.int64)
         elif u == 1:
-            inverse = np.zeros(len(a), np.int64)
+            inverse = np.zeros(len(pm), np.int64)
         else:
-            inverse = np.arange(len(a), dtype=np.int64)
-        from matchrec.operators.cer_shared_kernels import count_ranked
-        self.work["candidates"] += tried
-        self.spend(tried)
-        n = count_ranked(np.stack(ranks), a.astype(np.int64), b.astype(np.int64), inverse, np.stack(lows),
-                         np.stack(highs))
-        self.add_counted(node, int(n))
-        return True
+            inverse = np.arange(len(pm), dtype=np.int64)
+        return np.stack(ranks), np.stack(lows), np.stack(highs), inverse
+
+    def ranks_pay(self, node: Node, columns: list, bindings: int, candidates: int) -> bool:
+        """Whether checking ``node``'s candidates by ranks should cost less than evaluating its
+        conditions on each: the binary searches cost about a comparison per distinct binding, ray
+        and halving step, plus each step's few numpy calls (``STEP_CALLS``), the candidates' check
+        next to nothing; evaluating costs one comparison per candidate (and gathering every
+        candidate's bound rows)."""
+        steps = 0
+        for conds in columns:
+            distinct = len(self.ranks(node.cls, conds[0][0])[1])
+            steps += sum(len(r.rays) for r, _ in conds) * max(1, distinct.bit_length())
+        return candidates > (bindings + STEP_CALLS) * steps
+
+    @staticmethod
+    def ranked_survivors(bounds, a: np.ndarray, counts: np.ndarray, start: int, total: int):
+        """The extensions (parent index, candidate position) of ranges ``[a, a + counts)`` (partial
+        matches ``start`` on) whose ranks lie in their binding's intervals (``rank_bounds``)."""
+        from matchrec.operators.cer_shared_kernels import list_ranked
+        ranks, lows, highs, which = bounds
+        a = a.astype(np.int64)
+        parent, at = np.empty(total, np.int64), np.empty(total, np.int64)
+        n = list_ranked(ranks, a, a + counts, which[start:start + len(a)], lows, highs, parent, at)
+        parent = parent[:n]
+        parent += start
+        return parent, at[:n]
 
     @staticmethod
     def first_flip(vec, up: bool, var: str, rep: np.ndarray, binding: dict, u: int):
         """Per binding of the other variables, the first rank where an up-ray turns true (a
-        down-ray false): a binary search over the ranks, all bindings at once."""
+        down-ray false): a binary search over the ranks, all bindings at once. Every step takes
+        every binding (a settled one on a rank it ignores): the searches all take about as many
+        steps, and gathering the open ones cost more than evaluating them all."""
         d = len(rep)
         lo, hi = np.zeros(u, np.int64), np.full(u, d, np.int64)
-        active = np.arange(u) if d else np.zeros(0, np.int64)
-        while len(active):
-            mid = (lo[active] + hi[active]) >> 1
-            b = {v: r[active] for v, r in binding.items()}
-            b[var] = rep[mid]
+        if not d:
+            return lo
+        b = dict(binding)
+        for _ in range(d.bit_length()):  # each step halves every open interval of at most d ranks
+            mid = (lo + hi) >> 1
+            b[var] = rep[np.minimum(mid, d - 1)]
             try:
                 t = vec(b)
             except (TypeError, ValueError, OverflowError, ZeroDivisionError, FloatingPointError):
                 return None
-            if not up:
-                t = ~t
-            hi[active[t]] = mid[t]
-            lo[active[~t]] = mid[~t] + 1
-            active = active[lo[active] < hi[active]]
+            open_ = lo < hi
+            if up:
+                flip = t & open_
+                stay = open_ & ~t
+            else:
+                flip = open_ & ~t
+                stay = t & open_
+            np.copyto(hi, mid, where=flip)
+            np.copyto(lo, mid + 1, where=stay)
         return lo
 
     def ray_spec(self, node: Node, new: int):

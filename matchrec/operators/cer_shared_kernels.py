@@ -29,3 +29,32 @@ def count_ranked(rank, a, b, which, lo, hi):
             if ok:
                 total += 1
     return total
+
+
+@njit(nogil=True, cache=True)
+def list_ranked(rank, a, b, which, lo, hi, parent, at):
+    """As ``count_ranked``, but writes each candidate found: its range's index ``p`` into ``parent``
+    and ``j`` into ``at`` (both at least as long as the ranges' total). Returns how many."""
+    n = 0
+    k = rank.shape[0]
+    for p in range(a.shape[0]):
+        q = which[p]
+        empty = False
+        for c in range(k):
+            if lo[c, q] >= hi[c, q]:
+                empty = True
+                break
+        if empty:
+            continue
+        for j in range(a[p], b[p]):
+            ok = True
+            for c in range(k):
+                r = rank[c, j]
+                if r < lo[c, q] or r >= hi[c, q]:
+                    ok = False
+                    break
+            if ok:
+                parent[n] = p
+                at[n] = j
+                n += 1
+    return n

@@ -95,8 +95,11 @@ def compile_condition(e: S.Expr, resolve: Callable[[S.Col], str], columns: Vecto
         n = len(next(iter(b.values())))
         with np.errstate(all="ignore"):
             v, null = fn(b)
-            if null is None and isinstance(v, np.ndarray) and v.dtype == bool and v.shape == (n,):
-                return v  # a fresh comparison result: no copy needed
+            if isinstance(v, np.ndarray) and v.dtype == bool and v.shape == (n,):
+                if null is None:
+                    return v  # a fresh comparison result: no copy needed
+                if isinstance(null, np.ndarray) and null.dtype == bool and null.shape == (n,):
+                    return v & ~null  # a nullable column read per element: no broadcast, one array made
             out = np.broadcast_to(np.asarray(v).astype(bool), (n,))
             if null is not None:
                 out = out & ~np.broadcast_to(null, (n,))

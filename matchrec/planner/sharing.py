@@ -41,6 +41,7 @@ NODE_COST = 300.0  # per node: the fixed cost of one batch step, in partial matc
 EXACT_MAX = 9  # units up to this many elements get their best order alone by dynamic programming
 PATIENCE = 100  # moves without a better plan (plus 10 per unit) after which a search stops before its budget
 PAYOFF_STRETCH = 0.002  # seconds: the shortest stretch of moves ``_Payoff`` judges
+PLANS_KEPT = 64  # plans whose nodes a workload keeps for costing (the held plan and the greedy ones of recent drifts)
 
 
 # ---------------------------------------------------------------- canonical texts
@@ -170,6 +171,7 @@ class Workload:
         self._canon: dict = {}
         self._ids: dict = {}
         self._unit_nodes: dict = {}
+        self._plan_nodes: dict = {}
         self.by_class: dict = {}
         for u, unit in enumerate(units):
             for c in set(unit.classes):
@@ -192,6 +194,29 @@ class Workload:
 
     def node_keys(self, u: int, order: tuple, cut: int) -> list:
         return [self.canon(u, order[:k]) if k <= cut else ("own", u, order[:k], cut) for k in range(1, len(order) + 1)]
+
+    def plan_nodes(self, plan: Plan) -> list:
+        """(node key, largest window of its units, a unit, its prefix, the parent's largest window)
+        of each node of ``plan``: independent of the rates, so kept for the cost models of the
+        slices after it (each drift of the rates costs the plan held and the greedy one again)."""
+        k = (tuple(plan.orders), tuple(plan.cuts))
+        got = self._plan_nodes.get(k)
+        if got is None:
+            entries: dict = {}
+            for u, (order, cut) in enumerate(zip(plan.orders, plan.cuts)):
+                w = self.units[u].window
+                for key, prefix, parent in self.unit_nodes(u, order, cut):
+                    e = entries.get(key)
+                    if e is None:
+                        entries[key] = [w, u, prefix, parent]
+                    elif w > e[0]:
+                        e[0] = w
+            got = [(key, w, u, prefix, entries[parent][0] if parent is not None else 0)
+                   for key, (w, u, prefix, parent) in entries.items()]
+            if len(self._plan_nodes) >= PLANS_KEPT:
+                self._plan_nodes.clear()
+            self._plan_nodes[k] = got
+        return got
 
     def unit_nodes(self, u: int, order: tuple, cut: int) -> list:
         """(node key, prefix, parent's key) of each node of unit ``u`` in ``order``: independent of the
@@ -267,19 +292,8 @@ class CostModel:
         return self.work.unit_nodes(u, order, cut)
 
     def cost(self, plan: Plan) -> float:
-        entries: dict = {}
-        units = self.work.units
-        for u, (order, cut) in enumerate(zip(plan.orders, plan.cuts)):
-            w = units[u].window
-            for key, prefix, parent in self.unit_nodes(u, order, cut):
-                e = entries.get(key)
-                if e is None:
-                    entries[key] = [w, u, prefix, parent]
-                elif w > e[0]:
-                    e[0] = w
         total = 0.0
-        for key, (w, u, prefix, parent) in entries.items():
-            pw = entries[parent][0] if parent is not None else 0
+        for key, w, u, prefix, pw in self.work.plan_nodes(plan):
             ck = (key, w, pw)
             c = self._node.get(ck)
             if c is None:
