@@ -454,3 +454,78 @@ def test_time_sets_joined_in_the_scan_answer_as_tested_row_by_row(monkeypatch):
             assert joined.sort_by(key).equals(tested.sort_by(key)) and joined.num_rows > 0
             if req["op"] == "pull":
                 assert joined.column("ts").null_count > 0
+
+
+def test_round_decision_is_kept_unless_its_estimate_moves_past_the_margin():
+    from types import SimpleNamespace
+
+    from matchrec.connectors.dual_filtering import ROUND_MARGIN, skip_round
+    link = SimpleNamespace(bandwidth=12.5e6, rtt=0.0)
+    benefit = 1_000_000 * 30 / 12.5e6  # seconds the round's removable rows would take on the link
+
+    def made(ratio, previous):  # ``ratio``: expected saving / cost, the cost all nodes' scan
+        return skip_round(link, "B", 0, 0.0, 1_000_000, 30, 0, benefit / ratio, previous) is None
+    for ratio in (0.3, 0.45, 0.55, 0.9, 1.1, 3.0):
+        assert made(ratio, None) == (ratio > 1 / ROUND_MARGIN)  # a first decision: the scan must clearly dominate
+    # near break-even the last decision stays; past the margin either way it changes
+    assert made(0.7, True) and not made(1.5, False)
+    assert not made(0.9 / ROUND_MARGIN, True) and made(1.1 * ROUND_MARGIN, False)
+    why = skip_round(link, "B", 0, 0.0, 1_000_000, 30, 0, benefit / 1.5, False)
+    assert "skipped last time" in why
+
+
+def _rare_anchor_source(seed: int):
+    """Three in-process shards of random events: rare ``a``, less rare ``b``, frequent ``c``,
+    filler ``d``; and the interval plan of SEQ(a, b, c) WITHIN 40 over them."""
+    from matchrec.planner.intervals import IntervalPlan, VariableIntervals
+    rng = np.random.default_rng(seed)
+    n = 30000
+    data = pa.table({"id": np.arange(n), "ts": np.cumsum(rng.integers(1, 4, n)),
+                     "type": rng.choice(["a", "b", "c", "d"], n, p=[0.003, 0.01, 0.3, 0.687])})
+    cons = []
+    shard_of = rng.integers(0, 3, n)
+    for k in range(3):
+        c = duckdb.connect()
+        c.register("data", data.filter(pa.array(shard_of == k)))
+        c.execute("CREATE TABLE ev AS SELECT * FROM data")
+        cons.append(c)
+    source = _Shards(cons, data.schema).source
+    source.bandwidth, source.rtt = 1.25e6, 0.0005  # a 10 Mbit/s link: rounds pay on a table this small
+    variables = [VariableIntervals(0, "A", "type = 'a'", 0, 40), VariableIntervals(1, "B", "type = 'b'", 40, 40),
+                 VariableIntervals(2, "C", "type = 'c'", 40, 0)]
+    where = "type IN ('a', 'b', 'c')"
+    return source, IntervalPlan("ts", "ts", 40, [], variables, where), where
+
+
+def test_rounds_decide_alike_when_the_measured_node_time_varies(monkeypatch):
+    """A statement run again on one source keeps each round's decision while the measured time
+    of the nodes' scan (what varies from run to run) moves it by less than the margin."""
+    import matchrec.connectors.dual_filtering as dual
+    from matchrec.connectors.source import PullStats
+    source, ip, where = _rare_anchor_source(5)
+    plain = dual.skip_round
+    seen = {}
+
+    def with_scan(scan):  # the nodes' scan before B's round, as if measured
+        def skip(src, name, round_bytes, own, final_in, row_bytes, candidates_in=0.0, busy=0.0, previous=None):
+            if name == "B":
+                seen["B"] = plain(src, name, round_bytes, own, final_in, row_bytes, candidates_in, 0.0) is None
+                seen["saving"] = dual.removable(final_in, candidates_in) * (1 - own) * row_bytes / src.bandwidth
+                seen["fixed"] = src.rtt + round_bytes / src.bandwidth
+                busy = scan
+            return plain(src, name, round_bytes, own, final_in, row_bytes, candidates_in, busy, previous)
+        monkeypatch.setattr(dual, "skip_round", skip)
+        stats = PullStats()
+        got = dual.DualFiltering(source).pull("ev", "dfs", ["id", "ts", "type"], where, ip, "auto", stats)
+        return "B" in stats.candidates, sorted(got.column("id").to_pylist())
+
+    made, rows = with_scan(0.0)
+    assert made and seen["B"], seen  # B's round pays when the scan is free
+    assert seen["saving"] > seen["fixed"]
+    # the round's whole cost over its expected saving as the scan time varies (a plain comparison
+    # would flip the decision at every step), and whether it is made
+    for cost_ratio, want in ((0.8, True), (1.4, True), (0.8, True), (2.5, False), (1.4, False), (0.8, False),
+                             (0.3, True)):
+        made, got = with_scan(max(seen["saving"] * cost_ratio - seen["fixed"], 0.0))
+        assert made == want, cost_ratio
+        assert got == rows or not want  # the same rows whenever the same rounds are made
