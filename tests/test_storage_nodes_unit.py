@@ -506,26 +506,54 @@ def test_rounds_decide_alike_when_the_measured_node_time_varies(monkeypatch):
     plain = dual.skip_round
     seen = {}
 
-    def with_scan(scan):  # the nodes' scan before B's round, as if measured
+    def with_cost(cost_ratio):  # B's whole cost over its expected saving, the scan as if measured
         def skip(src, name, round_bytes, own, final_in, row_bytes, candidates_in=0.0, busy=0.0, previous=None):
             if name == "B":
-                seen["B"] = plain(src, name, round_bytes, own, final_in, row_bytes, candidates_in, 0.0) is None
-                seen["saving"] = dual.removable(final_in, candidates_in) * (1 - own) * row_bytes / src.bandwidth
-                seen["fixed"] = src.rtt + round_bytes / src.bandwidth
-                busy = scan
+                saving = dual.removable(final_in, candidates_in) * (1 - own) * row_bytes / src.bandwidth
+                fixed = src.rtt + round_bytes / src.bandwidth
+                seen["B"] = saving > fixed
+                busy = max(saving * cost_ratio - fixed, 0.0)
             return plain(src, name, round_bytes, own, final_in, row_bytes, candidates_in, busy, previous)
         monkeypatch.setattr(dual, "skip_round", skip)
         stats = PullStats()
         got = dual.DualFiltering(source).pull("ev", "dfs", ["id", "ts", "type"], where, ip, "auto", stats)
         return "B" in stats.candidates, sorted(got.column("id").to_pylist())
 
-    made, rows = with_scan(0.0)
+    made, rows = with_cost(0.0)
     assert made and seen["B"], seen  # B's round pays when the scan is free
-    assert seen["saving"] > seen["fixed"]
-    # the round's whole cost over its expected saving as the scan time varies (a plain comparison
-    # would flip the decision at every step), and whether it is made
+    # as the scan time varies (a plain comparison would flip the decision at every step): whether
+    # B's round is made
     for cost_ratio, want in ((0.8, True), (1.4, True), (0.8, True), (2.5, False), (1.4, False), (0.8, False),
                              (0.3, True)):
-        made, got = with_scan(max(seen["saving"] * cost_ratio - seen["fixed"], 0.0))
+        made, got = with_cost(cost_ratio)
         assert made == want, cost_ratio
         assert got == rows or not want  # the same rows whenever the same rounds are made
+
+
+def test_a_round_run_again_counts_the_least_scan_time_measured_before_it(monkeypatch):
+    """Other work only adds to the nodes' measured scan time: a statement run again counts the
+    least time measured before the same round, not the last one."""
+    import time
+
+    import matchrec.connectors.dual_filtering as dual
+    from matchrec.connectors.source import PullStats
+    source, ip, where = _rare_anchor_source(5)
+    answer = source.call_all
+    plain = dual.skip_round
+    delay, counted = [0.0], []
+
+    def slow(request, blobs=None, stats=None):  # the nodes' scan of a candidates request takes ``delay``
+        if request.get("op") == "candidates":
+            time.sleep(delay[0])
+        return answer(request, blobs, stats)
+
+    def skip(src, name, *args):
+        if name == "B":
+            counted.append(args[5])  # the scan time it counts
+        return plain(src, name, *args)
+    source.call_all = slow
+    monkeypatch.setattr(dual, "skip_round", skip)
+    for d in (0.06, 0.02, 0.08):
+        delay[0] = d
+        dual.DualFiltering(source).pull("ev", "dfs", ["id", "ts", "type"], where, ip, "auto", PullStats())
+    assert counted[0] >= 0.06 and counted[1] < 0.06 and counted[2] == counted[1]

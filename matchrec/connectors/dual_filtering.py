@@ -134,7 +134,10 @@ def skip_join_round(name, round_bytes, final_bytes) -> str | None:
 # decision (the scan makes a round not pay only when it clearly exceeds the round's net saving),
 # and a statement run again keeps each round's last decision unless saving and full cost now
 # differ by more than ROUND_MARGIN the other way (a changed table, link or load). Near break-even
-# either choice costs about the same time; the kept one is the one that repeats.
+# either choice costs about the same time; the kept one is the one that repeats. A run again also
+# counts the least scan time measured before the same round so far: other work on the machine
+# only ever adds to it (and slows the final pull's rows too, which the saving leaves out), so the
+# least is the scan's own cost, and it moves far less than the last measurement (27-118 ms).
 ROUND_MARGIN = 2.0
 _KEPT_CHOICES = 4096  # round identities a source remembers (the oldest are forgotten first)
 
@@ -161,10 +164,11 @@ def skip_round(source: Source, name, round_bytes, own, final_in, row_bytes, cand
     return None
 
 
-def remember_choice(choices: dict, key: tuple, made: bool) -> None:
-    """Record a round's decision under its identity, forgetting the oldest past the bound."""
+def remember_choice(choices: dict, key: tuple, choice: tuple[bool, float]) -> None:
+    """Record a round's decision and the scan time it counted under the round's identity,
+    forgetting the oldest past the bound."""
     choices.pop(key, None)
-    choices[key] = made
+    choices[key] = choice
     while len(choices) > _KEPT_CHOICES:
         choices.pop(next(iter(choices)))
 
@@ -361,9 +365,11 @@ class DualFiltering:
                     why = skip_join_round(v.name, round_bytes + join_bytes * shards, final_in * row_bytes)
                 else:
                     identity = statement_key + (i, again, tuple(made))
-                    why = skip_round(source, v.name, round_bytes, own, final_in, row_bytes, candidates_in, busy,
-                                     source.round_choices.get(identity))
-                    remember_choice(source.round_choices, identity, why is None)
+                    previous, least = source.round_choices.get(identity, (None, busy))
+                    scan = min(busy, least)
+                    why = skip_round(source, v.name, round_bytes, own, final_in, row_bytes, candidates_in, scan,
+                                     previous)
+                    remember_choice(source.round_choices, identity, (why is None, scan))
                 if why:
                     stats.rounds_skipped.append(why)
                     continue

@@ -154,8 +154,9 @@ class Source(ABC):
 
     @property
     def round_choices(self) -> dict:
-        """The round decisions of the cost model by round identity (``dual_filtering.skip_round``),
-        kept for the life of this source so that a statement run again decides alike."""
+        """The round decisions of the cost model and the scan times they counted, by round identity
+        (``dual_filtering.skip_round``), kept for the life of this source so that a statement run
+        again decides alike."""
         return self.__dict__.setdefault("_round_choices", {})
 
     def probe(self) -> None:
