@@ -156,9 +156,10 @@ def dataset_table(src: duckdb.DuckDBPyConnection, name: str, rows: int, cache: s
     src.execute("DETACH d")
 
 
-def timed(session, sql: str, runs: int, first: list | None = None):
+def timed(session, sql: str, runs: int, first: list | None = None, each: list | None = None):
     """(sorted rows, pull statistics, the faster run's seconds) of ``sql`` on ``session``; the
-    first run's seconds are appended to ``first`` when given."""
+    first run's seconds are appended to ``first`` when given, each run's (round trips, bytes)
+    to ``each``."""
     best, rows, stats = float("inf"), None, None
     for k in range(runs):
         t0 = time.perf_counter()
@@ -169,6 +170,8 @@ def timed(session, sql: str, runs: int, first: list | None = None):
         if k == 0 and first is not None:
             first.append(time.perf_counter() - t0)
         stats = result.cer_run.info["pull"]
+        if each is not None:
+            each.append((stats.round_trips, stats.bytes_sent + stats.bytes_received))
     return rows, stats, best
 
 
@@ -217,11 +220,12 @@ def datasets_bench(args) -> int:
                           "| strategy | ran as | round trips | bytes sent | bytes received | total vs push_down | "
                           "events pulled | latency s | vs push_down | first run s | result |",
                           "|---|---|---|---|---|---|---|---|---|---|---|"]
-                got, firsts = {}, {}
+                got, firsts, each = {}, {}, []
                 for strategy in STRATEGIES:
                     session.set("pull_strategy", strategy)
                     first: list[float] = []
-                    rows, stats, seconds = timed(session, sql, 1 if strategy == "pull_all" else 2, first)
+                    rows, stats, seconds = timed(session, sql, 1 if strategy == "pull_all" else 2, first,
+                                                 each if strategy in ("dfs", "auto") else None)
                     ok = [tuple(r) for r in rows] == [tuple(r) for r in expected]
                     got[strategy] = (stats, seconds, ok)
                     firsts[strategy] = first[0]
@@ -238,8 +242,8 @@ def datasets_bench(args) -> int:
                                  f"{stats.bytes_received:,} | {total / base_bytes:.3f} | {stats.events_pulled:,} | "
                                  f"{seconds:.2f} | {seconds / base[1]:.2f} | {firsts[strategy]:.2f} | "
                                  f"{'ok' if ok else 'DIFFERENT'} |")
-                lines += [""] + cer_targets(name, kind, got, firsts) + [""]
-                verdicts += cer_targets(name, kind, got, firsts)
+                lines += [""] + cer_targets(name, kind, got, firsts, each) + [""]
+                verdicts += cer_targets(name, kind, got, firsts, each)
             remote.close()
             local.close()
             src.close()
@@ -253,25 +257,36 @@ def datasets_bench(args) -> int:
     return 0
 
 
-def cer_targets(name: str, kind: str, got: dict, firsts: dict | None = None) -> list[str]:
+def cer_targets(name: str, kind: str, got: dict, firsts: dict | None = None, each: list | None = None) -> list[str]:
     """The benchmark's targets for one statement: on a rare anchor, dfs at most 0.15 of push_down's
-    bytes and 0.5x its latency; where no filtering helps, auto at most 1.05x push_down's bytes."""
+    bytes and 0.5x its latency; where no filtering helps, dfs and auto at most 1.05x push_down's
+    bytes (their latency beside it). ``each``: (round trips, bytes) of every run of the cost model
+    (dfs, then auto, on one connection), to show whether its decisions repeat."""
     def total(s):
         return got[s][0].bytes_sent + got[s][0].bytes_received
 
     def verdict(ok):
         return "met" if ok else "NOT met"
     base = max(total("push_down"), 1)
+    runs = ""
+    if each:
+        same = len(set(each)) == 1
+        runs = (f"; the cost model's {len(each)} runs (dfs, auto) made "
+                f"{'the same rounds' if same else 'different rounds'}: round trips "
+                f"{', '.join(str(t) for t, _ in each)}, bytes / push_down "
+                f"{', '.join(f'{b / base:.3f}' for _, b in each)}")
     if kind == "rare":
         r, lat = total("dfs") / base, got["dfs"][1] / got["push_down"][1]
         pp = total("push_pull") / base
         return [f"- {name}, rare anchor: dfs bytes / push_down bytes {r:.3f} (target at most 0.15: {verdict(r <= 0.15)}); "
                 f"dfs latency / push_down latency {lat:.2f} (target at most 0.5: {verdict(lat <= 0.5)}"
                 + (f"; first runs {firsts['dfs'] / firsts['push_down']:.2f}" if firsts else "") + "); "
-                f"push_pull bytes / push_down bytes {pp:.3f}"]
-    r = total("auto") / base
-    return [f"- {name}, no filtering helps: auto bytes / push_down bytes {r:.3f} "
-            f"(target at most 1.05: {verdict(r <= 1.05)})"]
+                f"push_pull bytes / push_down bytes {pp:.3f}{runs}"]
+    r, ra = total("dfs") / base, total("auto") / base
+    lat, lata = got["dfs"][1] / got["push_down"][1], got["auto"][1] / got["push_down"][1]
+    return [f"- {name}, no filtering helps: dfs bytes / push_down bytes {r:.3f}, auto {ra:.3f} "
+            f"(target at most 1.05: {verdict(max(r, ra) <= 1.05)}); latency / push_down's: dfs {lat:.2f}, "
+            f"auto {lata:.2f}{runs}"]
 
 
 def main(argv=None) -> int:

@@ -539,3 +539,47 @@ def test_run_many_final_pulls_equal_the_local_run(three):
 def test_run_many_final_pulls_equal_the_local_run_wide(three):
     matched, chosen = group_differential(three, range(500, 560), per_group=5)
     assert matched > 40 and chosen, (matched, chosen)
+
+
+def test_no_round_where_no_filtering_can_help(pair):
+    """Where every row lies near candidates of every element (frequent types, a window far wider
+    than their gaps), no round can remove a row of the final pull: on a link where rounds do pay
+    for a rare anchor, the cost model must make none for these and pull what push_down pulls."""
+    rng = random.Random(20261127)
+    session = pair.remote.session
+    link = session.remote
+    for case in range(3):
+        n = 6000
+        kinds = ["x", "y", "z", "w"]
+        weights = [rng.uniform(0.15, 0.4) for _ in kinds]
+        ts, t = [], 0
+        for _ in range(n):
+            t += rng.randint(1, 4)
+            ts.append(t)
+        types = rng.choices(kinds, weights, k=n)
+        types[rng.randrange(n)] = "rare"
+        pair.put("ev", pa.table({"id": pa.array(range(n), pa.int64()), "ts": pa.array(ts, pa.int64()),
+                                 "type": types, "g": pa.array([rng.randint(0, 3) for _ in range(n)], pa.int32())}))
+        first, second = rng.sample(kinds, 2)
+        partition = rng.choice(["", "PARTITION BY g "])
+        window = rng.choice([400, 1000, 5000])
+        no_help = (f"PATTERN SEQ({first} a, {second} b) FROM ev {partition}ORDER BY ts "
+                   f"USE skip-till-next-match WITHIN {window} RETURN COUNT(*)")
+        rare = f"PATTERN SEQ(rare r, {second} b) FROM ev {partition}ORDER BY ts WITHIN 30 RETURN r.id, b.id"
+        for sql, helps in ((no_help, False), (rare, True)):
+            pulled = {}
+            for strategy in ("push_down", "dfs"):
+                link.bandwidth, link.rtt, link.probed = 1.25e6, 0.0005, True  # 10 Mbit/s, not loopback
+                session.set("pull_strategy", strategy)
+                session.set("matchrec_round_trips", "auto")
+                result = session.execute(sql)
+                got = session.fetch_table(result).to_pylist()
+                session.release(result)
+                stats = result.cer_run.info["pull"]
+                pulled[strategy] = (stats.events_pulled, stats.candidates, _multiset([tuple(r.values()) for r in got]))
+            assert pulled["dfs"][2] == pulled["push_down"][2], sql
+            if helps:  # the control: on this link the cost model does make rounds
+                assert pulled["dfs"][1] and pulled["dfs"][0] < pulled["push_down"][0], (case, sql, pulled["dfs"][:2])
+            else:
+                assert not pulled["dfs"][1] and pulled["dfs"][0] == pulled["push_down"][0], (case, sql,
+                                                                                              pulled["dfs"][:2])

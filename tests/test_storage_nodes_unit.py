@@ -454,3 +454,106 @@ def test_time_sets_joined_in_the_scan_answer_as_tested_row_by_row(monkeypatch):
             assert joined.sort_by(key).equals(tested.sort_by(key)) and joined.num_rows > 0
             if req["op"] == "pull":
                 assert joined.column("ts").null_count > 0
+
+
+def test_round_decision_is_kept_unless_its_estimate_moves_past_the_margin():
+    from types import SimpleNamespace
+
+    from matchrec.connectors.dual_filtering import ROUND_MARGIN, skip_round
+    link = SimpleNamespace(bandwidth=12.5e6, rtt=0.0)
+    benefit = 1_000_000 * 30 / 12.5e6  # seconds the round's removable rows would take on the link
+
+    def made(ratio, previous):  # ``ratio``: expected saving / cost, the cost all nodes' scan
+        return skip_round(link, "B", 0, 0.0, 1_000_000, 30, 0, benefit / ratio, previous) is None
+    for ratio in (0.3, 0.45, 0.55, 0.9, 1.1, 3.0):
+        assert made(ratio, None) == (ratio > 1 / ROUND_MARGIN)  # a first decision: the scan must clearly dominate
+    # near break-even the last decision stays; past the margin either way it changes
+    assert made(0.7, True) and not made(1.5, False)
+    assert not made(0.9 / ROUND_MARGIN, True) and made(1.1 * ROUND_MARGIN, False)
+    why = skip_round(link, "B", 0, 0.0, 1_000_000, 30, 0, benefit / 1.5, False)
+    assert "skipped last time" in why
+
+
+def _rare_anchor_source(seed: int):
+    """Three in-process shards of random events: rare ``a``, less rare ``b``, frequent ``c``,
+    filler ``d``; and the interval plan of SEQ(a, b, c) WITHIN 40 over them."""
+    from matchrec.planner.intervals import IntervalPlan, VariableIntervals
+    rng = np.random.default_rng(seed)
+    n = 30000
+    data = pa.table({"id": np.arange(n), "ts": np.cumsum(rng.integers(1, 4, n)),
+                     "type": rng.choice(["a", "b", "c", "d"], n, p=[0.003, 0.01, 0.3, 0.687])})
+    cons = []
+    shard_of = rng.integers(0, 3, n)
+    for k in range(3):
+        c = duckdb.connect()
+        c.register("data", data.filter(pa.array(shard_of == k)))
+        c.execute("CREATE TABLE ev AS SELECT * FROM data")
+        cons.append(c)
+    source = _Shards(cons, data.schema).source
+    source.bandwidth, source.rtt = 1.25e6, 0.0005  # a 10 Mbit/s link: rounds pay on a table this small
+    variables = [VariableIntervals(0, "A", "type = 'a'", 0, 40), VariableIntervals(1, "B", "type = 'b'", 40, 40),
+                 VariableIntervals(2, "C", "type = 'c'", 40, 0)]
+    where = "type IN ('a', 'b', 'c')"
+    return source, IntervalPlan("ts", "ts", 40, [], variables, where), where
+
+
+def test_rounds_decide_alike_when_the_measured_node_time_varies(monkeypatch):
+    """A statement run again on one source keeps each round's decision while the measured time
+    of the nodes' scan (what varies from run to run) moves it by less than the margin."""
+    import matchrec.connectors.dual_filtering as dual
+    from matchrec.connectors.source import PullStats
+    source, ip, where = _rare_anchor_source(5)
+    plain = dual.skip_round
+    seen = {}
+
+    def with_cost(cost_ratio):  # B's whole cost over its expected saving, the scan as if measured
+        def skip(src, name, round_bytes, own, final_in, row_bytes, candidates_in=0.0, busy=0.0, previous=None):
+            if name == "B":
+                saving = dual.removable(final_in, candidates_in) * (1 - own) * row_bytes / src.bandwidth
+                fixed = src.rtt + round_bytes / src.bandwidth
+                seen["B"] = saving > fixed
+                busy = max(saving * cost_ratio - fixed, 0.0)
+            return plain(src, name, round_bytes, own, final_in, row_bytes, candidates_in, busy, previous)
+        monkeypatch.setattr(dual, "skip_round", skip)
+        stats = PullStats()
+        got = dual.DualFiltering(source).pull("ev", "dfs", ["id", "ts", "type"], where, ip, "auto", stats)
+        return "B" in stats.candidates, sorted(got.column("id").to_pylist())
+
+    made, rows = with_cost(0.0)
+    assert made and seen["B"], seen  # B's round pays when the scan is free
+    # as the scan time varies (a plain comparison would flip the decision at every step): whether
+    # B's round is made
+    for cost_ratio, want in ((0.8, True), (1.4, True), (0.8, True), (2.5, False), (1.4, False), (0.8, False),
+                             (0.3, True)):
+        made, got = with_cost(cost_ratio)
+        assert made == want, cost_ratio
+        assert got == rows or not want  # the same rows whenever the same rounds are made
+
+
+def test_a_round_run_again_counts_the_least_scan_time_measured_before_it(monkeypatch):
+    """Other work only adds to the nodes' measured scan time: a statement run again counts the
+    least time measured before the same round, not the last one."""
+    import time
+
+    import matchrec.connectors.dual_filtering as dual
+    from matchrec.connectors.source import PullStats
+    source, ip, where = _rare_anchor_source(5)
+    answer = source.call_all
+    plain = dual.skip_round
+    delay, counted = [0.0], []
+
+    def slow(request, blobs=None, stats=None):  # the nodes' scan of a candidates request takes ``delay``
+        if request.get("op") == "candidates":
+            time.sleep(delay[0])
+        return answer(request, blobs, stats)
+
+    def skip(src, name, *args):
+        if name == "B":
+            counted.append(args[5])  # the scan time it counts
+        return plain(src, name, *args)
+    source.call_all = slow
+    monkeypatch.setattr(dual, "skip_round", skip)
+    for d in (0.06, 0.02, 0.08):
+        delay[0] = d
+        dual.DualFiltering(source).pull("ev", "dfs", ["id", "ts", "type"], where, ip, "auto", PullStats())
+    assert counted[0] >= 0.06 and counted[1] < 0.06 and counted[2] == counted[1]

@@ -125,20 +125,52 @@ def skip_join_round(name, round_bytes, final_bytes) -> str | None:
     return None
 
 
+# The nodes' scan time in a round's cost is measured (the last round's, at the compute node) and
+# varies 2-4x from one run to the next on a loaded machine (75-350 ms for the same round of the
+# same statement), while the saving is counted in link time only; the round-trip time and the
+# bandwidth are measured once per connection and then move little. So that a round near the
+# break-even point is not made on one run and skipped on the next (bytes moved 0.063 or 0.077 of
+# push_down's on the same statement), the scan counts at 1 / ROUND_MARGIN on a round's first
+# decision (the scan makes a round not pay only when it clearly exceeds the round's net saving),
+# and a statement run again keeps each round's last decision unless saving and full cost now
+# differ by more than ROUND_MARGIN the other way (a changed table, link or load). Near break-even
+# either choice costs about the same time; the kept one is the one that repeats. A run again also
+# counts the least scan time measured before the same round so far: other work on the machine
+# only ever adds to it (and slows the final pull's rows too, which the saving leaves out), so the
+# least is the scan's own cost, and it moves far less than the last measurement (27-118 ms).
+ROUND_MARGIN = 2.0
+_KEPT_CHOICES = 4096  # round identities a source remembers (the oldest are forgotten first)
+
+
 def skip_round(source: Source, name, round_bytes, own, final_in, row_bytes, candidates_in: float = 0.0,
-               busy: float = 0.0) -> str | None:
+               busy: float = 0.0, previous: bool | None = None) -> str | None:
     """Why one more round for ``name`` would not pay off (Eq. 2-4 in spirit), or None: its
     traffic, round trip and the nodes' own time for it (``busy``: the scan every round makes,
     which the final pull makes anyway) against the final-pull rows it is expected to remove
-    (those in the part of the set no candidate of ``name`` lies near)."""
+    (those in the part of the set no candidate of ``name`` lies near). ``previous``: whether the
+    same round was made the last time this statement ran (None: not seen); see ROUND_MARGIN."""
     bw = source.bandwidth or 1e9
     cost = source.rtt + busy + round_bytes / bw
     benefit = removable(final_in, candidates_in) * (1 - own) * row_bytes / bw
-    if benefit <= cost:
+    if previous is None:
+        threshold = cost - busy + busy / ROUND_MARGIN
+    else:
+        threshold = cost / ROUND_MARGIN if previous else cost * ROUND_MARGIN
+    if benefit <= threshold:
+        why = "" if benefit <= cost else f"; skipped last time and not {ROUND_MARGIN:g}x the cost now"
         return (f"{name}: expected saving {benefit * 1000:.2f} ms <= cost {cost * 1000:.2f} ms "
                 f"(bandwidth {bw / 1e6:.1f} MB/s, round trip {source.rtt * 1000:.1f} ms, "
-                f"nodes' scan {busy * 1000:.1f} ms)")
+                f"nodes' scan {busy * 1000:.1f} ms{why})")
     return None
+
+
+def remember_choice(choices: dict, key: tuple, choice: tuple[bool, float]) -> None:
+    """Record a round's decision and the scan time it counted under the round's identity,
+    forgetting the oldest past the bound."""
+    choices.pop(key, None)
+    choices[key] = choice
+    while len(choices) > _KEPT_CHOICES:
+        choices.pop(next(iter(choices)))
 
 
 def removable(final_in: float, candidates_in: float) -> float:
@@ -300,6 +332,10 @@ class DualFiltering:
         # Ascending candidate counts; then a second round for each variable whose join sources
         # (or whose joins' consumers) arrived after its first round.
         plan_rounds = [(i, False) for i in order] + [(i, True) for i in order if join_filters(ip, i, None)]
+        # a round's identity across runs: the statement's shape and the rounds made before it
+        statement_key = (table, ip.key_sql, tuple(ip.partition_sql or ()), ip.row_filter, exact,
+                         tuple((u.condition, u.before, u.after) for u in ip.variables))
+        made: list[tuple[int, bool]] = []
         for i, again in plan_rounds:
             v = ip.variables[i]
             usable = join_filters(ip, i, sources)
@@ -328,10 +364,16 @@ class DualFiltering:
                     join_bytes = sum((48 if exact else 2.5) * len(sources[key][0]) for _, _, key in usable)
                     why = skip_join_round(v.name, round_bytes + join_bytes * shards, final_in * row_bytes)
                 else:
-                    why = skip_round(source, v.name, round_bytes, own, final_in, row_bytes, candidates_in, busy)
+                    identity = statement_key + (i, again, tuple(made))
+                    previous, least = source.round_choices.get(identity, (None, busy))
+                    scan = min(busy, least)
+                    why = skip_round(source, v.name, round_bytes, own, final_in, row_bytes, candidates_in, scan,
+                                     previous)
+                    remember_choice(source.round_choices, identity, (why is None, scan))
                 if why:
                     stats.rounds_skipped.append(why)
                     continue
+            made.append((i, again))
             name = f"{v.name}{' (joins)' if again else ''}"
             t1 = time.perf_counter()
             sent0, received0 = stats.bytes_sent, stats.bytes_received

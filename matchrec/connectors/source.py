@@ -152,6 +152,13 @@ class Source(ABC):
     def shard_count(self) -> int:
         """How many shards answer a request: each payload goes to every one of them."""
 
+    @property
+    def round_choices(self) -> dict:
+        """The round decisions of the cost model and the scan times they counted, by round identity
+        (``dual_filtering.skip_round``), kept for the life of this source so that a statement run
+        again decides alike."""
+        return self.__dict__.setdefault("_round_choices", {})
+
     def probe(self) -> None:
         """Measure the link once (``rtt``, ``bandwidth``); nothing to measure without one."""
 
