@@ -172,6 +172,22 @@ def test_run_many_equals_duckdb(spark):
                for r in runs for line in r.lines), [r.lines for r in runs]
 
 
+def test_release_frees_dataframes_held_in_reference_cycles(spark):
+    """A DataFrame that only a Python reference cycle still holds keeps its JVM plan alive until the
+    cyclic collector runs; release() runs it, so repeated statements do not fill the driver's heap."""
+    import weakref
+    spark.createDataFrame(events(seed=2)).createOrReplaceTempView("ev")
+    df = ms.sql(spark, "PATTERN SEQ(a x, b y) FROM ev PARTITION BY k WITHIN 8 RETURN x.ts, y.ts")
+    df.collect()
+    holder: list = [df]
+    holder.append(holder)
+    ref = weakref.ref(df)
+    del df, holder
+    assert ref() is not None  # only the cycle holds it
+    ms.release()
+    assert ref() is None
+
+
 @pytest.mark.slow
 def test_run_many_random_workload_equals_duckdb(spark):
     """Random workloads with filtering forced: the shuffles' and the time-split statements' rounds
