@@ -1,40 +1,25 @@
 """Compiled loops of the shared operator (``operators.cer_shared``), imported when first needed."""
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 
-@njit(nogil=True, cache=True)
 def count_ranked(rank, a, b, which, lo, hi):
     """The candidates ``j`` in ``[a[p], b[p])`` with ``lo[c, q] <= rank[c, j] < hi[c, q]`` for every
     column ``c``, where ``q = which[p]`` (the partial match's distinct binding), summed over ``p``."""
-    total = 0
-    k = rank.shape[0]
-    for p in range(a.shape[0]):
-        q = which[p]
-        empty = False
-        for c in range(k):
-            if lo[c, q] >= hi[c, q]:
-                empty = True
-                break
-        if empty:
-            continue
-        for j in range(a[p], b[p]):
-            ok = True
-            for c in range(k):
-                r = rank[c, j]
-                if r < lo[c, q] or r >= hi[c, q]:
-                    ok = False
-                    break
-            if ok:
-                total += 1
-    return total
+    none = np.empty(0, np.int64)
+    return _ranked(rank, a, b, which, lo, hi, none, none, False)
 
 
-@njit(nogil=True, cache=True)
 def list_ranked(rank, a, b, which, lo, hi, parent, at):
     """As ``count_ranked``, but writes each candidate found: its range's index ``p`` into ``parent``
     and ``j`` into ``at`` (both at least as long as the ranges' total). Returns how many."""
+    return _ranked(rank, a, b, which, lo, hi, parent, at, True)
+
+
+@njit(nogil=True, cache=True)
+def _ranked(rank, a, b, which, lo, hi, parent, at, write):
     n = 0
     k = rank.shape[0]
     for p in range(a.shape[0]):
@@ -54,7 +39,8 @@ def list_ranked(rank, a, b, which, lo, hi, parent, at):
                     ok = False
                     break
             if ok:
-                parent[n] = p
-                at[n] = j
+                if write:
+                    parent[n] = p
+                    at[n] = j
                 n += 1
     return n
