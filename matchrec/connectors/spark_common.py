@@ -29,10 +29,19 @@ def release() -> int:
     DataFrames are no longer needed; returns how many were released."""
     n = len(_CACHED)
     while _CACHED:
-        _CACHED.pop().unpersist()
+        df = _CACHED.pop()
+        if not _stopped(df):  # a stopped session's cache went with it; its unpersist would fail
+            df.unpersist()
     # pyspark's own objects form reference cycles (schema closures, Py4J proxies), so the JVM side of
     # a finished statement's DataFrames (their plans, local relations converted by the optimiser)
     # stays alive until Python's cyclic collector runs, which few Python allocations rarely trigger:
     # repeated run_many calls over a 334k-row local table filled a 1 GB driver heap in ten calls
     gc.collect()
     return n
+
+
+def _stopped(df) -> bool:
+    try:
+        return bool(df.sparkSession.sparkContext._jsc.sc().isStopped())
+    except Exception:  # the gateway or the context is gone
+        return True
