@@ -980,7 +980,7 @@ def _positions(keys: np.ndarray, valid: np.ndarray, run_lo, run_hi, first_null):
 
 def _set_bits(words: np.ndarray) -> np.ndarray:
     """Positions (word * 64 + bit, sorted) of the set bits of ``words``."""
-    single = np.bitwise_count(words) == 1
+    single = (words != 0) & ((words & (words - np.uint64(1))) == 0)  # one bit set (numpy 1.x has no bitwise_count)
     if 2 * int(single.sum()) < len(words):  # dense words: unpack them all
         return np.flatnonzero(np.unpackbits(words.view(np.uint8), bitorder="little"))
     # mostly one row per word (a selective test): its position is the word's binary exponent
