@@ -25,6 +25,7 @@ gone, the DuckDB queries it runs are interrupted and it ends with ``RequestCance
 from __future__ import annotations
 
 import functools
+import json
 import re
 import threading
 from contextlib import contextmanager
@@ -49,6 +50,7 @@ DEFAULT_MAX_PAYLOAD_MB = 256
 JOIN_INTERVALS_PER_PARTITION = 16  # at most this many per partition hash, a time set is joined in the scan
 SAMPLE_ROWS = 5000  # rows per node the statistics and the cost model are estimated from
 MAX_PROBE_BYTES = 16 << 20  # filler one bandwidth probe may ask for
+KEPT_STATS_REPLIES = 256  # statistics answers a storage node keeps per table version
 
 
 @functools.lru_cache(maxsize=1024)
@@ -78,7 +80,8 @@ def check_type(name: str) -> str:
 class ShardService:
     """Answers requests against the tables of one DuckDB connection."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, max_payload: int, keep_stats: bool = False):
+    def __init__(self, con: duckdb.DuckDBPyConnection, max_payload: int, keep_stats: bool = False,
+                 keep_catalog: bool = False):
         self.con = con
         self.max_payload = max_payload
         self.sessions = SessionStore()
@@ -87,6 +90,11 @@ class ShardService:
         # table version's statistics: a statement's first request then scans only for conditions
         # no earlier statement counted
         self.kept_stats = StatsCache() if keep_stats else None
+        # and, when it alone changes its tables (``forget`` after each load or index build), each
+        # table's catalogue entry: two catalogue queries a request cost more than an index lookup
+        self._catalog: dict[str, tuple] | None = {} if keep_catalog else None
+        self._catalog_lock = threading.Lock()
+        self._catalog_generation = 0
         self._request = threading.local()  # the running request's cursors, per serving thread
 
     def _cursor(self):
@@ -144,10 +152,37 @@ class ShardService:
     def _table(self, name) -> str:
         if not isinstance(name, str):
             raise RequestError("table name must be a string")
-        rows = self._one_row("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'", [name])
-        if not rows[0]:
-            raise RequestError(f"no table {name} on this node")
+        self._entry(name)
         return quote_ident(name)
+
+    def _entry(self, name: str) -> tuple:
+        """(catalog oid, estimated size) of table ``name`` of schema main: its version."""
+        if self._catalog is not None:
+            with self._catalog_lock:
+                hit = self._catalog.get(name)
+                if hit is not None:
+                    return hit
+                generation = self._catalog_generation
+        row = self._one_row(
+            "SELECT table_oid, estimated_size FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'", [name])
+        if row is None:
+            raise RequestError(f"no table {name} on this node")
+        entry = tuple(row)
+        if self._catalog is not None:
+            with self._catalog_lock:
+                if self._catalog_generation == generation:  # no load or build forgot it meanwhile
+                    self._catalog[name] = entry
+        return entry
+
+    def forget(self, name: str) -> None:
+        """Drop what is kept about table ``name``: it was loaded into or rewritten."""
+        with self._catalog_lock:
+            self._catalog_generation += 1
+            if self._catalog is not None:
+                self._catalog.pop(name, None)
+        self.indexes.forget(name)
+        if self.kept_stats is not None:
+            self.kept_stats.forget(name)
 
     def answer(self, req: dict, blobs: list[bytes]) -> pa.Table:
         op = req["op"]
@@ -193,6 +228,11 @@ class ShardService:
         cols = [quote_ident(c) for c in req.get("columns", [])] or ["*"]
         cur = self._cursor()
         kept = self.kept_stats.of(name, self._version(name)) if self.kept_stats is not None else {}
+        # a statement run again asks the same: its answer over the kept sample is the same too
+        asked = json.dumps(req, sort_keys=True, default=str) if self.kept_stats is not None else None
+        replies = kept.setdefault("replies", {})
+        if asked in replies:
+            return replies[asked]
         counts = [kept.get(("count", c)) for c in conds]
         todo = list(dict.fromkeys(c for c, n in zip(conds, counts) if n is None))
         shape = kept.get(("shape", pk, key))
@@ -246,7 +286,10 @@ class ShardService:
             out["sample"] = [pack([np.diff(c[order], prepend=np.int64(0)) for c in cols[:2]] + [cols[2][order]])]
         out.update({"n": [n], "parts": [parts], "kmin": [kmin], "kmax": [kmax],
                     "row_bytes": [float(per_row)], "active": [int(active)]})
-        return pa.table(out)
+        reply = pa.table(out)
+        if asked is not None and len(replies) < KEPT_STATS_REPLIES:
+            replies[asked] = reply
+        return reply
 
     def _time_filter(self, spec, blobs):
         """A callable (pk, t) -> keep mask from a request's filter spec, or None."""
@@ -389,7 +432,7 @@ class ShardService:
                                  req.get("time_column", "ts"), req.get("block_size", acer.DEFAULT_BLOCK))
         except acer.IndexError_ as err:
             raise RequestError(str(err)) from None
-        self.indexes.forget(name)
+        self.forget(name)  # the table was rewritten in type-major order
         return pa.table({k: [v] for k, v in summary.items()})
 
     def _cover(self, req: dict, blobs):
@@ -420,9 +463,7 @@ class ShardService:
     # -- dfs_stateful: rounds over the rows a session kept
 
     def _version(self, name: str) -> tuple:
-        row = self._one_row(
-            "SELECT table_oid, estimated_size FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'", [name])
-        return tuple(row)
+        return self._entry(name)
 
     def _open_session(self, req: dict, name: str):
         expect = req.get("expect", [])
