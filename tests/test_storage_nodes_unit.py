@@ -580,3 +580,35 @@ def test_node_catalogue_and_statistics_answers_kept_until_forgotten():
     assert node.answer(dict(request), []).column("n").to_pylist() == [21000]
     with pytest.raises(Exception, match="no table nope"):
         node.answer({**request, "table": "nope"}, [])
+
+
+def test_one_watcher_thread_asks_for_every_running_request_and_never_after_one_ended():
+    """The callers of running requests are polled by one thread per poll interval, not one thread
+    per request; a request that ended is never asked about again, and a caller that left has its
+    request's DuckDB work interrupted."""
+    import threading
+    import time
+    from matchrec.connectors.requests import RequestCancelled
+    from matchrec.connectors.shard import ShardService
+    service = ShardService(duckdb.connect(), 1 << 24)
+    ended, asked_after = threading.Event(), []
+
+    def caller_waits():
+        if ended.is_set():
+            asked_after.append(True)
+        return False
+    threads = threading.active_count()
+    for _ in range(30):
+        with service.cancellable(caller_waits, 0.002):
+            time.sleep(0.001)
+        assert threading.active_count() <= threads + 1
+    ended.set()
+    time.sleep(0.02)
+    assert not asked_after
+    gone = threading.Event()
+    started = time.perf_counter()
+    with pytest.raises(RequestCancelled):
+        with service.cancellable(gone.is_set, 0.002):
+            gone.set()
+            service._cursor().execute("SELECT sum(i * i % 7) FROM range(20000000000) t(i)").fetchall()
+    assert time.perf_counter() - started < 5

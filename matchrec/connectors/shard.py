@@ -28,6 +28,7 @@ import functools
 import json
 import re
 import threading
+import time
 from contextlib import contextmanager
 
 import duckdb
@@ -96,6 +97,8 @@ class ShardService:
         self._catalog_lock = threading.Lock()
         self._catalog_generation = 0
         self._request = threading.local()  # the running request's cursors, per serving thread
+        self._watchers: dict[float, _Watcher] = {}  # per poll interval, one thread watching every request's caller
+        self._watchers_lock = threading.Lock()
 
     def _cursor(self):
         cur = self.con.cursor()
@@ -119,22 +122,12 @@ class ShardService:
         once it is true, interrupts the DuckDB cursors the request opened (and any it opens later)."""
         running = _Running()
         self._request.running = running
-        stop = threading.Event()
         asking = threading.Lock()  # the call's context is freed once the body returns: never ask after
-
-        def watch():
-            while not stop.wait(poll):
-                with asking:
-                    if stop.is_set():
-                        return
-                    try:
-                        gone = is_cancelled()
-                    except Exception:  # noqa: BLE001
-                        return
-                if gone:  # again on every poll: a query started between two polls is stopped too
-                    running.cancel()
-        watcher = threading.Thread(target=watch, daemon=True, name="matchrec-cancel-watch")
-        watcher.start()
+        with self._watchers_lock:
+            watcher = self._watchers.get(poll)
+            if watcher is None:
+                watcher = self._watchers[poll] = _Watcher(poll)
+        watcher.add(running, is_cancelled, asking)
         try:
             yield
         except duckdb.InterruptException:
@@ -143,7 +136,7 @@ class ShardService:
             raise
         finally:
             with asking:
-                stop.set()
+                watcher.remove(running)
             self._request.running = None
             running.close()  # an unfinished result would keep its transaction open (a load's CHECKPOINT waits)
         if running.cancelled:
@@ -679,6 +672,55 @@ class _Running:
                 cur.interrupt()
             except duckdb.Error:
                 pass
+
+
+class _Watcher:
+    """One thread that asks, every ``poll`` seconds, whether the callers of the running requests
+    are still there and interrupts the work of those that left (a thread started per request cost
+    a small request as much as its work). It ends after a while without requests."""
+
+    IDLE_POLLS = 200
+
+    def __init__(self, poll: float):
+        self.poll = poll
+        self.lock = threading.Lock()
+        self.watched: dict[int, tuple] = {}  # id(running) -> (running, is_cancelled, asking)
+        self.thread: threading.Thread | None = None
+
+    def add(self, running: _Running, is_cancelled, asking: threading.Lock) -> None:
+        with self.lock:
+            self.watched[id(running)] = (running, is_cancelled, asking)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._watch, daemon=True, name="matchrec-cancel-watch")
+                self.thread.start()
+
+    def remove(self, running: _Running) -> None:
+        """Stop asking about ``running``'s caller; called holding its ``asking`` lock."""
+        with self.lock:
+            self.watched.pop(id(running), None)
+
+    def _watch(self) -> None:
+        idle = 0
+        while True:
+            time.sleep(self.poll)
+            with self.lock:
+                items = list(self.watched.items())
+                idle = 0 if items else idle + 1
+                if idle > self.IDLE_POLLS:
+                    self.thread = None
+                    return
+            for key, (running, is_cancelled, asking) in items:
+                with asking:
+                    with self.lock:
+                        if self.watched.get(key, (None,))[0] is not running:
+                            continue  # the request ended: its caller's context is freed
+                    try:
+                        gone = is_cancelled()
+                    except Exception:  # noqa: BLE001 - stop asking about this one
+                        self.remove(running)
+                        continue
+                if gone:  # again on every poll: a query started between two polls is stopped too
+                    running.cancel()
 
 
 def _session_rows(session, union, tf) -> np.ndarray:
