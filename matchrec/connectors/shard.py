@@ -51,7 +51,6 @@ DEFAULT_MAX_PAYLOAD_MB = 256
 JOIN_INTERVALS_PER_PARTITION = 16  # at most this many per partition hash, a time set is joined in the scan
 SAMPLE_ROWS = 5000  # rows per node the statistics and the cost model are estimated from
 MAX_PROBE_BYTES = 16 << 20  # filler one bandwidth probe may ask for
-_EXACT_SET = " time set"  # the request's decoded time filter, kept in it (set before use, whatever the wire sent)
 KEPT_STATS_REPLIES = 256  # statistics answers a storage node keeps per table version
 
 
@@ -363,19 +362,18 @@ class ShardService:
             sql, typ = check_fragment(j["value_sql"]), check_type(j["type"])
             j["_col"] = value_hash(sql, typ)
         found = self._time_set(req.get("filter"), blobs)
-        req[_EXACT_SET] = found
         tf = found.contains if found is not None else None
         if req.get("session") is not None:
             return self._session_candidates(req, blobs, name, table, cond, pk, key, values, joins, tf)
         idx = self.indexes.get(self.con, name, self._version(name))
         rows = idx.candidates(self.con, cond, key, [check_fragment(p) for p in req.get("partition_sql", [])],
-                              req.get("pk_bits", 32), self._cover(req, blobs)) \
+                              req.get("pk_bits", 32), self._cover(req, blobs, found)) \
             if idx is not None and not values and not joins else None
         if rows is not None:  # the index decided the condition: no scan
             return self._candidate_reply(req, rows.filter(pa.array(self._candidate_mask(rows, [], blobs, tf))), 0)
         select = [f"{pk} AS pk", f"{key} AS t"] + [f"{v} AS v{i}" for i, v in enumerate(values)]
         select += [f"{j['_col']} AS j{i}" for i, j in enumerate(joins)]
-        with self._scope(name, cond, req, blobs, False, idx) as (cur, scope, cond):
+        with self._scope(name, cond, req, blobs, False, idx, found) as (cur, scope, cond):
             for j in joins:
                 cond = f"({cond}) AND ({j['_col']}) IS NOT NULL"  # NULL never equals: such rows cannot match
             scan = f"SELECT {', '.join(select)} FROM {table} WHERE {scope} AND ({cond}) AND {key} IS NOT NULL"
@@ -430,8 +428,9 @@ class ShardService:
         self.forget(name)  # the table was rewritten in type-major order
         return pa.table({k: [v] for k, v in summary.items()})
 
-    def _cover(self, req: dict, blobs):
-        """The request's time cover: sorted disjoint [lo, hi] key ranges over all partitions."""
+    def _cover(self, req: dict, blobs, found=None):
+        """The request's time cover: sorted disjoint [lo, hi] key ranges over all partitions
+        (``found``: the request's time filter, decoded)."""
         idx = req.get("cover")
         if idx is None:
             return None
@@ -440,7 +439,6 @@ class ShardService:
         lo, hi = np.frombuffer(blobs[idx], np.int64).reshape(2, -1)
         if len(lo) and ((np.diff(lo) <= 0).any() or (hi < lo).any()):
             raise RequestError("cover intervals must be sorted and disjoint")
-        found = req.get(_EXACT_SET)
         if isinstance(found, IntervalSet):
             # the exact set's own union is finer than the cover sent, which the caller caps in size
             # (closing its smallest gaps): the index then searches and tests fewer rows
@@ -448,7 +446,7 @@ class ShardService:
         return lo, hi
 
     @contextmanager
-    def _scope(self, name: str, cond: str, req: dict, blobs, keep_keyless: bool, idx=False):
+    def _scope(self, name: str, cond: str, req: dict, blobs, keep_keyless: bool, idx=False, found=None):
         """A cursor, a rowid condition restricting a scan to the rows the table's index (``idx``
         when the caller looked it up) lets through (TRUE without an index) and the condition to
         evaluate on them."""
@@ -457,7 +455,8 @@ class ShardService:
             idx = self.indexes.get(self.con, name, self._version(name))
         scope = "TRUE"
         if idx is not None:  # the index's planner keeps "TRUE" when a scan of the whole table is cheaper
-            scope, _ = idx.scope(self.con, cond, req.get("key_sql", ""), self._cover(req, blobs), keep_keyless)
+            scope, _ = idx.scope(self.con, cond, req.get("key_sql", ""), self._cover(req, blobs, found),
+                                 keep_keyless)
         yield cur, scope, cond
 
     # -- dfs_stateful: rounds over the rows a session kept
@@ -563,7 +562,6 @@ class ShardService:
         columns = req.get("columns")
         where = check_fragment(req["where"]) if req.get("where") else "TRUE"
         found = self._time_set(req.get("filter"), blobs)
-        req[_EXACT_SET] = found
         tf = found.contains if found is not None else None
         cur = self._cursor()
         cols = ", ".join(quote_ident(c) for c in columns) if columns else "*"
@@ -574,15 +572,15 @@ class ShardService:
             if union is not None:
                 return self._session_pull(table, session, union, cols, where, tf, req)
         idx = self.indexes.get(self.con, name, self._version(name))
-        decided = self._pull_decided(idx, table, cols, where, req, blobs, tf) if idx is not None else None
+        decided = self._pull_decided(idx, table, cols, where, req, blobs, found) if idx is not None else None
         if decided is not None:
             return decided
         if tf is None:
-            with self._scope(name, where, req, blobs, True, idx) as (cur, scope, left):
+            with self._scope(name, where, req, blobs, True, idx, found) as (cur, scope, left):
                 return _compact(cur.sql(f"SELECT {cols} FROM {table} WHERE {scope} AND ({left})").to_arrow_table())
         pk, key = self._select_keys(req)
         bounds = req.get("range")
-        with self._scope(name, where, req, blobs, True, idx) as (cur, scope, where):
+        with self._scope(name, where, req, blobs, True, idx, found) as (cur, scope, where):
             if bounds:  # the TIS's hull as a range DuckDB's scan can use (zone maps)
                 lo, hi = int(bounds[0]), int(bounds[1])
                 where = f"({where}) AND ({key} IS NULL OR {key} BETWEEN {lo} AND {hi})"
@@ -602,19 +600,20 @@ class ShardService:
                              t.filter(pa.array(valid)).to_numpy())
         return _compact(rows.filter(pa.array(keep)).drop_columns([H.PARTITION_HASH, H.KEY]))
 
-    def _pull_decided(self, idx, table, cols, where, req, blobs, tf) -> pa.Table | None:
+    def _pull_decided(self, idx, table, cols, where, req, blobs, found) -> pa.Table | None:
         """The pull's rows when the table's index ``idx`` decides its condition and keeps its
         columns in memory, or None: DuckDB scans."""
         key, parts, bits, bounds = req.get("key_sql") or "", [], 32, None
         if key:
             key = check_fragment(key)
+        tf = found.contains if found is not None else None
         if tf is not None:
             _, key = self._select_keys(req)
             parts = [check_fragment(p) for p in req.get("partition_sql", [])]
             bits = req.get("pk_bits", 32)
             if req.get("range"):
                 bounds = (int(req["range"][0]), int(req["range"][1]))
-        ids = idx.pulled(self.con, where, key, parts, bits, self._cover(req, blobs), tf, bounds)
+        ids = idx.pulled(self.con, where, key, parts, bits, self._cover(req, blobs, found), tf, bounds)
         if ids is None:
             return None
         schema = idx.schemas.get(cols)
