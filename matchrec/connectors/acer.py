@@ -19,7 +19,9 @@ a row per attribute). Kept in the shard, in schema ``mr_acer`` (not visible as a
 * ``bm_<table>``: per attribute, slice and block the bits (slice -1: the non-NULL rows, with
   the block's smallest and largest code).
 
-Answering a condition with a time cover (the replay intervals, merged over partitions): phase
+Answering a condition with a time cover (the replay intervals, merged over partitions: the
+node's own union of the request's exact time set when it has one, else the cover sent, which the
+caller caps at 1,024 ranges; merged down when runs times ranges exceed ``MAX_SEARCHES``): phase
 one takes the type runs the condition's type tests allow and, inside each, the row ranges whose
 time lies in the cover (a binary search on the run's sorted keys); phase two evaluates the
 condition's attribute tests (``col op const``, BETWEEN, ``col = 'str'``, IN; dates and
