@@ -285,3 +285,36 @@ def test_refusals():
             s.answer({"op": "build_index", "table": "ev", "attributes": [attr]}, [])
     with pytest.raises(RequestError, match="multiple of 64"):
         s.answer({"op": "build_index", "table": "ev", "attributes": ["ts"], "block_size": 1000}, [])
+
+
+@pytest.mark.parametrize("seed, n_conditions", [(3, 10), pytest.param(4, 150, marks=pytest.mark.slow)])
+def test_a_capped_cover_and_a_capped_search_answer_as_the_unindexed_node(monkeypatch, seed, n_conditions):
+    """Time sets over several partitions whose cover the caller capped (smallest gaps closed):
+    the node searches with the set's own union instead, and merges a cover down when runs times
+    ranges would pass the search's bound. Rows equal the unindexed node's."""
+    from matchrec.operators.packing import pack_intervals
+    monkeypatch.setattr(acer, "MAX_SEARCHES", 24)
+    data = _table(np.random.default_rng(seed), 3000)
+    a, b = _services(data, ["i", "s"])
+    ts = np.sort(data.column("ts").drop_null().cast(pa.int64()).to_numpy())
+    pks = np.unique(a.answer({"op": "candidates", "table": "ev", "condition": "TRUE", "key_sql": KEY,
+                              "partition_sql": ['"part"'], "pk_bits": 3}, []).column("pk").to_numpy())
+    rng = random.Random(seed)
+    for _ in range(n_conditions):
+        cond = rng.choice(["type IN ('b', 'c', 'd')", "type = 'b'", "i < 10", "type <> 'b'", "s = 'x'",
+                           _condition(rng)])
+        n = rng.choice([3, 12, 40])
+        starts = np.array([ts[rng.randrange(len(ts))] for _ in range(n)], np.int64)
+        tis = IntervalSet.around(np.array([rng.choice(pks.tolist()) for _ in range(n)], np.int64), starts, 0,
+                                 rng.randint(0, 4 * 10**8))
+        lo, hi = acer.union_of(tis.lo, tis.hi)
+        keep = max(1, len(lo) // 3)  # the caller's cap: the widest gaps stay open
+        lo, hi = acer._merge(lo, hi, keep)
+        cover = np.concatenate([lo, hi]).astype(np.int64).tobytes()
+        exact = np.concatenate([tis.pk, tis.lo, tis.hi]).astype(np.int64).tobytes()
+        base = {"table": "ev", "key_sql": KEY, "partition_sql": ['"part"'], "pk_bits": 3, "cover": 1}
+        for kind, blob in (("exact", exact), ("intervals", pack_intervals(tis))):
+            timed = {**base, "filter": {"kind": kind, "blob": 0}}
+            _same(a, b, {"op": "candidates", "condition": cond, "quantum": 5, **timed}, [blob, cover])
+            _same(a, b, {"op": "pull", "where": cond, "columns": ["id", "i", "part"], **timed,
+                         "range": [int(tis.lo.min()), int(tis.hi.max())]}, [blob, cover])

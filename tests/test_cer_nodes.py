@@ -198,6 +198,11 @@ def test_explain_shows_the_pull(pair):
     assert "a: CAST(\"type\" AS VARCHAR) = 'alarm' -> [t - 0, t + 40]" in text
     assert "r: CAST(\"type\" AS VARCHAR) = 'reset' -> [t - 40, t + 0]" in text
     assert "time interval set:" in text
+    # the rows come from the rounds' time interval set: the compute node does not filter them again
+    assert "filtering before matching: off, the storage nodes returned only the rows inside" in text
+    cur.execute("SET pull_strategy = push_down")
+    cur.execute("EXPLAIN PATTERN SEQ(alarm a, ~tick t, reset r) FROM ev WITHIN 40 RETURN a.id, r.id")
+    assert "the storage nodes returned only" not in cur.fetchall()[0][1]
     cur.execute("SET pull_strategy = dfs")
     cur.execute("PATTERN SEQ(alarm a, ~tick t, reset r) FROM ev WITHIN 40 RETURN a.id, r.id")
     stats = cur.cer_run.info["pull"]

@@ -557,3 +557,58 @@ def test_a_round_run_again_counts_the_least_scan_time_measured_before_it(monkeyp
         delay[0] = d
         dual.DualFiltering(source).pull("ev", "dfs", ["id", "ts", "type"], where, ip, "auto", PullStats())
     assert counted[0] >= 0.06 and counted[1] < 0.06 and counted[2] == counted[1]
+
+
+def test_node_catalogue_and_statistics_answers_kept_until_forgotten():
+    """A storage node alone changes its tables and forgets a table after each load or index
+    build: until then it answers from the catalogue entry and statistics it kept (a statement run
+    again gets the very answer it got before), and afterwards from the table as it is."""
+    from matchrec.connectors.shard import ShardService
+    con = duckdb.connect()
+    con.execute("CREATE TABLE ev AS SELECT i AS id, i * 7 AS ts, i % 13 AS g, i % 5 AS v FROM range(20000) t(i)")
+    node, fresh = ShardService(con, 1 << 24, keep_stats=True, keep_catalog=True), ShardService(con, 1 << 24)
+    request = {"op": "stats", "table": "ev", "conditions": ["v = 1", "g < 3"], "columns": ["id", "v"],
+               "key_sql": "ts", "partition_sql": ["g"], "sample": True}
+    first = node.answer(dict(request), [])
+    assert node.answer(dict(request), []).equals(first)
+    assert first.drop_columns(["row_bytes", "sample"]).equals(fresh.answer(dict(request), []).drop_columns(
+        ["row_bytes", "sample"]))
+    con.execute("INSERT INTO ev SELECT i, i * 7, i % 13, 1 FROM range(20000, 21000) t(i)")
+    assert node.answer(dict(request), []).column("c0").to_pylist() == [4000]  # kept: not forgotten yet
+    node.forget("ev")
+    assert node.answer(dict(request), []).column("c0").to_pylist() == [5000]
+    assert node.answer(dict(request), []).column("n").to_pylist() == [21000]
+    with pytest.raises(Exception, match="no table nope"):
+        node.answer({**request, "table": "nope"}, [])
+
+
+def test_one_watcher_thread_asks_for_every_running_request_and_never_after_one_ended():
+    """The callers of running requests are polled by one thread per poll interval, not one thread
+    per request; a request that ended is never asked about again, and a caller that left has its
+    request's DuckDB work interrupted."""
+    import threading
+    import time
+    from matchrec.connectors.requests import RequestCancelled
+    from matchrec.connectors.shard import ShardService
+    service = ShardService(duckdb.connect(), 1 << 24)
+    ended, asked_after = threading.Event(), []
+
+    def caller_waits():
+        if ended.is_set():
+            asked_after.append(True)
+        return False
+    threads = threading.active_count()
+    for _ in range(30):
+        with service.cancellable(caller_waits, 0.002):
+            time.sleep(0.001)
+        assert threading.active_count() <= threads + 1
+    ended.set()
+    time.sleep(0.02)
+    assert not asked_after
+    gone = threading.Event()
+    started = time.perf_counter()
+    with pytest.raises(RequestCancelled):
+        with service.cancellable(gone.is_set, 0.002):
+            gone.set()
+            service._cursor().execute("SELECT sum(i * i % 7) FROM range(20000000000) t(i)").fetchall()
+    assert time.perf_counter() - started < 5

@@ -19,7 +19,9 @@ a row per attribute). Kept in the shard, in schema ``mr_acer`` (not visible as a
 * ``bm_<table>``: per attribute, slice and block the bits (slice -1: the non-NULL rows, with
   the block's smallest and largest code).
 
-Answering a condition with a time cover (the replay intervals, merged over partitions): phase
+Answering a condition with a time cover (the replay intervals, merged over partitions: the
+node's own union of the request's exact time set when it has one, else the cover sent, which the
+caller caps at 1,024 ranges; merged down when runs times ranges exceed ``MAX_SEARCHES``): phase
 one takes the type runs the condition's type tests allow and, inside each, the row ranges whose
 time lies in the cover (a binary search on the run's sorted keys); phase two evaluates the
 condition's attribute tests (``col op const``, BETWEEN, ``col = 'str'``, IN; dates and
@@ -729,8 +731,10 @@ class TableIndex:
         runs = self._runs(tree)
         lo, hi = self.run_lo[runs], self.run_hi[runs]
         n_runs = int(runs.sum())
-        if cover is None or not key_sql or n_runs > MAX_RUNS or n_runs * len(cover[0]) > MAX_SEARCHES:
-            return lo, hi, None  # many types times many intervals: the search would cost more than a scan
+        if cover is None or not key_sql or n_runs > MAX_RUNS:
+            return lo, hi, None  # many types: the search would cost more than a scan
+        if n_runs * len(cover[0]) > MAX_SEARCHES:  # a coarser cover (its smallest gaps closed) bounds the search
+            cover = _merge(cover[0], cover[1], max(1, MAX_SEARCHES // n_runs))
         keyed = self._keys(con, key_sql)
         if keyed is None:
             return lo, hi, None
@@ -1034,11 +1038,24 @@ def _runs_of(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.r_[ids[0], ids[cut + 1]], np.r_[ids[cut], ids[-1]]
 
 
+def union_of(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of closed intervals (any order, any partition) as sorted disjoint ranges."""
+    if not len(lo):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(lo, kind="stable")
+    lo, hi = np.asarray(lo, np.int64)[order], np.asarray(hi, np.int64)[order]
+    reach = np.maximum.accumulate(hi)
+    starts = np.r_[0, np.flatnonzero(lo[1:] > reach[:-1] + 1) + 1]
+    return lo[starts], np.r_[reach[starts[1:] - 1], reach[-1]]
+
+
 def _merge(starts: np.ndarray, ends: np.ndarray, most: int) -> tuple[np.ndarray, np.ndarray]:
     """At most ``most`` ranges covering the sorted ranges given, the widest gaps kept open (the
     fewest rows covered for that many ranges)."""
     if len(starts) <= most:
         return starts, ends
+    if most <= 1:
+        return starts[:1], ends[-1:]
     gaps = starts[1:] - ends[:-1]
     keep = np.sort(np.argpartition(gaps, len(gaps) - (most - 1))[len(gaps) - (most - 1):])
     return np.r_[starts[0], starts[keep + 1]], np.r_[ends[keep], ends[-1]]

@@ -25,8 +25,10 @@ gone, the DuckDB queries it runs are interrupted and it ends with ``RequestCance
 from __future__ import annotations
 
 import functools
+import json
 import re
 import threading
+import time
 from contextlib import contextmanager
 
 import duckdb
@@ -49,6 +51,7 @@ DEFAULT_MAX_PAYLOAD_MB = 256
 JOIN_INTERVALS_PER_PARTITION = 16  # at most this many per partition hash, a time set is joined in the scan
 SAMPLE_ROWS = 5000  # rows per node the statistics and the cost model are estimated from
 MAX_PROBE_BYTES = 16 << 20  # filler one bandwidth probe may ask for
+KEPT_STATS_REPLIES = 256  # statistics answers a storage node keeps per table version
 
 
 @functools.lru_cache(maxsize=1024)
@@ -78,7 +81,8 @@ def check_type(name: str) -> str:
 class ShardService:
     """Answers requests against the tables of one DuckDB connection."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, max_payload: int, keep_stats: bool = False):
+    def __init__(self, con: duckdb.DuckDBPyConnection, max_payload: int, keep_stats: bool = False,
+                 keep_catalog: bool = False):
         self.con = con
         self.max_payload = max_payload
         self.sessions = SessionStore()
@@ -87,7 +91,14 @@ class ShardService:
         # table version's statistics: a statement's first request then scans only for conditions
         # no earlier statement counted
         self.kept_stats = StatsCache() if keep_stats else None
+        # and, when it alone changes its tables (``forget`` after each load or index build), each
+        # table's catalogue entry: two catalogue queries a request cost more than an index lookup
+        self._catalog: dict[str, tuple] | None = {} if keep_catalog else None
+        self._catalog_lock = threading.Lock()
+        self._catalog_generation = 0
         self._request = threading.local()  # the running request's cursors, per serving thread
+        self._watchers: dict[float, _Watcher] = {}  # per poll interval, one thread watching every request's caller
+        self._watchers_lock = threading.Lock()
 
     def _cursor(self):
         cur = self.con.cursor()
@@ -111,22 +122,12 @@ class ShardService:
         once it is true, interrupts the DuckDB cursors the request opened (and any it opens later)."""
         running = _Running()
         self._request.running = running
-        stop = threading.Event()
         asking = threading.Lock()  # the call's context is freed once the body returns: never ask after
-
-        def watch():
-            while not stop.wait(poll):
-                with asking:
-                    if stop.is_set():
-                        return
-                    try:
-                        gone = is_cancelled()
-                    except Exception:  # noqa: BLE001
-                        return
-                if gone:  # again on every poll: a query started between two polls is stopped too
-                    running.cancel()
-        watcher = threading.Thread(target=watch, daemon=True, name="matchrec-cancel-watch")
-        watcher.start()
+        with self._watchers_lock:
+            watcher = self._watchers.get(poll)
+            if watcher is None:
+                watcher = self._watchers[poll] = _Watcher(poll)
+        watcher.add(running, is_cancelled, asking)
         try:
             yield
         except duckdb.InterruptException:
@@ -135,7 +136,7 @@ class ShardService:
             raise
         finally:
             with asking:
-                stop.set()
+                watcher.remove(running)
             self._request.running = None
             running.close()  # an unfinished result would keep its transaction open (a load's CHECKPOINT waits)
         if running.cancelled:
@@ -144,10 +145,37 @@ class ShardService:
     def _table(self, name) -> str:
         if not isinstance(name, str):
             raise RequestError("table name must be a string")
-        rows = self._one_row("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'", [name])
-        if not rows[0]:
-            raise RequestError(f"no table {name} on this node")
+        self._entry(name)
         return quote_ident(name)
+
+    def _entry(self, name: str) -> tuple:
+        """(catalog oid, estimated size) of table ``name`` of schema main: its version."""
+        if self._catalog is not None:
+            with self._catalog_lock:
+                hit = self._catalog.get(name)
+                if hit is not None:
+                    return hit
+                generation = self._catalog_generation
+        row = self._one_row(
+            "SELECT table_oid, estimated_size FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'", [name])
+        if row is None:
+            raise RequestError(f"no table {name} on this node")
+        entry = tuple(row)
+        if self._catalog is not None:
+            with self._catalog_lock:
+                if self._catalog_generation == generation:  # no load or build forgot it meanwhile
+                    self._catalog[name] = entry
+        return entry
+
+    def forget(self, name: str) -> None:
+        """Drop what is kept about table ``name``: it was loaded into or rewritten."""
+        with self._catalog_lock:
+            self._catalog_generation += 1
+            if self._catalog is not None:
+                self._catalog.pop(name, None)
+        self.indexes.forget(name)
+        if self.kept_stats is not None:
+            self.kept_stats.forget(name)
 
     def answer(self, req: dict, blobs: list[bytes]) -> pa.Table:
         op = req["op"]
@@ -193,6 +221,11 @@ class ShardService:
         cols = [quote_ident(c) for c in req.get("columns", [])] or ["*"]
         cur = self._cursor()
         kept = self.kept_stats.of(name, self._version(name)) if self.kept_stats is not None else {}
+        # a statement run again asks the same: its answer over the kept sample is the same too
+        asked = json.dumps(req, sort_keys=True, default=str) if self.kept_stats is not None else None
+        replies = kept.setdefault("replies", {})
+        if asked in replies:
+            return replies[asked]
         counts = [kept.get(("count", c)) for c in conds]
         todo = list(dict.fromkeys(c for c, n in zip(conds, counts) if n is None))
         shape = kept.get(("shape", pk, key))
@@ -246,7 +279,10 @@ class ShardService:
             out["sample"] = [pack([np.diff(c[order], prepend=np.int64(0)) for c in cols[:2]] + [cols[2][order]])]
         out.update({"n": [n], "parts": [parts], "kmin": [kmin], "kmax": [kmax],
                     "row_bytes": [float(per_row)], "active": [int(active)]})
-        return pa.table(out)
+        reply = pa.table(out)
+        if asked is not None and len(replies) < KEPT_STATS_REPLIES:
+            replies[asked] = reply
+        return reply
 
     def _time_filter(self, spec, blobs):
         """A callable (pk, t) -> keep mask from a request's filter spec, or None."""
@@ -331,13 +367,13 @@ class ShardService:
             return self._session_candidates(req, blobs, name, table, cond, pk, key, values, joins, tf)
         idx = self.indexes.get(self.con, name, self._version(name))
         rows = idx.candidates(self.con, cond, key, [check_fragment(p) for p in req.get("partition_sql", [])],
-                              req.get("pk_bits", 32), self._cover(req, blobs)) \
+                              req.get("pk_bits", 32), self._cover(req, blobs, found)) \
             if idx is not None and not values and not joins else None
         if rows is not None:  # the index decided the condition: no scan
             return self._candidate_reply(req, rows.filter(pa.array(self._candidate_mask(rows, [], blobs, tf))), 0)
         select = [f"{pk} AS pk", f"{key} AS t"] + [f"{v} AS v{i}" for i, v in enumerate(values)]
         select += [f"{j['_col']} AS j{i}" for i, j in enumerate(joins)]
-        with self._scope(name, cond, req, blobs, False, idx) as (cur, scope, cond):
+        with self._scope(name, cond, req, blobs, False, idx, found) as (cur, scope, cond):
             for j in joins:
                 cond = f"({cond}) AND ({j['_col']}) IS NOT NULL"  # NULL never equals: such rows cannot match
             scan = f"SELECT {', '.join(select)} FROM {table} WHERE {scope} AND ({cond}) AND {key} IS NOT NULL"
@@ -389,11 +425,12 @@ class ShardService:
                                  req.get("time_column", "ts"), req.get("block_size", acer.DEFAULT_BLOCK))
         except acer.IndexError_ as err:
             raise RequestError(str(err)) from None
-        self.indexes.forget(name)
+        self.forget(name)  # the table was rewritten in type-major order
         return pa.table({k: [v] for k, v in summary.items()})
 
-    def _cover(self, req: dict, blobs):
-        """The request's time cover: sorted disjoint [lo, hi] key ranges over all partitions."""
+    def _cover(self, req: dict, blobs, found=None):
+        """The request's time cover: sorted disjoint [lo, hi] key ranges over all partitions
+        (``found``: the request's time filter, decoded)."""
         idx = req.get("cover")
         if idx is None:
             return None
@@ -402,10 +439,14 @@ class ShardService:
         lo, hi = np.frombuffer(blobs[idx], np.int64).reshape(2, -1)
         if len(lo) and ((np.diff(lo) <= 0).any() or (hi < lo).any()):
             raise RequestError("cover intervals must be sorted and disjoint")
+        if isinstance(found, IntervalSet):
+            # the exact set's own union is finer than the cover sent, which the caller caps in size
+            # (closing its smallest gaps): the index then searches and tests fewer rows
+            return acer.union_of(found.lo, found.hi)
         return lo, hi
 
     @contextmanager
-    def _scope(self, name: str, cond: str, req: dict, blobs, keep_keyless: bool, idx=False):
+    def _scope(self, name: str, cond: str, req: dict, blobs, keep_keyless: bool, idx=False, found=None):
         """A cursor, a rowid condition restricting a scan to the rows the table's index (``idx``
         when the caller looked it up) lets through (TRUE without an index) and the condition to
         evaluate on them."""
@@ -414,15 +455,14 @@ class ShardService:
             idx = self.indexes.get(self.con, name, self._version(name))
         scope = "TRUE"
         if idx is not None:  # the index's planner keeps "TRUE" when a scan of the whole table is cheaper
-            scope, _ = idx.scope(self.con, cond, req.get("key_sql", ""), self._cover(req, blobs), keep_keyless)
+            scope, _ = idx.scope(self.con, cond, req.get("key_sql", ""), self._cover(req, blobs, found),
+                                 keep_keyless)
         yield cur, scope, cond
 
     # -- dfs_stateful: rounds over the rows a session kept
 
     def _version(self, name: str) -> tuple:
-        row = self._one_row(
-            "SELECT table_oid, estimated_size FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'", [name])
-        return tuple(row)
+        return self._entry(name)
 
     def _open_session(self, req: dict, name: str):
         expect = req.get("expect", [])
@@ -532,15 +572,15 @@ class ShardService:
             if union is not None:
                 return self._session_pull(table, session, union, cols, where, tf, req)
         idx = self.indexes.get(self.con, name, self._version(name))
-        decided = self._pull_decided(idx, table, cols, where, req, blobs, tf) if idx is not None else None
+        decided = self._pull_decided(idx, table, cols, where, req, blobs, found) if idx is not None else None
         if decided is not None:
             return decided
         if tf is None:
-            with self._scope(name, where, req, blobs, True, idx) as (cur, scope, left):
+            with self._scope(name, where, req, blobs, True, idx, found) as (cur, scope, left):
                 return _compact(cur.sql(f"SELECT {cols} FROM {table} WHERE {scope} AND ({left})").to_arrow_table())
         pk, key = self._select_keys(req)
         bounds = req.get("range")
-        with self._scope(name, where, req, blobs, True, idx) as (cur, scope, where):
+        with self._scope(name, where, req, blobs, True, idx, found) as (cur, scope, where):
             if bounds:  # the TIS's hull as a range DuckDB's scan can use (zone maps)
                 lo, hi = int(bounds[0]), int(bounds[1])
                 where = f"({where}) AND ({key} IS NULL OR {key} BETWEEN {lo} AND {hi})"
@@ -560,19 +600,20 @@ class ShardService:
                              t.filter(pa.array(valid)).to_numpy())
         return _compact(rows.filter(pa.array(keep)).drop_columns([H.PARTITION_HASH, H.KEY]))
 
-    def _pull_decided(self, idx, table, cols, where, req, blobs, tf) -> pa.Table | None:
+    def _pull_decided(self, idx, table, cols, where, req, blobs, found) -> pa.Table | None:
         """The pull's rows when the table's index ``idx`` decides its condition and keeps its
         columns in memory, or None: DuckDB scans."""
         key, parts, bits, bounds = req.get("key_sql") or "", [], 32, None
         if key:
             key = check_fragment(key)
+        tf = found.contains if found is not None else None
         if tf is not None:
             _, key = self._select_keys(req)
             parts = [check_fragment(p) for p in req.get("partition_sql", [])]
             bits = req.get("pk_bits", 32)
             if req.get("range"):
                 bounds = (int(req["range"][0]), int(req["range"][1]))
-        ids = idx.pulled(self.con, where, key, parts, bits, self._cover(req, blobs), tf, bounds)
+        ids = idx.pulled(self.con, where, key, parts, bits, self._cover(req, blobs, found), tf, bounds)
         if ids is None:
             return None
         schema = idx.schemas.get(cols)
@@ -638,6 +679,55 @@ class _Running:
                 cur.interrupt()
             except duckdb.Error:
                 pass
+
+
+class _Watcher:
+    """One thread that asks, every ``poll`` seconds, whether the callers of the running requests
+    are still there and interrupts the work of those that left (a thread started per request cost
+    a small request as much as its work). It ends after a while without requests."""
+
+    IDLE_POLLS = 200
+
+    def __init__(self, poll: float):
+        self.poll = poll
+        self.lock = threading.Lock()
+        self.watched: dict[int, tuple] = {}  # id(running) -> (running, is_cancelled, asking)
+        self.thread: threading.Thread | None = None
+
+    def add(self, running: _Running, is_cancelled, asking: threading.Lock) -> None:
+        with self.lock:
+            self.watched[id(running)] = (running, is_cancelled, asking)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._watch, daemon=True, name="matchrec-cancel-watch")
+                self.thread.start()
+
+    def remove(self, running: _Running) -> None:
+        """Stop asking about ``running``'s caller; called holding its ``asking`` lock."""
+        with self.lock:
+            self.watched.pop(id(running), None)
+
+    def _watch(self) -> None:
+        idle = 0
+        while True:
+            time.sleep(self.poll)
+            with self.lock:
+                items = list(self.watched.items())
+                idle = 0 if items else idle + 1
+                if idle > self.IDLE_POLLS:
+                    self.thread = None
+                    return
+            for key, (running, is_cancelled, asking) in items:
+                with asking:
+                    with self.lock:
+                        if self.watched.get(key, (None,))[0] is not running:
+                            continue  # the request ended: its caller's context is freed
+                    try:
+                        gone = is_cancelled()
+                    except Exception:  # noqa: BLE001 - stop asking about this one
+                        self.remove(running)
+                        continue
+                if gone:  # again on every poll: a query started between two polls is stopped too
+                    running.cancel()
 
 
 def _session_rows(session, union, tf) -> np.ndarray:

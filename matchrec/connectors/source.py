@@ -395,11 +395,11 @@ class _LocalShard(ShardService):
         return super()._version(self.table) if self.table is not None else ("query", self.relation)
 
     @contextmanager
-    def _scope(self, name: str, cond: str, req: dict, blobs, keep_keyless: bool, idx=False):
+    def _scope(self, name: str, cond: str, req: dict, blobs, keep_keyless: bool, idx=False, found=None):
         if self.table is None:  # a query has no row ids and no index
             yield self.con, "TRUE", cond
             return
-        with super()._scope(self.table, cond, req, blobs, keep_keyless, idx) as scope:
+        with super()._scope(self.table, cond, req, blobs, keep_keyless, idx, found) as scope:
             yield scope
 
     def _open_session(self, req: dict, name: str):

@@ -102,7 +102,7 @@ class StorageNode(fl.FlightServerBase):
         self.budget = PayloadBudget(2 * self.max_payload)
         self.readers = threading.BoundedSemaphore(PAYLOAD_READERS)
         self.lock = threading.Lock()  # DDL of loads against concurrent readers
-        self.service = ShardService(self.con, self.max_payload, keep_stats=True)
+        self.service = ShardService(self.con, self.max_payload, keep_stats=True, keep_catalog=True)
         self.log = log if log is not None else sys.stderr
         self.counters = {"requests": 0, "refused": 0, "cancelled": 0, "internal_errors": 0}
         self._counter_lock = threading.Lock()
@@ -297,9 +297,7 @@ class StorageNode(fl.FlightServerBase):
                 cur.execute(f"INSERT INTO {name} SELECT * FROM {H.LOAD}")
             cur.unregister(H.LOAD)
             acer.drop(self.con, req["table"])  # its clusters and bitmaps describe rows that are gone
-            self.service.indexes.forget(req["table"])
-            if self.service.kept_stats is not None:
-                self.service.kept_stats.forget(req["table"])
+            self.service.forget(req["table"])
             self.con.execute("CHECKPOINT")
 
 

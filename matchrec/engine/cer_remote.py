@@ -25,6 +25,7 @@ the pull's lines: strategy, interval plan, round trips, bytes per node and per p
 """
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 
@@ -68,7 +69,12 @@ def execute(session, query: S.CerQuery) -> cer.CerRun:
     pulled, stats, notes, order = pull(remote, duck, query, session.cer_settings, settings.pull_strategy,
                                 settings.round_trips, table)
     pull_seconds = time.perf_counter() - started
-    run = run_over(duck, query, session.cer_settings, table, pulled, remote.schemas[table], order)
+    cer_settings = session.cer_settings
+    if cer_settings.filtering == "auto" and stats.filters.get("final pull"):
+        # the nodes returned only the rows inside the rounds' time interval set: filtering them
+        # again around the anchors' candidates would cost a query and a join to drop next to none
+        cer_settings = dataclasses.replace(cer_settings, filtering="pulled")
+    run = run_over(duck, query, cer_settings, table, pulled, remote.schemas[table], order)
     run.info["pull"] = stats
     run.info["pull_seconds"] = pull_seconds
     if run.explain is not None:

@@ -213,7 +213,34 @@ class IntervalSet:
         return self._group_cache
 
     def contains(self, pk: np.ndarray, t: np.ndarray) -> np.ndarray:
-        return self.overlaps(pk, t, t)
+        """Whether each point ``t`` of partition ``pk`` lies in the set (``overlaps`` of ``[t, t]``:
+        one search for the partitions instead of three, the set placed on its line once)."""
+        pk = np.asarray(pk, np.int64)
+        t = np.asarray(t, np.int64)
+        if not len(self) or not len(t):
+            return np.zeros(len(t), bool)
+        placed = self._placed()
+        if placed is None:
+            return self.overlaps(pk, t, t)
+        line, slo, shi = placed
+        rank = np.minimum(line._rank(pk), len(line.keys) - 1)
+        known = line.keys[rank] == pk
+        # on its own partition's segment (clipped as in overlaps); points of other partitions are
+        # placed somewhere and then dropped
+        base = line.base[rank]
+        q = line.offset[rank] + (np.clip(t, base - 1, line.top[rank] + 1) - base + 1)
+        idx = np.searchsorted(shi, q, side="left")
+        ok = known & (idx < len(shi))
+        ok[ok] = slo[idx[ok]] <= q[ok]
+        return ok
+
+    def _placed(self):
+        """(line, lo, hi) of the set on one line, or None when it does not fit; kept."""
+        if not hasattr(self, "_placed_cache"):
+            line = _Line.of([(self.pk, self.lo), (self.pk, self.hi)])
+            self._placed_cache = None if line is None else (line, line.put(self.pk, self.lo),
+                                                             line.put(self.pk, self.hi))
+        return self._placed_cache
 
     def overlaps(self, pk: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Whether each closed interval ``[lo, hi]`` of partition ``pk`` meets the set."""

@@ -198,6 +198,10 @@ def choose_filtering(plan: CerPlan, settings: CerSettings, duck: duckdb.DuckDBPy
     if settings.filtering == "never":
         plan.filtering, plan.filtering_reason = False, "off (SET matchrec_cer_filtering = never)"
         return
+    if settings.filtering == "pulled":  # set by the compute node, never by SET
+        plan.filtering, plan.filtering_reason = False, "the storage nodes returned only the rows inside the " \
+            "time interval set of their rounds"
+        return
     plan.anchors = anchors_of(q, lambda v: st.estimates.get(v, 0))
     candidates = sum(st.estimates.get(v, 0) for v in plan.anchors)
     if settings.filtering == "always":

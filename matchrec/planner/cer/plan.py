@@ -31,7 +31,9 @@ class CerSettings:
     max_matches: int = 10_000_000
     # partial matches the eager NFA may hold at once (some 200 bytes each); lazy mechanisms hold none
     max_partial_matches: int = 5_000_000
-    filtering: str = "auto"  # auto | always | never: read only events near the rarest element's candidates
+    # auto | always | never: read only events near the rarest element's candidates (pulled: rows the
+    # storage nodes already filtered by time, set by the compute node)
+    filtering: str = "auto"
 
 
 CER_CHOICES = {"mechanism": ("auto",) + MECHANISMS, "filtering": ("auto", "always", "never")}
