@@ -19,8 +19,9 @@ Evaluation is in batch over numpy arrays. Every partition is laid on one integer
 so a window search never crosses a partition), each class keeps its candidate rows and their
 composite keys in order, and a node extends its parent's partial matches by one binary search
 per partial match for the range of candidates allowed by the window and by the nearest bound
-neighbours in the sequence, expanding ranges into new partial matches in blocks of at most
-``BLOCK`` rows. Conditions are evaluated on whole blocks (compiled to numpy where the expression
+neighbours in the sequence (once a class has been searched for a share of the stream's rows, a
+table of every row's position among its candidates answers the searches by a neighbour's row),
+expanding ranges into new partial matches in blocks of at most ``BLOCK`` rows. Conditions are evaluated on whole blocks (compiled to numpy where the expression
 allows, else the single-statement path's Python function per binding). A leaf whose extensions
 are only counted builds none: without conditions each range is its count; where every condition
 is monotone in a column of the new event (``engine.multi_rays``), a binary search over the
@@ -51,6 +52,8 @@ __all__ = ["BLOCK", "Cond", "Neg", "Kleene", "Unit", "Node", "Stream", "PatternS
 BLOCK = 1 << 18  # partial matches built at once by one extension
 LIMIT_KEY = 1 << 62
 STEP_CALLS = 256  # a binary search step's numpy calls cost about as much as comparing this many candidates
+LOOKUP_SHARE = 8  # a class's position table is built once its searches have looked up this share of the rows
+LOOKUP_ENTRIES = 1 << 24  # rows of position tables a stream keeps at most (4 bytes each)
 
 
 class Unshareable(Exception):
@@ -176,6 +179,60 @@ class Stream:
             r = np.flatnonzero(m)
             self.rows.append(r)
             self.cks.append(self.ck[r])
+        self._tables: dict = {}  # (class, right) -> each row's position among the class's candidates
+        self._looked_up: dict = {}  # (class, right) -> rows searched before its table was built
+        self._ties = None  # per row: the first and the end row of the rows sharing its composite key
+        self._table_rows = 0
+
+    def after(self, cls: int, rows: np.ndarray) -> np.ndarray:
+        """Per row: how many candidates of class ``cls`` have a composite key at most the row's
+        (``np.searchsorted(cks[cls], ck[rows], "right")``)."""
+        return self._positions(cls, rows, True)
+
+    def before(self, cls: int, rows: np.ndarray) -> np.ndarray:
+        """Per row: how many candidates of class ``cls`` have a composite key below the row's
+        (``np.searchsorted(cks[cls], ck[rows], "left")``)."""
+        return self._positions(cls, rows, False)
+
+    def _positions(self, cls: int, rows: np.ndarray, right: bool) -> np.ndarray:
+        # A node extends many partial matches by binary searches whose keys are rows' keys: once a
+        # class has been searched for a share of the stream's rows, a table of every row's position
+        # (one pass over the stream) makes each further search a gather, several times faster.
+        key = (cls, right)
+        table = self._tables.get(key)
+        if table is None:
+            looked = self._looked_up[key] = self._looked_up.get(key, 0) + len(rows)
+            if looked * LOOKUP_SHARE < self.n or self._table_rows + self.n > LOOKUP_ENTRIES or not self.ordered():
+                return np.searchsorted(self.cks[cls], self.ck[rows], "right" if right else "left")
+            table = self._tables[key] = self._position_table(cls, right)
+            self._table_rows += self.n
+        return table[rows].astype(np.int64)
+
+    def ordered(self) -> bool:
+        """Whether the composite keys do not decrease along the rows (as the read sorts them)."""
+        if self._ties is None:
+            ck, n = self.ck, self.n
+            if n > 1 and not bool((ck[1:] >= ck[:-1]).all()):
+                self._ties = False
+                return False
+            change = np.ones(n, bool)
+            np.not_equal(ck[1:], ck[:-1], out=change[1:])
+            starts = np.flatnonzero(change)
+            group = np.cumsum(change) - 1
+            ends = np.append(starts[1:], n)
+            self._ties = (starts[group], ends[group])
+        return self._ties is not False
+
+    def _position_table(self, cls: int, right: bool) -> np.ndarray:
+        # The candidates with a key at most a row's are the class's rows before the end of that
+        # row's run of equal keys (below it: before the run's start), the keys being in row order.
+        dtype = np.int32 if self.n < 1 << 31 else np.int64
+        mark = np.zeros(self.n, dtype)
+        mark[self.rows[cls]] = 1
+        before = np.zeros(self.n + 1, dtype)
+        np.cumsum(mark, out=before[1:])
+        first, end = self._ties
+        return before[end if right else first]
 
     def clamp(self, w: int) -> int:
         return min(int(w), self.cap)
@@ -330,11 +387,11 @@ class Evaluator:
         # the window (the others are dropped below) it bounds the range at least as tightly as the
         # window does: one binary search instead of two.
         if node.pred is not None:
-            a = np.searchsorted(ck, s.ck[pm.rows[node.pred]], "right")
+            a = s.after(node.cls, pm.rows[node.pred])
         else:
             a = np.searchsorted(ck, pm.hi - w, "left")
         if node.succ is not None:
-            b = np.searchsorted(ck, s.ck[pm.rows[node.succ]], "left")
+            b = s.before(node.cls, pm.rows[node.succ])
         else:
             b = np.searchsorted(ck, pm.lo + w, "right")
         np.minimum(b, self.cap_hi[node.cls], out=b)
@@ -647,10 +704,15 @@ class Evaluator:
             if vals.dtype.kind == "f":
                 bad = bad | np.isnan(vals)
             good = np.flatnonzero(~bad)
-            uniq, first, inv = np.unique(vals[good], return_index=True, return_inverse=True)
+            # Dense ranks from one unstable sort (np.unique's stable sort took several times longer):
+            # any row holding a value stands for it, since the rays read no other column of the row.
+            order = good[np.argsort(vals[good])]
+            ordered = vals[order]
+            new = np.ones(len(order), bool)
+            np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
             rank = np.full(len(rows), -1, np.int64)
-            rank[good] = inv.reshape(-1)
-            got = self._ranks[key] = (rank, rows[good[first]])
+            rank[order] = np.cumsum(new) - 1
+            got = self._ranks[key] = (rank, rows[order[new]])
         return got
 
     @staticmethod
@@ -712,8 +774,8 @@ class Evaluator:
         ids, weights = [], []  # per Kleene element: an id per match, and the count of each id
         for k in unit.kleene:
             ck = s.cks[k.cls]
-            a = np.searchsorted(ck, s.ck[rows[k.prev]], "right")
-            b = np.searchsorted(ck, s.ck[rows[k.next]], "left")
+            a = s.after(k.cls, rows[k.prev])
+            b = s.before(k.cls, rows[k.next])
             sizes = np.maximum(b - a, 0).astype(np.int64)
             if not self.tied(k.cls):
                 ids.append(sizes)  # the id is the number of candidates
@@ -762,11 +824,11 @@ class Evaluator:
         s = self.s
         ck, crow = s.cks[g.cls], s.rows[g.cls]
         if g.prev is not None:
-            a = np.searchsorted(ck, s.ck[rows[g.prev]], "right")
+            a = s.after(g.cls, rows[g.prev])
         else:
             a = np.searchsorted(ck, hi - w, "left")
         if g.next is not None:
-            b = np.searchsorted(ck, s.ck[rows[g.next]], "left")
+            b = s.before(g.cls, rows[g.next])
         else:
             b = np.searchsorted(ck, lo + w, "right")
         counts = np.maximum(b - a, 0)

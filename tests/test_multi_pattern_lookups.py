@@ -1,0 +1,108 @@
+"""The shared operator's position tables and dense ranks (``operators.cer_shared``): each row's
+position among a class's candidates read from a table instead of a binary search, and a column's
+ranks among a class's distinct values, checked against the binary searches and ``np.unique`` on
+random streams with ties and partitions, and whole workloads with the tables against without."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pyarrow as pa
+
+import matchrec
+from matchrec.operators import cer_shared as O
+from tests.test_multi_pattern_rays import _built_statement
+
+
+def _stream(rng: np.random.Generator, n: int, partitioned: bool) -> O.Stream:
+    key = np.sort(rng.integers(0, n // 2 + 1, n))
+    pid = None
+    if partitioned:
+        pid = np.sort(rng.integers(0, 4, n))
+        key = np.concatenate([np.sort(key[pid == p]) for p in range(4)])
+    masks = [rng.random(n) < share for share in (0.5, 0.1, 0.02, 0.0)]
+    return O.Stream(key, pid, masks, int(rng.integers(1, 20)))
+
+
+def test_position_tables_equal_binary_searches(monkeypatch):
+    monkeypatch.setattr(O, "LOOKUP_SHARE", 1 << 40)  # a table from the first search on
+    rng = np.random.default_rng(5)
+    for trial in range(30):
+        n = int(rng.integers(1, 400))
+        s = _stream(rng, n, bool(trial % 2))
+        assert s.ordered()
+        for cls in range(len(s.rows)):
+            rows = rng.integers(0, n, int(rng.integers(1, 50)))
+            for _ in range(2):  # the first call builds the table, the second reads it
+                np.testing.assert_array_equal(s.after(cls, rows), np.searchsorted(s.cks[cls], s.ck[rows], "right"))
+                np.testing.assert_array_equal(s.before(cls, rows), np.searchsorted(s.cks[cls], s.ck[rows], "left"))
+        assert len(s._tables) == 2 * len(s.rows)
+
+
+def test_no_table_where_keys_decrease_along_the_rows(monkeypatch):
+    monkeypatch.setattr(O, "LOOKUP_SHARE", 1 << 40)
+    s = O.Stream(np.array([3, 1, 2]), None, [np.array([True, True, True])], 5)
+    assert not s.ordered()
+    rows = np.array([0, 1, 2])
+    np.testing.assert_array_equal(s.after(0, rows), np.searchsorted(s.cks[0], s.ck[rows], "right"))
+    assert not s._tables
+
+
+def test_dense_ranks_equal_unique():
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        n = int(rng.integers(1, 300))
+        floats = bool(trial % 2)
+        vals = np.round(rng.normal(0, 3, n), 1) if floats else rng.integers(-5, 5, n).astype(np.int64)
+        nulls = rng.random(n) < 0.1
+        if floats:
+            vals[rng.random(n) < 0.1] = np.nan
+        s = O.Stream(np.arange(n), None, [rng.random(n) < 0.6], 5)
+        ev = O.Evaluator(s, [], [])
+        rays = type("R", (), {"column": "x", "values": vals, "nulls": nulls if trial % 3 else None})()
+        rank, rep = ev.ranks(0, rays)
+        rows = s.rows[0]
+        v = vals[rows]
+        bad = (nulls[rows] if rays.nulls is not None else np.zeros(len(rows), bool)) | (
+            np.isnan(v) if floats else False)
+        uniq, inv = np.unique(v[~bad], return_inverse=True)
+        np.testing.assert_array_equal(rank[bad], -1)
+        np.testing.assert_array_equal(rank[~bad], inv.reshape(-1))
+        np.testing.assert_array_equal(vals[rep], uniq)
+
+
+def test_workloads_with_position_tables_equal_without(monkeypatch):
+    """Random statements with counted Kleene closures, negations, rows returned and rays: every
+    table equal with a position table from the first search on and with none."""
+    built = 0
+    for seed in range(6):
+        rng = random.Random(seed)
+        con = matchrec.connect()
+        try:
+            n = rng.randint(150, 400)
+            ts = sorted(rng.randint(0, n) for _ in range(n))
+            table = pa.table({"ts": pa.array(ts, pa.int64()), "type": pa.array([rng.choice("ABC") for _ in ts]),
+                              "x": pa.array([rng.randint(-5, 5) for _ in ts], pa.int64()),
+                              "y": pa.array([round(rng.uniform(-5, 5), 1) for _ in ts], pa.float64())})
+            con.register("__in", table)
+            con.cursor().execute("CREATE TABLE ev AS SELECT * FROM __in")
+            stmts = [_built_statement(rng) for _ in range(12)]
+            slices = rng.choice([None, 37])
+            with monkeypatch.context() as m:
+                m.setattr(O, "LOOKUP_ENTRIES", 0)
+                want = matchrec.run_many(con, stmts, budget=0.02, slice_events=slices).tables
+            tables = O.Stream._position_table
+
+            def counted(self, *args):
+                nonlocal built
+                built += 1
+                return tables(self, *args)
+            with monkeypatch.context() as m:
+                m.setattr(O, "LOOKUP_SHARE", 1 << 40)
+                m.setattr(O.Stream, "_position_table", counted)
+                got = matchrec.run_many(con, stmts, budget=0.02, slice_events=slices).tables
+            for s, a, b in zip(stmts, want, got):
+                assert a.equals(b), f"seed {seed}\n{s}"
+        finally:
+            con.close()
+    assert built > 20
