@@ -106,3 +106,31 @@ def test_workloads_with_position_tables_equal_without(monkeypatch):
         finally:
             con.close()
     assert built > 20
+
+
+def test_two_counted_kleene_closures_equal_statements_run_alone():
+    """Statements with two counted Kleene closures (the weights of each distinct pair of closure
+    sizes, counted in one pass) equal the NFA mechanisms' counts."""
+    from tests.test_multi_pattern import alone
+    rng = random.Random(3)
+    con = matchrec.connect()
+    try:
+        n = 90
+        ts = sorted(rng.randint(0, 60) for _ in range(n))
+        table = pa.table({"ts": pa.array(ts, pa.int64()), "type": pa.array([rng.choice("ABC") for _ in ts]),
+                          "x": pa.array([rng.randint(-5, 5) for _ in ts], pa.int64())})
+        con.register("__in", table)
+        con.cursor().execute("CREATE TABLE ev AS SELECT * FROM __in")
+        stmts = []
+        for _ in range(8):
+            t = [rng.choice("ABC") for _ in range(5)]
+            bounds = [rng.choice(["", "{2,}", "{1,2}"]) for _ in range(2)]
+            stmts.append(f"PATTERN SEQ({t[0]} a, {t[1]}+{bounds[0]} k, {t[2]} b, {t[3]}+{bounds[1]} m, {t[4]} c) "
+                         f"FROM ev TYPE type ORDER BY ts WHERE b.x - a.x > {rng.randint(-3, 1)} "
+                         f"WITHIN {rng.choice([8, 12])} RETURN COUNT(*)")
+        got = matchrec.run_many(con, stmts, budget=0.02)
+        assert "Kleene closure counted" in "\n".join(got.report)
+        for s, t in zip(stmts, got.tables):
+            assert t.equals(alone(con, s)), s
+    finally:
+        con.close()

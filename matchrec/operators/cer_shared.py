@@ -567,41 +567,33 @@ class Evaluator:
         if spec is None:
             return None
         var, columns = spec
-        slots = sorted({j for conds in columns for _, sl in conds for v, j in sl.items() if v != var})
-        rows = [pm.rows[j] for j in slots]
-        inverse = None
-        if len(slots) == 1 and len(rows[0]) * 16 > self.s.n:
-            seen = np.zeros(self.s.n, bool)  # many partial matches: distinct rows by a mark per row, not a sort
-            seen[rows[0]] = True
-            uniq = np.flatnonzero(seen)
-            at = np.empty(self.s.n, np.int64)
-            at[uniq] = np.arange(len(uniq))
-            inverse, rows = at[rows[0]], [uniq]
-        elif len(slots) == 1:
-            uniq, inverse = np.unique(rows[0], return_inverse=True)
-            rows = [uniq]
-        elif len(slots) > 1:
-            base = self.s.n + 1
-            if base ** len(slots) < 1 << 62:
-                packed = rows[0].astype(np.int64)
-                for r in rows[1:]:
-                    packed = packed * base + r
-                _, first_at, inverse = np.unique(packed, return_index=True, return_inverse=True)
-                rows = [r[first_at] for r in rows]
-        u = len(rows[0]) if rows else 1
-        if candidates is not None and not self.ranks_pay(node, columns, u, candidates):
+        # Each condition is searched over the distinct bindings of the slots it reads only: where
+        # two conditions read different slots, their joint bindings are about as many as the partial
+        # matches and finding them took a sort of all of them.
+        reads = [[tuple(sorted(j for v, j in sl.items() if v != var)) for _, sl in conds] for conds in columns]
+        groups = {slots: self.distinct_bindings(pm, slots) for per in reads for slots in per}
+        if candidates is not None and not self.ranks_pay(node, columns, [[groups[g][2] for g in per] for per in reads],
+                                                         candidates):
             return None
+        joint = len(groups) == 1
+        if joint:
+            _, inverse, u = next(iter(groups.values()))
+        else:
+            u = len(pm)
         ranks, lows, highs = [], [], []
-        for conds in columns:
+        for conds, per in zip(columns, reads):
             rank, rep = self.ranks(node.cls, conds[0][0])
             low, high = np.zeros(u, np.int64), np.full(u, len(rep), np.int64)
-            for ray_set, sl in conds:
+            for (ray_set, sl), slots in zip(conds, per):
+                rows, at, size = groups[slots]
                 names = {j: v for v, j in sl.items() if v != var}
-                binding = {names[j]: r for j, r in zip(slots, rows) if j in names}
+                binding = {names[j]: r for j, r in zip(slots, rows)}
                 for vec, up in ray_set.rays:
-                    k = self.first_flip(vec, up, var, rep, binding, u)
+                    k = self.first_flip(vec, up, var, rep, binding, size)
                     if k is None:
                         return None
+                    if not joint:
+                        k = k[at]
                     if up:
                         np.maximum(low, k, out=low)
                     else:
@@ -609,25 +601,45 @@ class Evaluator:
             ranks.append(rank)
             lows.append(low)
             highs.append(high)
-        if inverse is not None:
-            inverse = inverse.reshape(-1).astype(np.int64)
-        elif u == 1:
-            inverse = np.zeros(len(pm), np.int64)
-        else:
-            inverse = np.arange(len(pm), dtype=np.int64)
-        return np.stack(ranks), np.stack(lows), np.stack(highs), inverse
+        which = inverse if joint else np.arange(len(pm), dtype=np.int64)
+        return np.stack(ranks), np.stack(lows), np.stack(highs), which
 
-    def ranks_pay(self, node: Node, columns: list, bindings: int, candidates: int) -> bool:
+    def distinct_bindings(self, pm: _PMs, slots: tuple):
+        """The distinct bindings of ``slots`` among the partial matches: (a row array per slot, the
+        binding of each partial match, how many)."""
+        rows = [pm.rows[j] for j in slots]
+        if not slots:
+            return [], np.zeros(len(pm), np.int64), 1
+        if len(slots) == 1 and len(rows[0]) * 16 > self.s.n:
+            seen = np.zeros(self.s.n, bool)  # many partial matches: distinct rows by a mark per row, not a sort
+            seen[rows[0]] = True
+            uniq = np.flatnonzero(seen)
+            at = np.empty(self.s.n, np.int64)
+            at[uniq] = np.arange(len(uniq))
+            return [uniq], at[rows[0]], len(uniq)
+        if len(slots) == 1:
+            uniq, inverse = np.unique(rows[0], return_inverse=True)
+            return [uniq], inverse.reshape(-1).astype(np.int64), len(uniq)
+        base = self.s.n + 1
+        if base ** len(slots) < 1 << 62:
+            packed = rows[0].astype(np.int64)
+            for r in rows[1:]:
+                packed = packed * base + r
+            _, first_at, inverse = np.unique(packed, return_index=True, return_inverse=True)
+            return [r[first_at] for r in rows], inverse.reshape(-1).astype(np.int64), len(first_at)
+        return rows, np.arange(len(pm), dtype=np.int64), len(pm)
+
+    def ranks_pay(self, node: Node, columns: list, bindings: list, candidates: int) -> bool:
         """Whether checking ``node``'s candidates by ranks should cost less than evaluating its
-        conditions on each: the binary searches cost about a comparison per distinct binding, ray
-        and halving step, plus each step's few numpy calls (``STEP_CALLS``), the candidates' check
-        next to nothing; evaluating costs one comparison per candidate (and gathering every
-        candidate's bound rows)."""
-        steps = 0
-        for conds in columns:
-            distinct = len(self.ranks(node.cls, conds[0][0])[1])
-            steps += sum(len(r.rays) for r, _ in conds) * max(1, distinct.bit_length())
-        return candidates > (bindings + STEP_CALLS) * steps
+        conditions on each: the binary searches cost about a comparison per distinct binding
+        (``bindings``: per column and condition, of the slots it reads), ray and halving step, plus
+        each step's few numpy calls (``STEP_CALLS``), the candidates' check next to nothing;
+        evaluating costs one comparison per candidate (and gathering every candidate's bound rows)."""
+        searches = 0
+        for conds, per in zip(columns, bindings):
+            bits = max(1, len(self.ranks(node.cls, conds[0][0])[1]).bit_length())
+            searches += sum(len(r.rays) * (u + STEP_CALLS) for (r, _), u in zip(conds, per)) * bits
+        return candidates > searches
 
     @staticmethod
     def ranked_survivors(bounds, a: np.ndarray, counts: np.ndarray, start: int, total: int):
@@ -791,7 +803,21 @@ class Evaluator:
         # into one integer (ids are below the row count), since a 1-D unique sorts far faster
         # than np.unique(axis=0) over rows.
         base = max(int(x.max()) for x in ids) + 1
-        if base ** len(ids) < 1 << 62:
+        if base ** len(ids) <= max(1 << 16, 4 * len(ids[0])):
+            # few possible combinations (the ids are mostly small counts): counted in one pass, no sort
+            packed = ids[0].copy()
+            for x in ids[1:]:
+                packed *= base
+                packed += x
+            every = np.bincount(packed)
+            values = np.flatnonzero(every)
+            freq = every[values]
+            digits = []
+            for _ in ids:
+                digits.append(values % base)
+                values = values // base
+            combos = np.stack(digits[::-1], axis=1).tolist()
+        elif base ** len(ids) < 1 << 62:
             packed = ids[0].copy()
             for x in ids[1:]:
                 packed *= base
