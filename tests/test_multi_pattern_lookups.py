@@ -11,6 +11,7 @@ import pyarrow as pa
 
 import matchrec
 from matchrec.operators import cer_shared as O
+from matchrec.parser import sase
 from tests.test_multi_pattern_rays import _built_statement
 
 
@@ -132,5 +133,35 @@ def test_two_counted_kleene_closures_equal_statements_run_alone():
         assert "Kleene closure counted" in "\n".join(got.report)
         for s, t in zip(stmts, got.tables):
             assert t.equals(alone(con, s)), s
+    finally:
+        con.close()
+
+
+def test_python_conditions_compiled_when_first_called():
+    """A shared statement's Python condition functions are compiled at their first call (the
+    numpy forms decide otherwise) and give the eagerly compiled functions' truth."""
+    from matchrec.engine.multi_classes import ElementClasses, prepare
+    from matchrec.engine.multi_group import Statement
+    from matchrec.engine.multi_read import read_group
+    from matchrec.planner import cer as P
+    con = matchrec.connect()
+    try:
+        con.cursor().execute("CREATE TABLE ev AS SELECT i AS ts, CASE WHEN i % 2 = 0 THEN 'A' ELSE 'B' END AS type, "
+                             "(i * 7 % 11) * 1.0 AS x FROM range(60) t(i)")
+        sql = "PATTERN SEQ(A a, B b) FROM ev TYPE type ORDER BY ts WHERE b.x - a.x > 2 AND abs(b.x - a.x) < 8 WITHIN 9"
+        session = con.session
+        q = sase.parse(sql)
+        plan = P.resolve_query(session.duck, q, session.cer_settings, P.describe_source(session.duck, q),
+                               P.has_rowid(session.duck, q.source))
+        table, filter_cols, _ = read_group(session.duck, session.cer_settings, [plan])
+        classes = ElementClasses(table, filter_cols, False)
+        item = Statement(0, sql, q, plan)
+        prepare([item], classes)
+        assert item.shared and item.py_conds.compiled is None
+        eager = P.compile_conditions(plan, table)
+        for i in range(12):
+            binding = {"a": i, "b": i + 1 + i % 5}
+            assert [c.fn(binding) for c in item.conds] == [c.fn(binding) for c in eager]
+        assert item.py_conds.compiled is not None
     finally:
         con.close()
