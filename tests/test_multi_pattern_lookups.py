@@ -1,7 +1,8 @@
-"""The shared operator's position tables and dense ranks (``operators.cer_shared``): each row's
-position among a class's candidates read from a table instead of a binary search, and a column's
-ranks among a class's distinct values, checked against the binary searches and ``np.unique`` on
-random streams with ties and partitions, and whole workloads with the tables against without."""
+"""The shared operator's position tables, dense ranks and rank searches (``operators.cer_shared``):
+each row's position among a class's candidates read from a table instead of a binary search, a
+column's ranks among a class's distinct values and the first rank where a ray flips, checked
+against binary searches, ``np.unique`` and scans on random streams with ties and partitions, and
+whole workloads with the tables against without."""
 from __future__ import annotations
 
 import random
@@ -165,3 +166,31 @@ def test_python_conditions_compiled_when_first_called():
         assert item.py_conds.compiled is not None
     finally:
         con.close()
+
+
+def test_search_finds_the_first_flip_of_every_ray():
+    """The binary search by halving powers of two finds, for up- and down-rays, the rank a scan
+    over every rank finds (a binding whose value is NaN: no rank holds an up-ray)."""
+    rng = np.random.default_rng(3)
+    for trial in range(80):
+        n = int(rng.integers(1, 200))
+        vals = np.round(rng.normal(0, 4, n), 1)
+        vals[rng.random(n) < 0.05] = np.nan
+        good = np.flatnonzero(~np.isnan(vals))
+        if not len(good):
+            continue
+        _, first = np.unique(vals[good], return_index=True)
+        rep = good[first]  # a row per distinct value, in value order
+        u = int(rng.integers(1, 40))
+        bound = rng.integers(0, n, u)
+        k = float(rng.integers(-3, 4))
+        up = bool(trial % 2)
+
+        def vec(b):
+            with np.errstate(invalid="ignore"):
+                x = vals[b["v"]] - vals[b["w"]]
+                return (x > k) if up else (x < k)
+        every = vec({"v": np.tile(rep, u), "w": np.repeat(bound, len(rep))}).reshape(u, len(rep))
+        flipped = every if up else ~every
+        want = np.where(flipped.any(1), flipped.argmax(1), len(rep))
+        np.testing.assert_array_equal(O.Evaluator.first_flip(vec, up, "v", rep, {"w": bound}, u), want)

@@ -657,31 +657,29 @@ class Evaluator:
     @staticmethod
     def first_flip(vec, up: bool, var: str, rep: np.ndarray, binding: dict, u: int):
         """Per binding of the other variables, the first rank where an up-ray turns true (a
-        down-ray false): a binary search over the ranks, all bindings at once. Every step takes
-        every binding (a settled one on a rank it ignores): the searches all take about as many
-        steps, and gathering the open ones cost more than evaluating them all."""
+        down-ray false): a binary search over the ranks, all bindings at once, by steps of halving
+        powers of two (a binding moves past a probed rank while the ray has not flipped there),
+        so a step is a few numpy calls. Every step takes every binding: the searches all take
+        about as many steps, and gathering the open ones cost more than evaluating them all."""
         d = len(rep)
-        lo, hi = np.zeros(u, np.int64), np.full(u, d, np.int64)
+        pos = np.zeros(u, np.int64)  # the ranks below it have not flipped
         if not d:
-            return lo
+            return pos
         b = dict(binding)
-        for _ in range(d.bit_length()):  # each step halves every open interval of at most d ranks
-            mid = (lo + hi) >> 1
-            b[var] = rep[np.minimum(mid, d - 1)]
+        step = 1 << (d.bit_length() - 1)
+        while step:
+            at = pos + (step - 1)  # the last rank of the next step
+            within = pos <= d - step
+            np.minimum(at, d - 1, out=at)
+            b[var] = rep[at]
             try:
                 t = vec(b)
             except (TypeError, ValueError, OverflowError, ZeroDivisionError, FloatingPointError):
                 return None
-            open_ = lo < hi
-            if up:
-                flip = t & open_
-                stay = open_ & ~t
-            else:
-                flip = open_ & ~t
-                stay = t & open_
-            np.copyto(hi, mid, where=flip)
-            np.copyto(lo, mid + 1, where=stay)
-        return lo
+            move = np.greater(within, t) if up else np.logical_and(within, t)
+            np.add(pos, step, out=pos, where=move)
+            step >>= 1
+        return pos
 
     def ray_spec(self, node: Node, new: int):
         """(new variable, [[(Rays, slots)] per column]) when every condition of ``node`` is rays of
