@@ -408,7 +408,7 @@ def test_sharing_lowers_the_estimated_cost_of_overlapping_patterns():
 
 
 def test_a_search_stops_once_a_stretch_removes_less_evaluation_time_than_it_took():
-    pay = SH._Payoff(1e-3, budget=0.1)  # a unit of cost stands for 1 ms; stretches of 0.01 s
+    pay = SH._Payoff(1e-3, budget=0.01 / SH.PAYOFF_SHARE)  # a unit of cost stands for 1 ms; stretches of 0.01 s
     assert not pay.spent(0.0, 1000.0)
     assert not pay.spent(0.005, 990.0)  # within the first stretch: not judged
     assert not pay.spent(0.011, 980.0)  # 20 units = 20 ms won in 11 ms: go on

@@ -77,15 +77,18 @@ def prepare(items: list, classes: ElementClasses) -> None:
     for item in items:
         q, plan = item.query, item.plan
         item.class_of = {v: classes.class_id(e.type, plan.filter_sql.get(v)) for v, e in q.elements.items()}
-        item.py_conds = P.compile_conditions(plan, table, converted)
         kleene = {v for v, e in q.elements.items() if e.kleene}
         res = P._Resolver(q, plan.columns)
+        vecs = [compile_condition(expr, res.col, vcols, kleene) for expr in q.conditions]
+        item.py_conds = PythonConditions(plan, table, converted)
+        if any(vec is None for vec in vecs):
+            item.py_conds.get()  # needed at once (and its errors raised now, as the statement alone raises them)
         item.conds = []
         item.templates = []
-        for expr, c in zip(q.conditions, item.py_conds):
-            vec = compile_condition(expr, res.col, vcols, kleene)
+        for i, (expr, vec) in enumerate(zip(q.conditions, vecs)):
             rays = RayForms(expr, res.col, vcols, kleene) if vec is not None else {}
-            item.conds.append(O.Cond(c.vars, c.fn, vec, c.text, rays))
+            item.conds.append(O.Cond(frozenset(S.variables(expr)), item.py_conds.function(i), vec,
+                                     q.text[expr.span[0]:expr.span[1]], rays))
             item.templates.append(SH.condition_template(expr, res.col))
         if q.strategy != "any":
             item.why = f"{S.STRATEGY_NAMES[q.strategy]} decides each event as it arrives"
@@ -94,6 +97,29 @@ def prepare(items: list, classes: ElementClasses) -> None:
             item.shared = not item.why
         else:
             item.shared = True
+
+
+class PythonConditions:
+    """A statement's conditions as Python functions of one binding (``planner.cer``), compiled when
+    first needed: the shared operator evaluates their numpy forms and calls a Python function only
+    where a numpy form refuses the values (compiling every statement's took a few percent of a
+    workload's time)."""
+
+    def __init__(self, plan, table: pa.Table, converted: dict):
+        self.args = (plan, table, converted)
+        self.compiled: list | None = None
+
+    def get(self) -> list:
+        """The conditions (``operators.cer_reference.Condition``), in the statement's order."""
+        if self.compiled is None:
+            self.compiled = P.compile_conditions(*self.args)
+        return self.compiled
+
+    def function(self, i: int):
+        """Condition ``i``'s function of a binding, compiled at its first call."""
+        def call(binding, i=i):
+            return self.get()[i].fn(binding)
+        return call
 
 
 def countable(item, classes: ElementClasses) -> str:

@@ -37,7 +37,7 @@ def evaluate_alone(items: list, classes: ElementClasses, settings: P.CerSettings
     for item in rest:
         q, plan = item.query, item.plan
         filters = {v: classes.masks[c] for v, c in item.class_of.items() if plan.filter_sql.get(v) is not None}
-        pattern = Pattern(q.root, plan.window, q.strategy, filters, item.py_conds)
+        pattern = Pattern(q.root, plan.window, q.strategy, filters, item.py_conds.get())
         kleene = any(q.elements[v].kleene for v in q.positive)
         name = ("rcep" if kleene else "chain") if q.strategy == "any" else "eager"
         if m.supports(name, pattern):

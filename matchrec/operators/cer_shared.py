@@ -19,8 +19,9 @@ Evaluation is in batch over numpy arrays. Every partition is laid on one integer
 so a window search never crosses a partition), each class keeps its candidate rows and their
 composite keys in order, and a node extends its parent's partial matches by one binary search
 per partial match for the range of candidates allowed by the window and by the nearest bound
-neighbours in the sequence, expanding ranges into new partial matches in blocks of at most
-``BLOCK`` rows. Conditions are evaluated on whole blocks (compiled to numpy where the expression
+neighbours in the sequence (once a class has been searched for a share of the stream's rows, a
+table of every row's position among its candidates answers the searches by a neighbour's row),
+expanding ranges into new partial matches in blocks of at most ``BLOCK`` rows. Conditions are evaluated on whole blocks (compiled to numpy where the expression
 allows, else the single-statement path's Python function per binding). A leaf whose extensions
 are only counted builds none: without conditions each range is its count; where every condition
 is monotone in a column of the new event (``engine.multi_rays``), a binary search over the
@@ -51,6 +52,8 @@ __all__ = ["BLOCK", "Cond", "Neg", "Kleene", "Unit", "Node", "Stream", "PatternS
 BLOCK = 1 << 18  # partial matches built at once by one extension
 LIMIT_KEY = 1 << 62
 STEP_CALLS = 256  # a binary search step's numpy calls cost about as much as comparing this many candidates
+LOOKUP_SHARE = 8  # a class's position table is built once its searches have looked up this share of the rows
+LOOKUP_ENTRIES = 1 << 24  # rows of position tables a stream keeps at most (4 bytes each)
 
 
 class Unshareable(Exception):
@@ -176,6 +179,60 @@ class Stream:
             r = np.flatnonzero(m)
             self.rows.append(r)
             self.cks.append(self.ck[r])
+        self._tables: dict = {}  # (class, right) -> each row's position among the class's candidates
+        self._looked_up: dict = {}  # (class, right) -> rows searched before its table was built
+        self._ties = None  # per row: the first and the end row of the rows sharing its composite key
+        self._table_rows = 0
+
+    def after(self, cls: int, rows: np.ndarray) -> np.ndarray:
+        """Per row: how many candidates of class ``cls`` have a composite key at most the row's
+        (``np.searchsorted(cks[cls], ck[rows], "right")``)."""
+        return self._positions(cls, rows, True)
+
+    def before(self, cls: int, rows: np.ndarray) -> np.ndarray:
+        """Per row: how many candidates of class ``cls`` have a composite key below the row's
+        (``np.searchsorted(cks[cls], ck[rows], "left")``)."""
+        return self._positions(cls, rows, False)
+
+    def _positions(self, cls: int, rows: np.ndarray, right: bool) -> np.ndarray:
+        # A node extends many partial matches by binary searches whose keys are rows' keys: once a
+        # class has been searched for a share of the stream's rows, a table of every row's position
+        # (one pass over the stream) makes each further search a gather, several times faster.
+        key = (cls, right)
+        table = self._tables.get(key)
+        if table is None:
+            looked = self._looked_up[key] = self._looked_up.get(key, 0) + len(rows)
+            if looked * LOOKUP_SHARE < self.n or self._table_rows + self.n > LOOKUP_ENTRIES or not self.ordered():
+                return np.searchsorted(self.cks[cls], self.ck[rows], "right" if right else "left")
+            table = self._tables[key] = self._position_table(cls, right)
+            self._table_rows += self.n
+        return table[rows].astype(np.int64)
+
+    def ordered(self) -> bool:
+        """Whether the composite keys do not decrease along the rows (as the read sorts them)."""
+        if self._ties is None:
+            ck, n = self.ck, self.n
+            if n > 1 and not bool((ck[1:] >= ck[:-1]).all()):
+                self._ties = False
+                return False
+            change = np.ones(n, bool)
+            np.not_equal(ck[1:], ck[:-1], out=change[1:])
+            starts = np.flatnonzero(change)
+            group = np.cumsum(change) - 1
+            ends = np.append(starts[1:], n)
+            self._ties = (starts[group], ends[group])
+        return self._ties is not False
+
+    def _position_table(self, cls: int, right: bool) -> np.ndarray:
+        # The candidates with a key at most a row's are the class's rows before the end of that
+        # row's run of equal keys (below it: before the run's start), the keys being in row order.
+        dtype = np.int32 if self.n < 1 << 31 else np.int64
+        mark = np.zeros(self.n, dtype)
+        mark[self.rows[cls]] = 1
+        before = np.zeros(self.n + 1, dtype)
+        np.cumsum(mark, out=before[1:])
+        first, end = self._ties
+        return before[end if right else first]
 
     def clamp(self, w: int) -> int:
         return min(int(w), self.cap)
@@ -330,11 +387,11 @@ class Evaluator:
         # the window (the others are dropped below) it bounds the range at least as tightly as the
         # window does: one binary search instead of two.
         if node.pred is not None:
-            a = np.searchsorted(ck, s.ck[pm.rows[node.pred]], "right")
+            a = s.after(node.cls, pm.rows[node.pred])
         else:
             a = np.searchsorted(ck, pm.hi - w, "left")
         if node.succ is not None:
-            b = np.searchsorted(ck, s.ck[pm.rows[node.succ]], "left")
+            b = s.before(node.cls, pm.rows[node.succ])
         else:
             b = np.searchsorted(ck, pm.lo + w, "right")
         np.minimum(b, self.cap_hi[node.cls], out=b)
@@ -510,41 +567,33 @@ class Evaluator:
         if spec is None:
             return None
         var, columns = spec
-        slots = sorted({j for conds in columns for _, sl in conds for v, j in sl.items() if v != var})
-        rows = [pm.rows[j] for j in slots]
-        inverse = None
-        if len(slots) == 1 and len(rows[0]) * 16 > self.s.n:
-            seen = np.zeros(self.s.n, bool)  # many partial matches: distinct rows by a mark per row, not a sort
-            seen[rows[0]] = True
-            uniq = np.flatnonzero(seen)
-            at = np.empty(self.s.n, np.int64)
-            at[uniq] = np.arange(len(uniq))
-            inverse, rows = at[rows[0]], [uniq]
-        elif len(slots) == 1:
-            uniq, inverse = np.unique(rows[0], return_inverse=True)
-            rows = [uniq]
-        elif len(slots) > 1:
-            base = self.s.n + 1
-            if base ** len(slots) < 1 << 62:
-                packed = rows[0].astype(np.int64)
-                for r in rows[1:]:
-                    packed = packed * base + r
-                _, first_at, inverse = np.unique(packed, return_index=True, return_inverse=True)
-                rows = [r[first_at] for r in rows]
-        u = len(rows[0]) if rows else 1
-        if candidates is not None and not self.ranks_pay(node, columns, u, candidates):
+        # Each condition is searched over the distinct bindings of the slots it reads only: where
+        # two conditions read different slots, their joint bindings are about as many as the partial
+        # matches and finding them took a sort of all of them.
+        reads = [[tuple(sorted(j for v, j in sl.items() if v != var)) for _, sl in conds] for conds in columns]
+        groups = {slots: self.distinct_bindings(pm, slots) for per in reads for slots in per}
+        if candidates is not None and not self.ranks_pay(node, columns, [[groups[g][2] for g in per] for per in reads],
+                                                         candidates):
             return None
+        joint = len(groups) == 1
+        if joint:
+            _, inverse, u = next(iter(groups.values()))
+        else:
+            u = len(pm)
         ranks, lows, highs = [], [], []
-        for conds in columns:
+        for conds, per in zip(columns, reads):
             rank, rep = self.ranks(node.cls, conds[0][0])
             low, high = np.zeros(u, np.int64), np.full(u, len(rep), np.int64)
-            for ray_set, sl in conds:
+            for (ray_set, sl), slots in zip(conds, per):
+                rows, at, size = groups[slots]
                 names = {j: v for v, j in sl.items() if v != var}
-                binding = {names[j]: r for j, r in zip(slots, rows) if j in names}
+                binding = {names[j]: r for j, r in zip(slots, rows)}
                 for vec, up in ray_set.rays:
-                    k = self.first_flip(vec, up, var, rep, binding, u)
+                    k = self.first_flip(vec, up, var, rep, binding, size)
                     if k is None:
                         return None
+                    if not joint:
+                        k = k[at]
                     if up:
                         np.maximum(low, k, out=low)
                     else:
@@ -552,25 +601,45 @@ class Evaluator:
             ranks.append(rank)
             lows.append(low)
             highs.append(high)
-        if inverse is not None:
-            inverse = inverse.reshape(-1).astype(np.int64)
-        elif u == 1:
-            inverse = np.zeros(len(pm), np.int64)
-        else:
-            inverse = np.arange(len(pm), dtype=np.int64)
-        return np.stack(ranks), np.stack(lows), np.stack(highs), inverse
+        which = inverse if joint else np.arange(len(pm), dtype=np.int64)
+        return np.stack(ranks), np.stack(lows), np.stack(highs), which
 
-    def ranks_pay(self, node: Node, columns: list, bindings: int, candidates: int) -> bool:
+    def distinct_bindings(self, pm: _PMs, slots: tuple):
+        """The distinct bindings of ``slots`` among the partial matches: (a row array per slot, the
+        binding of each partial match, how many)."""
+        rows = [pm.rows[j] for j in slots]
+        if not slots:
+            return [], np.zeros(len(pm), np.int64), 1
+        if len(slots) == 1 and len(rows[0]) * 16 > self.s.n:
+            seen = np.zeros(self.s.n, bool)  # many partial matches: distinct rows by a mark per row, not a sort
+            seen[rows[0]] = True
+            uniq = np.flatnonzero(seen)
+            at = np.empty(self.s.n, np.int64)
+            at[uniq] = np.arange(len(uniq))
+            return [uniq], at[rows[0]], len(uniq)
+        if len(slots) == 1:
+            uniq, inverse = np.unique(rows[0], return_inverse=True)
+            return [uniq], inverse.reshape(-1).astype(np.int64), len(uniq)
+        base = self.s.n + 1
+        if base ** len(slots) < 1 << 62:
+            packed = rows[0].astype(np.int64)
+            for r in rows[1:]:
+                packed = packed * base + r
+            _, first_at, inverse = np.unique(packed, return_index=True, return_inverse=True)
+            return [r[first_at] for r in rows], inverse.reshape(-1).astype(np.int64), len(first_at)
+        return rows, np.arange(len(pm), dtype=np.int64), len(pm)
+
+    def ranks_pay(self, node: Node, columns: list, bindings: list, candidates: int) -> bool:
         """Whether checking ``node``'s candidates by ranks should cost less than evaluating its
-        conditions on each: the binary searches cost about a comparison per distinct binding, ray
-        and halving step, plus each step's few numpy calls (``STEP_CALLS``), the candidates' check
-        next to nothing; evaluating costs one comparison per candidate (and gathering every
-        candidate's bound rows)."""
-        steps = 0
-        for conds in columns:
-            distinct = len(self.ranks(node.cls, conds[0][0])[1])
-            steps += sum(len(r.rays) for r, _ in conds) * max(1, distinct.bit_length())
-        return candidates > (bindings + STEP_CALLS) * steps
+        conditions on each: the binary searches cost about a comparison per distinct binding
+        (``bindings``: per column and condition, of the slots it reads), ray and halving step, plus
+        each step's few numpy calls (``STEP_CALLS``), the candidates' check next to nothing;
+        evaluating costs one comparison per candidate (and gathering every candidate's bound rows)."""
+        searches = 0
+        for conds, per in zip(columns, bindings):
+            bits = max(1, len(self.ranks(node.cls, conds[0][0])[1]).bit_length())
+            searches += sum(len(r.rays) * (u + STEP_CALLS) for (r, _), u in zip(conds, per)) * bits
+        return candidates > searches
 
     @staticmethod
     def ranked_survivors(bounds, a: np.ndarray, counts: np.ndarray, start: int, total: int):
@@ -588,31 +657,29 @@ class Evaluator:
     @staticmethod
     def first_flip(vec, up: bool, var: str, rep: np.ndarray, binding: dict, u: int):
         """Per binding of the other variables, the first rank where an up-ray turns true (a
-        down-ray false): a binary search over the ranks, all bindings at once. Every step takes
-        every binding (a settled one on a rank it ignores): the searches all take about as many
-        steps, and gathering the open ones cost more than evaluating them all."""
+        down-ray false): a binary search over the ranks, all bindings at once, by steps of halving
+        powers of two (a binding moves past a probed rank while the ray has not flipped there),
+        so a step is a few numpy calls. Every step takes every binding: the searches all take
+        about as many steps, and gathering the open ones cost more than evaluating them all."""
         d = len(rep)
-        lo, hi = np.zeros(u, np.int64), np.full(u, d, np.int64)
+        pos = np.zeros(u, np.int64)  # the ranks below it have not flipped
         if not d:
-            return lo
+            return pos
         b = dict(binding)
-        for _ in range(d.bit_length()):  # each step halves every open interval of at most d ranks
-            mid = (lo + hi) >> 1
-            b[var] = rep[np.minimum(mid, d - 1)]
+        step = 1 << (d.bit_length() - 1)
+        while step:
+            at = pos + (step - 1)  # the last rank of the next step
+            within = pos <= d - step
+            np.minimum(at, d - 1, out=at)
+            b[var] = rep[at]
             try:
                 t = vec(b)
             except (TypeError, ValueError, OverflowError, ZeroDivisionError, FloatingPointError):
                 return None
-            open_ = lo < hi
-            if up:
-                flip = t & open_
-                stay = open_ & ~t
-            else:
-                flip = open_ & ~t
-                stay = t & open_
-            np.copyto(hi, mid, where=flip)
-            np.copyto(lo, mid + 1, where=stay)
-        return lo
+            move = np.greater(within, t) if up else np.logical_and(within, t)
+            np.add(pos, step, out=pos, where=move)
+            step >>= 1
+        return pos
 
     def ray_spec(self, node: Node, new: int):
         """(new variable, [[(Rays, slots)] per column]) when every condition of ``node`` is rays of
@@ -647,10 +714,15 @@ class Evaluator:
             if vals.dtype.kind == "f":
                 bad = bad | np.isnan(vals)
             good = np.flatnonzero(~bad)
-            uniq, first, inv = np.unique(vals[good], return_index=True, return_inverse=True)
+            # Dense ranks from one unstable sort (np.unique's stable sort took several times longer):
+            # any row holding a value stands for it, since the rays read no other column of the row.
+            order = good[np.argsort(vals[good])]
+            ordered = vals[order]
+            new = np.ones(len(order), bool)
+            np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
             rank = np.full(len(rows), -1, np.int64)
-            rank[good] = inv.reshape(-1)
-            got = self._ranks[key] = (rank, rows[good[first]])
+            rank[order] = np.cumsum(new) - 1
+            got = self._ranks[key] = (rank, rows[order[new]])
         return got
 
     @staticmethod
@@ -712,8 +784,8 @@ class Evaluator:
         ids, weights = [], []  # per Kleene element: an id per match, and the count of each id
         for k in unit.kleene:
             ck = s.cks[k.cls]
-            a = np.searchsorted(ck, s.ck[rows[k.prev]], "right")
-            b = np.searchsorted(ck, s.ck[rows[k.next]], "left")
+            a = s.after(k.cls, rows[k.prev])
+            b = s.before(k.cls, rows[k.next])
             sizes = np.maximum(b - a, 0).astype(np.int64)
             if not self.tied(k.cls):
                 ids.append(sizes)  # the id is the number of candidates
@@ -729,7 +801,21 @@ class Evaluator:
         # into one integer (ids are below the row count), since a 1-D unique sorts far faster
         # than np.unique(axis=0) over rows.
         base = max(int(x.max()) for x in ids) + 1
-        if base ** len(ids) < 1 << 62:
+        if base ** len(ids) <= max(1 << 16, 4 * len(ids[0])):
+            # few possible combinations (the ids are mostly small counts): counted in one pass, no sort
+            packed = ids[0].copy()
+            for x in ids[1:]:
+                packed *= base
+                packed += x
+            every = np.bincount(packed)
+            values = np.flatnonzero(every)
+            freq = every[values]
+            digits = []
+            for _ in ids:
+                digits.append(values % base)
+                values = values // base
+            combos = np.stack(digits[::-1], axis=1).tolist()
+        elif base ** len(ids) < 1 << 62:
             packed = ids[0].copy()
             for x in ids[1:]:
                 packed *= base
@@ -762,11 +848,11 @@ class Evaluator:
         s = self.s
         ck, crow = s.cks[g.cls], s.rows[g.cls]
         if g.prev is not None:
-            a = np.searchsorted(ck, s.ck[rows[g.prev]], "right")
+            a = s.after(g.cls, rows[g.prev])
         else:
             a = np.searchsorted(ck, hi - w, "left")
         if g.next is not None:
-            b = np.searchsorted(ck, s.ck[rows[g.next]], "left")
+            b = s.before(g.cls, rows[g.next])
         else:
             b = np.searchsorted(ck, lo + w, "right")
         counts = np.maximum(b - a, 0)

@@ -41,6 +41,7 @@ NODE_COST = 300.0  # per node: the fixed cost of one batch step, in partial matc
 EXACT_MAX = 9  # units up to this many elements get their best order alone by dynamic programming
 PATIENCE = 100  # moves without a better plan (plus 10 per unit) after which a search stops before its budget
 PAYOFF_STRETCH = 0.002  # seconds: the shortest stretch of moves ``_Payoff`` judges
+PAYOFF_SHARE = 0.05  # ... and a stretch's share of the search budget (a search that finds nothing stops after it)
 PLANS_KEPT = 64  # plans whose nodes a workload keeps for costing (the held plan and the greedy ones of recent drifts)
 
 
@@ -600,14 +601,14 @@ def optimise(work: Workload, model: CostModel, start: Plan, *, share: bool, reor
 
 
 class _Payoff:
-    """Whether a search still pays: it stops once a stretch of its moves (a tenth of the budget, at
-    least ``PAYOFF_STRETCH`` seconds) has lowered the best cost by less evaluation time than the
-    stretch took. Without a price of cost (``seconds_per_cost`` 0) only the budget and the patience
+    """Whether a search still pays: it stops once a stretch of its moves (``PAYOFF_SHARE`` of the
+    budget, at least ``PAYOFF_STRETCH`` seconds) has lowered the best cost by less evaluation time
+    than the stretch took. Without a price of cost (``seconds_per_cost`` 0) only the budget and the patience
     stop it."""
 
     def __init__(self, seconds_per_cost: float, budget: float):
         self.rate = seconds_per_cost
-        self.stretch = max(PAYOFF_STRETCH, budget / 10)
+        self.stretch = max(PAYOFF_STRETCH, budget * PAYOFF_SHARE)
         self.mark: tuple | None = None
 
     def spent(self, now: float, best_cost: float) -> bool:
