@@ -21,7 +21,8 @@ composite keys in order, and a node extends its parent's partial matches by one 
 per partial match for the range of candidates allowed by the window and by the nearest bound
 neighbours in the sequence (once a class has been searched for a share of the stream's rows, a
 table of every row's position among its candidates answers the searches by a neighbour's row),
-expanding ranges into new partial matches in blocks of at most ``BLOCK`` rows. Conditions are evaluated on whole blocks (compiled to numpy where the expression
+expanding ranges into new partial matches in blocks of at most ``BLOCK`` rows. Conditions are
+evaluated on whole blocks (compiled to numpy where the expression
 allows, else the single-statement path's Python function per binding). A leaf whose extensions
 are only counted builds none: without conditions each range is its count; where every condition
 is monotone in a column of the new event (``engine.multi_rays``), a binary search over the
