@@ -22,6 +22,11 @@ SECONDS_PER_COST = 2.5e-8  # evaluation seconds per unit of estimated plan cost 
 SEARCH_SHARE = 0.2  # the plan search takes at most this share of the start plan's expected evaluation time
 SEARCH_MIN = 0.02  # ... but at least this many seconds (within the caller's budget)
 DRIFT_MIN_EVENTS = 20  # a class with fewer candidates in both the slice and the plan's rates never drifts
+# A node run once more (a plan taken after a drift ends the range run so far), in units of cost: one
+# batch step's numpy calls took 110-270 us on bench.multi's real streams (fitted over every node's
+# steps), against 25 ns a unit (SECONDS_PER_COST); the model's NODE_COST is that step spread over
+# the slices of a range. At NODE_COST, re-plans for a gain of a few percent cost power prefix 12%.
+RESTART_COST = 8000.0
 
 
 def evaluate_alone(items: list, classes: ElementClasses, settings: P.CerSettings, lines: list) -> None:
@@ -136,7 +141,7 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
                     plan_rates, planned_at = now, n
                     # A new plan ends the range evaluated so far: every node then runs once more.
                     # It is taken only when it saves more than that over the slices it should hold.
-                    if (held - found_cost) * ahead > SH.NODE_COST * size:
+                    if (held - found_cost) * ahead > RESTART_COST * size:
                         if pending is not None:
                             ev.run(roots, *pending)
                             pending = None
