@@ -666,3 +666,27 @@ def test_greedy_order_takes_the_fewest_candidates_then_the_most_selective_link()
     assert SH.greedy_order(work, model, 0) == (1, 2, 0, 3)
     model = SH.CostModel(work, SH.Rates([100, 5, 50, 40], 1000))
     assert SH.greedy_order(work, model, 0) == (1, 3, 2, 0)
+
+
+def test_returned_columns_of_every_type_equal_the_statements_alone(con):
+    # run_many keeps a result table as built where DuckDB returns its schema unchanged; every type
+    # here must come back as the cursor returns it, values and schema, under another time zone too
+    con.cursor().execute("""CREATE TABLE typed AS SELECT i AS ts,
+        CASE WHEN i % 3 = 0 THEN 'A' WHEN i % 3 = 1 THEN 'B' ELSE 'C' END AS type,
+        TIMESTAMPTZ '2024-03-01 10:00:00+00' + i * INTERVAL 7 MINUTE AS at_tz,
+        TIMESTAMP '2024-03-01 10:00:00' + i * INTERVAL 1 SECOND AS at,
+        DATE '2024-01-01' + i::INTEGER AS day, (i * 1.25)::DECIMAL(10, 2) AS dec, i::HUGEINT * 1000000000000 AS huge,
+        CASE WHEN i % 5 = 0 THEN NULL ELSE 'v' || i END AS label, i % 2 = 0 AS flag, i::TINYINT AS small,
+        [i, i + 1] AS pair, {'k': i} AS rec, (i / 3)::FLOAT AS f32
+        FROM range(60) t(i)""")
+    cols = "at_tz, at, day, dec, huge, label, flag, small, pair, rec, f32"
+    stmts = [f"PATTERN SEQ(A a, B b) FROM typed WITHIN 4 RETURN " + ", ".join(f"a.{c}" for c in cols.split(", ")),
+             f"PATTERN SEQ(B b, C c) FROM typed WITHIN 5 RETURN b.label, c.dec, c.at_tz AS z, b.ts + c.ts AS s",
+             "PATTERN SEQ(A a, C c) FROM typed WITHIN 5 RETURN COUNT(*)"]
+    for zone in ("UTC", "America/New_York"):
+        con.cursor().execute(f"SET TimeZone = '{zone}'")
+        r = matchrec.run_many(con, stmts)
+        for t, s in zip(r.tables, stmts):
+            want = con.cursor().execute(s).fetch_arrow_table()
+            assert t.schema.equals(want.schema), (zone, t.schema, want.schema)
+            assert t.equals(want) and t.num_rows > 0, zone

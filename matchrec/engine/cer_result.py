@@ -89,14 +89,21 @@ def build_result(plan: P.CerPlan, table: pa.Table, matches) -> pa.Table:
                 arrays.append(_var_column(plan, table, var, name, ms))
         return pa.table(dict(zip(_unique(names), arrays)))
     res = P._Resolver(q, plan.columns)
-    for proj, needs, fn in P.compile_projections(plan, table):
-        names.append(proj.name)
+    # A column is taken from the read and an aggregate over a closure computed by numpy where it
+    # can be: only the other items are compiled (compiling converts the columns they read).
+    arrays = [None] * len(q.projections)
+    for i, proj in enumerate(q.projections):
         e = proj.expr
         if isinstance(e, S.Col):
-            arrays.append(_var_column(plan, table, e.var, res.col(e), ms))
-            continue
-        fast = _aggregate(e, res, table, ms)
-        arrays.append(fast if fast is not None else _projection(proj.name, needs, fn, ms))
+            arrays[i] = _var_column(plan, table, e.var, res.col(e), ms)
+        else:
+            arrays[i] = _aggregate(e, res, table, ms)
+    rest = {i for i, a in enumerate(arrays) if a is None}
+    if rest:
+        for i, (proj, needs, fn) in enumerate(P.compile_projections(plan, table, rest)):
+            if i in rest:
+                arrays[i] = _projection(proj.name, needs, fn, ms)
+    names = [proj.name for proj in q.projections]
     return pa.table(dict(zip(_unique(names), arrays)))
 
 

@@ -151,6 +151,7 @@ class _Run:
                       "nodes": 0, "partial_matches": 0, "candidates": 0}
         self._schemas: dict = {}
         self._count_schema: pa.Schema | None = None
+        self._returned_as: dict = {}  # a result table's schema -> whether DuckDB returns that schema
         self.table_of: dict = {}  # id(item) -> the table its matches' rows index
 
     def duck_and_settings(self) -> tuple:
@@ -189,6 +190,7 @@ class _Run:
         if not pending:
             return
         self._count_schema = None  # a statement before this flush may have changed DuckDB's settings
+        self._returned_as = {}
         if self.con is not None and self.con.remote is not None:  # storage-node tables: one pull per table
             from matchrec.engine import cer_remote_group
             with cer_remote_group.group_pull(self.con, [statements[i] for i in pending], _parse) as pulls:
@@ -236,7 +238,18 @@ class _Run:
             if self._count_schema is None:
                 self._count_schema = self._through_duckdb(table).schema
             return pa.Table.from_arrays([table.column(0)], schema=self._count_schema)
-        return self._through_duckdb(E.build_result(item.plan, self.table_of[id(item)], item.matches))
+        return self._as_duckdb_returns(E.build_result(item.plan, self.table_of[id(item)], item.matches))
+
+    def _as_duckdb_returns(self, table: pa.Table) -> pa.Table:
+        """``table`` as DuckDB would return it. DuckDB's types follow from the input's types, not
+        from its values: where a table of the same schema (no rows) comes back with that schema,
+        the values come back unchanged too, and the table is kept as it is (a round trip per
+        statement cost about a millisecond)."""
+        schema = table.schema
+        same = self._returned_as.get(schema)
+        if same is None:
+            same = self._returned_as[schema] = self._through_duckdb(schema.empty_table()).schema.equals(schema)
+        return table if same else self._through_duckdb(table)
 
     def _through_duckdb(self, table: pa.Table) -> pa.Table:
         """``table`` as DuckDB returns it to a cursor (types and values as a statement run alone gets)."""

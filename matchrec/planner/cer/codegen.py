@@ -450,12 +450,15 @@ def _same_column_equality(c: S.Expr, q: S.CerQuery, comp: "PyCompiler"):
     return AttributeEquality({a.var, b.var}, comp.ns[ident], q.text[c.span[0]:c.span[1]])
 
 
-def compile_projections(plan: CerPlan, table: pa.Table) -> list:
+def compile_projections(plan: CerPlan, table: pa.Table, wanted=None) -> list:
+    """(projection, variables it reads, compiled function) per RETURN item; with ``wanted`` (a set
+    of positions) the others get None instead of a function: compiling converts the columns an
+    expression reads to Python values, a pass over the whole read per column."""
     q = plan.query
     comp = PyCompiler(table, _Resolver(q, plan.columns), {v for v, e in q.elements.items() if e.kleene})
     out = []
-    for p in q.projections:
+    for i, p in enumerate(q.projections):
         needs = frozenset(S.variables(p.expr))
-        fn = comp.function(p.expr)
+        fn = comp.function(p.expr) if wanted is None or i in wanted else None
         out.append((p, needs, fn))
     return out
