@@ -51,8 +51,8 @@ def evaluate_alone(items: list, classes: ElementClasses, settings: P.CerSettings
         if q.returns == "count":
             item.count = m.count(name, pattern, events, max_partial=limit) if len(events) else 0
         else:
-            item.matches = m.run(name, pattern, events, max_matches=settings.max_matches,
-                                 max_partial=limit) if len(events) else []
+            item.matches = m.run_columns(name, pattern, events, max_matches=settings.max_matches,
+                                         max_partial=limit) if len(events) else []
             if len(item.matches) > settings.max_matches:
                 raise O.too_many(settings.max_matches)
             item.count = len(item.matches)

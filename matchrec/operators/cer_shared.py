@@ -45,6 +45,7 @@ from typing import Callable
 import numpy as np
 
 from matchrec import budget
+from matchrec.operators.cer_columns import ABSENT, MatchColumns
 from matchrec.operators.cer_common import too_many
 
 __all__ = ["BLOCK", "Cond", "Neg", "Kleene", "Unit", "Node", "Stream", "PatternSink", "Evaluator", "Unshareable",
@@ -291,25 +292,30 @@ class PatternSink:
         """``n`` matches that need neither keeping nor deduplication (counted Kleene closures)."""
         self.n += n
 
-    def finish(self) -> tuple[int, list | None]:
-        """(number of matches, the matches in ``reference_matches``' format or None when counting)."""
-        out = [] if not self.counting else None
-        n = 0 if not self.counting else self.n
+    def finish(self) -> tuple[int, MatchColumns | None]:
+        """(number of matches, the matches column-wise or None when counting)."""
+        if self.counting:
+            n = self.n
+            for key, mats in self.blocks.items():  # only deduplicated varsets are kept when counting
+                n += len(np.unique(np.concatenate(mats), axis=0))
+            return n, None
+        parts = []
         for key, mats in self.blocks.items():
             m = np.concatenate(mats) if len(mats) > 1 else mats[0]
             if key in self.shared:
                 m = np.unique(m, axis=0)
-                if self.counting:
-                    n += len(m)
-                    continue
-            if not self.counting:
-                names = sorted(key)
-                out.extend(tuple(zip(names, r)) for r in m.tolist())
-        if not self.counting:
-            n = len(out)
-            if self.max is not None and n > self.max:
-                raise too_many(self.max)
-        return n, out
+            parts.append((sorted(key), m))
+        n = sum(len(m) for _, m in parts)
+        if self.max is not None and n > self.max:
+            raise too_many(self.max)
+        # a variable an alternative does not bind is ABSENT in its matches
+        rows = {v: np.full(n, ABSENT, np.int64) for v in sorted({v for names, _ in parts for v in names})}
+        at = 0
+        for names, m in parts:
+            for i, v in enumerate(names):
+                rows[v][at:at + len(m)] = m[:, i]
+            at += len(m)
+        return n, MatchColumns(n, rows, {}, {})
 
 
 class _PMs:
