@@ -687,6 +687,7 @@ def describe(overlap: str, draw: int) -> str:
 
 
 def main(argv=None) -> int:
+    global RETURNS, EVENTS_PER_WINDOW
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: small streams, 10 and 20 patterns")
     parser.add_argument("--patterns", default=None, help="workload sizes, e.g. 10,50,100")
@@ -719,10 +720,12 @@ def main(argv=None) -> int:
     parser.add_argument("--returns", choices=("count", "rows"), default="count",
                         help="what each statement returns: its number of matches, or a row per match (its first and "
                              "last event's key; use a short stream: matches are many)")
+    parser.add_argument("--window-events", type=int, default=EVENTS_PER_WINDOW,
+                        help="real streams: the window holds about this many events on average (default "
+                             f"{EVENTS_PER_WINDOW}); the work of a match grows with it, the fixed costs do not")
     parser.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
     args = parser.parse_args(argv)
-    global RETURNS
-    RETURNS = args.returns
+    RETURNS, EVENTS_PER_WINDOW = args.returns, args.window_events
     data = [x.strip() for x in args.data.split(",") if x.strip()]
     if not data or any(d not in DATASETS for d in data):
         parser.error(f"--data takes {', '.join(DATASETS)} (comma-separated), not {args.data!r}")
