@@ -73,7 +73,7 @@ def execute(session, query: S.CerQuery) -> cer.CerRun:
     if cer_settings.filtering == "auto" and stats.filters.get("final pull"):
         # the nodes returned only the rows inside the rounds' time interval set: filtering them
         # again around the anchors' candidates would cost a query and a join to drop next to none
-        cer_settings = dataclasses.replace(cer_settings, filtering="pulled")
+        cer_settings = dataclasses.replace(cer_settings, nodes_filtered=True)
     run = run_over(duck, query, cer_settings, table, pulled, remote.schemas[table], order)
     run.info["pull"] = stats
     run.info["pull_seconds"] = pull_seconds

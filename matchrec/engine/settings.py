@@ -58,7 +58,7 @@ def apply(settings: Settings, cer_settings: CerSettings, name: str, raw: str | N
 
 def _apply_cer(settings: CerSettings, name: str, raw: str | None, reset: bool) -> None:
     attr = name[len(_CER_PREFIX):]
-    known = [f.name for f in fields(CerSettings)]
+    known = [f.name for f in fields(CerSettings) if f.metadata.get("settable", True)]
     if attr not in known:
         raise E.ProgrammingError(f"Unknown setting {name}; known: {', '.join(_CER_PREFIX + k for k in known)}")
     if reset:

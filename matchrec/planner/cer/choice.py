@@ -198,7 +198,7 @@ def choose_filtering(plan: CerPlan, settings: CerSettings, duck: duckdb.DuckDBPy
     if settings.filtering == "never":
         plan.filtering, plan.filtering_reason = False, "off (SET matchrec_cer_filtering = never)"
         return
-    if settings.filtering == "pulled":  # set by the compute node, never by SET
+    if settings.nodes_filtered:
         plan.filtering, plan.filtering_reason = False, "the storage nodes returned only the rows inside the " \
             "time interval set of their rounds"
         return

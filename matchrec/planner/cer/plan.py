@@ -31,9 +31,11 @@ class CerSettings:
     max_matches: int = 10_000_000
     # partial matches the eager NFA may hold at once (some 200 bytes each); lazy mechanisms hold none
     max_partial_matches: int = 5_000_000
-    # auto | always | never: read only events near the rarest element's candidates (pulled: rows the
-    # storage nodes already filtered by time, set by the compute node)
+    # auto | always | never: read only events near the rarest element's candidates
     filtering: str = "auto"
+    # the rows come from storage nodes that kept only those inside their rounds' time interval set:
+    # set by the compute node for one statement, never by SET (``settable``)
+    nodes_filtered: bool = field(default=False, metadata={"settable": False})
 
 
 CER_CHOICES = {"mechanism": ("auto",) + MECHANISMS, "filtering": ("auto", "always", "never")}
