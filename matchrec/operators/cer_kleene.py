@@ -43,7 +43,10 @@ c): the trigger c, the closure b, then a), a trigger's matches are listed withou
 first event of the closure: its bounds are computed for every first event at once, and a compiled
 loop (``cer_kleene_kernels``) lists the closure's sequences as flat rows plus offsets and the
 matches as arrays of rows and sequence ids (``Sink.add_block``); ``ARRAY_LISTING`` off keeps the
-row tuples.
+row tuples. Likewise a free trigger closure followed by that single event (SEQ(a, b+)): the
+pairs of its first and last events with no candidate between them, and its single events, are
+bound for a whole partition at once and their matches handed over as one block; only the pairs
+with candidates between (whose subsets vary) are bound one by one.
 
 When one ``AttributeEquality`` covers every positive variable of an alternative, candidates
 are grouped by that attribute and each group is searched on its own (the condition then holds
@@ -215,6 +218,16 @@ class _Recompute:
                            and not self.conds[s] and not self.negs[s] and self.steps[s] not in self.hollow
                            and not self.apart[s + 1] and not chain.shared and self.keep
                            and ARRAY_LISTING and abs(prep.window) < _SAFE and self._keys_safe()) else -1
+        # a trigger closure nothing checks (SEQ(a, b+) with b+ last and free), then the spread step: the
+        # closure's first and last events whose subsets between are only the empty one (most pairs
+        # in a sparse partition) are listed for every pair at once as one block (``_list_pairs``)
+        i = self.steps[0]
+        self.pairs = 0 if (self.spread == 1 and i in chain.bounds and i not in self.counted
+                           and i not in self.iteration and i not in self.explicit and not self.conds[0]
+                           and not self.negs[0] and not self.apart[0] and not self.apart[1]
+                           and set(self.upper[1]) | set(self.lower[1]) <= {i} and not chain.shared
+                           and self.keep and ARRAY_LISTING and abs(prep.window) < _SAFE
+                           and self._keys_safe()) else -1
         self.first: dict = {}
         self.last: dict = {}
         self.binding: dict = {}
@@ -305,7 +318,12 @@ class _Recompute:
                 self.bind(s, i, rows, self.prep.keyl[rows[0]], self.prep.keyl[rows[-1]], lo_all, hi_all, weight)
         else:
             lo, hi = kb
-            var = self.chain.vars[i]
+            if s == self.pairs and hi_all is None and b - a >= _PAIRS_AT_LEAST:
+                rest = self._list_pairs(s, i, c, a, b, lo, hi)
+                if rest is not None:
+                    for j0, j1 in rest:
+                        self._pair(s, i, c, j0, j1, lo, hi, lo_all, hi_all, weight)
+                    return
             for j1 in range(a, b):
                 t = keyl[j1] if hi_all is None else max(hi_all, keyl[j1])
                 j0_lo = bisect_left(keyl, t - self.w, a, j1 + 1)
@@ -316,14 +334,83 @@ class _Recompute:
                 for j0 in range(j0_lo, j1):
                     if keyl[j0] == keyl[j1]:
                         break
-                    ia, ib = bisect_right(keyl, keyl[j0], j0, j1), bisect_left(keyl, keyl[j1], j0, j1)
-                    smin, smax = max(0, lo - 2), (None if hi is None else hi - 2)
-                    n = subset_count(c, ia, ib, smin, smax)
-                    if n:
-                        self.expand.append((var, n, partial(_framed, c, ia, ib, smin, smax, (c.rowl[j0],),
-                                                            (c.rowl[j1],))))
-                        self.bind(s, i, (c.rowl[j0], c.rowl[j1]), keyl[j0], keyl[j1], lo_all, hi_all, weight * n)
-                        self.expand.pop()
+                    self._pair(s, i, c, j0, j1, lo, hi, lo_all, hi_all, weight)
+
+    def _pair(self, s: int, i: int, c: Cands, j0: int, j1: int, lo: int, hi: int | None, lo_all, hi_all,
+              weight: int) -> None:
+        """Bind a closure by its first and last candidates j0 < j1 (distinct keys), the subsets of
+        the candidates between them listed when a match is emitted."""
+        keyl = c.keyl
+        ia, ib = bisect_right(keyl, keyl[j0], j0, j1), bisect_left(keyl, keyl[j1], j0, j1)
+        smin, smax = max(0, lo - 2), (None if hi is None else hi - 2)
+        n = subset_count(c, ia, ib, smin, smax)
+        if n:
+            self.expand.append((self.chain.vars[i], n, partial(_framed, c, ia, ib, smin, smax, (c.rowl[j0],),
+                                                               (c.rowl[j1],))))
+            try:
+                self.bind(s, i, (c.rowl[j0], c.rowl[j1]), keyl[j0], keyl[j1], lo_all, hi_all, weight * n)
+            finally:
+                self.expand.pop()
+
+    def _list_pairs(self, s: int, i: int, c: Cands, a: int, b: int, lo: int, hi: int | None):
+        """The trigger closure at step s (the first) and the spread step after it, vectorized over
+        the closure's candidates in [a, b): every (first, last) pair within the window whose
+        subsets between are only the empty one - and every single event - is bound and its
+        matches listed at once (one block to the sink). The other pairs, as (first, last), are
+        left to ``_pair``; None (nothing done) when the pairs are too many to hold at once."""
+        w = self.w
+        keys = c.keys[a:b]
+        m = b - a
+        # per last event j1: first events at [start, equal) (keys within the window, below its own)
+        start = np.searchsorted(keys, keys - w, "left")
+        equal = np.searchsorted(keys, keys, "left")
+        width = np.maximum(equal - start, 0) if (hi is None or hi >= 2) else np.zeros(m, np.int64)
+        total = int(width.sum())
+        if total > _LISTED_AT_ONCE:
+            return None
+        last = np.repeat(np.arange(m), width)
+        first = np.arange(total) - np.repeat(np.cumsum(width) - width, width) + np.repeat(start, width)
+        # a pair with no candidate strictly between its keys: only the empty subset (when allowed)
+        between = equal[last] - np.searchsorted(keys, keys[first], "right")
+        simple = between <= 0
+        rest = [(int(x) + a, int(y) + a) for x, y in zip(first[~simple].tolist(), last[~simple].tolist())]
+        if lo > 2:
+            simple[:] = False
+            rest = [(x + a, y + a) for x, y in zip(first.tolist(), last.tolist())]
+        first, last = first[simple], last[simple]
+        if lo <= 1:  # the single events
+            first, last = np.concatenate([np.arange(m), first]), np.concatenate([np.arange(m), last])
+        self.spend(PYTHON_STEP_COST * len(first))
+        # the spread step's range for each binding (``step``'s bounds with the closure bound)
+        spread = self.cands[self.steps[s + 1]]
+        ek = spread.keys
+        k0, k1 = keys[first], keys[last]
+        top = np.minimum(np.searchsorted(ek, k0 + w, "right"), spread.n)
+        if i in self.upper[s + 1]:
+            top = np.minimum(top, np.searchsorted(ek, k0, "left"))
+        bottom = np.searchsorted(ek, k1 - w, "left")
+        if i in self.lower[s + 1]:
+            bottom = np.maximum(bottom, np.searchsorted(ek, k1, "right"))
+        count = np.maximum(top - bottom, 0)
+        size = int(count.sum())
+        if size:
+            self.spend(PYTHON_STEP_COST * (int(np.count_nonzero(count)) + size))
+            if self.sink.max is not None and self.sink.n + size > self.sink.max:
+                raise too_many(self.sink.max)
+            keep = count > 0
+            first, last, bottom, count = first[keep], last[keep], bottom[keep], count[keep]
+            rows = c.rows[a:b]
+            pair = first != last
+            lengths = 1 + pair.astype(np.int64)
+            offsets = np.concatenate([[0], np.cumsum(lengths)])
+            flat = np.empty(int(offsets[-1]), np.int64)
+            flat[offsets[:-1]] = rows[first]
+            flat[offsets[:-1][pair] + 1] = rows[last[pair]]
+            ids = np.repeat(np.arange(len(count)), count)
+            at = np.arange(size) - np.repeat(np.cumsum(count) - count, count) + np.repeat(bottom, count)
+            self.sink.add_block(self.chain, self.binding, self.vars[s + 1], spread.rows[at], self.vars[s], ids,
+                                flat, offsets)
+        return rest
 
     # ------------------------------------------------------------ closures with iteration conditions
     def _first_ok(self, i: int, row) -> bool:
@@ -632,6 +719,7 @@ ARRAY_LISTING = True  # False: every first event bound and listed as row tuples 
 _SAFE = 1 << 61  # keys, windows and sizes below this keep int64 arithmetic exact
 _LISTED_AT_ONCE = 1 << 20  # matches or rows of one trigger listed before the budget is asked
 _EXACT = 1 << 52  # sizes counted in floating point are exact below this
+_PAIRS_AT_LEAST = 16  # candidates of a trigger closure below which binding pair by pair costs less than numpy's calls
 
 
 # ---------------------------------------------------------------- subsets of a candidate range
