@@ -54,6 +54,7 @@ by construction); negations still look at the whole partition.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from bisect import bisect_left, bisect_right
@@ -73,13 +74,20 @@ def evaluate(prep: Prepared, sink: Sink, order=None) -> None:
             continue
         column, used = _cover(chain, prep.n)
         conds = [c for c in chain.conditions if id(c) not in used]
-        for part in prep.parts:
-            full = {i: part.cands(chain.elements[i]) for i in chain.positive}
-            if column is None:
-                _Recompute(prep, sink, chain, part, full, conds).run()
-                continue
-            for group in _groups(full, column):
-                _Recompute(prep, sink, chain, part, group, conds).run()
+        # what depends on the chain alone is worked out once, not per partition (a statement
+        # partitioned by a key with many values has hundreds of small partitions)
+        shape = None
+        every = {i: prep.all_cands(chain.elements[i]) for i in chain.positive}
+        for k, part in enumerate(prep.parts):
+            full = {i: every[i][k] for i in chain.positive}
+            for group in ([full] if column is None else _groups(full, column)):
+                if not all(c.n for c in group.values()):
+                    continue
+                if shape is None:
+                    shape = _Recompute(prep, sink, chain, part, group, conds)
+                    shape.run()
+                else:
+                    shape.for_partition(part, group).run()
 
 
 def _cover(chain: ChainPlan, n: int):
@@ -217,7 +225,7 @@ class _Recompute:
         self.block = s if (self.spread == s + 1 and self.steps[s] in self.counted and self.upper[s]
                            and not self.conds[s] and not self.negs[s] and self.steps[s] not in self.hollow
                            and not self.apart[s + 1] and not chain.shared and self.keep
-                           and ARRAY_LISTING and abs(prep.window) < _SAFE and self._keys_safe()) else -1
+                           and ARRAY_LISTING and abs(prep.window) < _SAFE) else -1
         # a trigger closure nothing checks (SEQ(a, b+) with b+ last and free), then the spread step: the
         # closure's first and last events whose subsets between are only the empty one (most pairs
         # in a sparse partition) are listed for every pair at once as one block (``_list_pairs``)
@@ -226,8 +234,22 @@ class _Recompute:
                            and i not in self.iteration and i not in self.explicit and not self.conds[0]
                            and not self.negs[0] and not self.apart[0] and not self.apart[1]
                            and set(self.upper[1]) | set(self.lower[1]) <= {i} and not chain.shared
-                           and self.keep and ARRAY_LISTING and abs(prep.window) < _SAFE
-                           and self._keys_safe()) else -1
+                           and self.keep and ARRAY_LISTING and abs(prep.window) < _SAFE) else -1
+        self._arrays = (self.block, self.pairs)  # the array paths the chain allows, whatever the keys
+        self._reset(part, cands)
+
+    def for_partition(self, part: Partition, cands: dict) -> "_Recompute":
+        """The same chain's evaluation over another partition's (or group's) candidates."""
+        other = copy.copy(self)
+        other._reset(part, cands)
+        return other
+
+    def _reset(self, part: Partition, cands: dict) -> None:
+        self.part, self.cands = part, cands
+        self.block, self.pairs = self._arrays if self._arrays == (-1, -1) or self._keys_safe() else (-1, -1)
+        self._succ = {}
+        self._succ_kept = 0
+        self._each = {}
         self.first: dict = {}
         self.last: dict = {}
         self.binding: dict = {}
