@@ -43,10 +43,11 @@ c): the trigger c, the closure b, then a), a trigger's matches are listed withou
 first event of the closure: its bounds are computed for every first event at once, and a compiled
 loop (``cer_kleene_kernels``) lists the closure's sequences as flat rows plus offsets and the
 matches as arrays of rows and sequence ids (``Sink.add_block``); ``ARRAY_LISTING`` off keeps the
-row tuples. Likewise a free trigger closure followed by that single event (SEQ(a, b+)): the
-pairs of its first and last events with no candidate between them, and its single events, are
-bound for a whole partition at once and their matches handed over as one block; only the pairs
-with candidates between (whose subsets vary) are bound one by one.
+row tuples. Likewise a free trigger closure followed by that single event (SEQ(a, b+)): its
+single events and the pairs of its first and last events with a few candidates of distinct keys
+between them (their subsets taken from bit masks) are bound for a whole partition at once and
+their matches handed over as one block; only pairs with more candidates or ties between are
+bound one by one.
 
 When one ``AttributeEquality`` covers every positive variable of an alternative, candidates
 are grouped by that attribute and each group is searched on its own (the condition then holds
@@ -376,10 +377,11 @@ class _Recompute:
 
     def _list_pairs(self, s: int, i: int, c: Cands, a: int, b: int, lo: int, hi: int | None):
         """The trigger closure at step s (the first) and the spread step after it, vectorized over
-        the closure's candidates in [a, b): every (first, last) pair within the window whose
-        subsets between are only the empty one - and every single event - is bound and its
-        matches listed at once (one block to the sink). The other pairs, as (first, last), are
-        left to ``_pair``; None (nothing done) when the pairs are too many to hold at once."""
+        the closure's candidates in [a, b): every single event and every (first, last) pair within
+        the window with at most ``_BETWEEN_AT_MOST`` candidates of distinct keys between them is
+        bound, its subsets between listed from bit masks, and the matches handed to the sink as
+        one block. The other pairs, as (first, last), are left to ``_pair``; None (nothing done)
+        when the pairs are too many to hold at once."""
         w = self.w
         keys = c.keys[a:b]
         m = b - a
@@ -392,16 +394,21 @@ class _Recompute:
             return None
         last = np.repeat(np.arange(m), width)
         first = np.arange(total) - np.repeat(np.cumsum(width) - width, width) + np.repeat(start, width)
-        # a pair with no candidate strictly between its keys: only the empty subset (when allowed)
-        between = equal[last] - np.searchsorted(keys, keys[first], "right")
-        simple = between <= 0
-        rest = [(int(x) + a, int(y) + a) for x, y in zip(first[~simple].tolist(), last[~simple].tolist())]
-        if lo > 2:
-            simple[:] = False
-            rest = [(x + a, y + a) for x, y in zip(first.tolist(), last.tolist())]
-        first, last = first[simple], last[simple]
-        if lo <= 1:  # the single events
+        # the candidates strictly between a pair's keys are [lower, upper); a tie among them (two
+        # rows of one key, of which a subset takes one) leaves the pair to ``_pair``
+        lower, upper = np.searchsorted(keys, keys[first], "right"), equal[last]
+        between = upper - lower
+        ties = np.cumsum(np.r_[0, keys[1:] == keys[:-1]])  # ties[k]: rows before k+1 equal to the one before
+        many = between >= 2
+        tied = np.zeros(total, bool)
+        tied[many] = ties[upper[many] - 1] > ties[lower[many]]
+        listed = (between <= _BETWEEN_AT_MOST) & ~tied
+        rest = [(x + a, y + a) for x, y in zip(first[~listed].tolist(), last[~listed].tolist())]
+        first, last, lower, between = first[listed], last[listed], lower[listed], between[listed]
+        if lo <= 1:  # the single events, as pairs of one event with nothing between
             first, last = np.concatenate([np.arange(m), first]), np.concatenate([np.arange(m), last])
+            lower = np.concatenate([np.zeros(m, np.int64), lower])
+            between = np.concatenate([np.full(m, -1, np.int64), between])
         self.spend(PYTHON_STEP_COST * len(first))
         # the spread step's range for each binding (``step``'s bounds with the closure bound)
         spread = self.cands[self.steps[s + 1]]
@@ -414,24 +421,52 @@ class _Recompute:
         if i in self.lower[s + 1]:
             bottom = np.maximum(bottom, np.searchsorted(ek, k1, "right"))
         count = np.maximum(top - bottom, 0)
-        size = int(count.sum())
-        if size:
-            self.spend(PYTHON_STEP_COST * (int(np.count_nonzero(count)) + size))
-            if self.sink.max is not None and self.sink.n + size > self.sink.max:
-                raise too_many(self.sink.max)
-            keep = count > 0
-            first, last, bottom, count = first[keep], last[keep], bottom[keep], count[keep]
-            rows = c.rows[a:b]
-            pair = first != last
-            lengths = 1 + pair.astype(np.int64)
-            offsets = np.concatenate([[0], np.cumsum(lengths)])
-            flat = np.empty(int(offsets[-1]), np.int64)
-            flat[offsets[:-1]] = rows[first]
-            flat[offsets[:-1][pair] + 1] = rows[last[pair]]
-            ids = np.repeat(np.arange(len(count)), count)
-            at = np.arange(size) - np.repeat(np.cumsum(count) - count, count) + np.repeat(bottom, count)
-            self.sink.add_block(self.chain, self.binding, self.vars[s + 1], spread.rows[at], self.vars[s], ids,
-                                flat, offsets)
+        keep = count > 0
+        if not keep.any():
+            return rest
+        first, last, lower, between, bottom, count = (x[keep] for x in (first, last, lower, between, bottom, count))
+        # the closure's sequences, grouped by the candidates between (-1: a single event): first,
+        # then the subset a mask picks among those between, then last
+        rows = c.rows[a:b]
+        smin, smax = max(0, lo - 2), (_BETWEEN_AT_MOST if hi is None else hi - 2)
+        n_seq = np.zeros(len(first), np.int64)
+        base = np.zeros(len(first), np.int64)
+        flats, lengths = [], []
+        made = 0
+        for g in np.unique(between).tolist():
+            idx = np.flatnonzero(between == g)
+            if g < 0:
+                grid, picked = rows[first[idx]][:, None, None], np.ones((1, 1), bool)
+            else:
+                masks = (np.arange(1 << g)[:, None] >> np.arange(g)) & 1 == 1
+                masks = masks[(masks.sum(1) >= smin) & (masks.sum(1) <= smax)]
+                if not len(masks):
+                    continue
+                inner = rows[np.minimum(lower[idx][:, None] + np.arange(g), m - 1)]
+                grid = np.concatenate([rows[first[idx]][:, None], inner, rows[last[idx]][:, None]], 1)[:, None, :]
+                picked = np.concatenate([np.ones((len(masks), 1), bool), masks, np.ones((len(masks), 1), bool)], 1)
+            k = len(picked)
+            grid = np.broadcast_to(grid, (len(idx), k, grid.shape[2]))
+            flats.append(grid[np.broadcast_to(picked, grid.shape)])
+            lengths.append(np.tile(picked.sum(1), len(idx)))
+            n_seq[idx] = k
+            base[idx] = made + np.arange(len(idx)) * k
+            made += len(idx) * k
+        per = count * n_seq  # matches per binding: its spread events times its sequences
+        size = int(per.sum())
+        if not size:
+            return rest
+        self.spend(PYTHON_STEP_COST * (made + size))
+        if self.sink.max is not None and self.sink.n + size > self.sink.max:
+            raise too_many(self.sink.max)
+        owner = np.repeat(np.arange(len(per)), per)
+        local = np.arange(size) - np.repeat(np.cumsum(per) - per, per)
+        own_seq = n_seq[owner]
+        ids = base[owner] + local % own_seq
+        at = bottom[owner] + local // own_seq
+        offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths))])
+        self.sink.add_block(self.chain, self.binding, self.vars[s + 1], spread.rows[at], self.vars[s], ids,
+                            np.concatenate(flats).astype(np.int64, copy=False), offsets)
         return rest
 
     # ------------------------------------------------------------ closures with iteration conditions
@@ -741,7 +776,8 @@ ARRAY_LISTING = True  # False: every first event bound and listed as row tuples 
 _SAFE = 1 << 61  # keys, windows and sizes below this keep int64 arithmetic exact
 _LISTED_AT_ONCE = 1 << 20  # matches or rows of one trigger listed before the budget is asked
 _EXACT = 1 << 52  # sizes counted in floating point are exact below this
-_PAIRS_AT_LEAST = 16  # candidates of a trigger closure below which binding pair by pair costs less than numpy's calls
+_PAIRS_AT_LEAST = 16
+_BETWEEN_AT_MOST = 4  # candidates between a pair's first and last events whose subsets are listed from bit masks  # candidates of a trigger closure below which binding pair by pair costs less than numpy's calls
 
 
 # ---------------------------------------------------------------- subsets of a candidate range
