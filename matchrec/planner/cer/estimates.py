@@ -24,27 +24,22 @@ def gather_stats(duck: duckdb.DuckDBPyConnection, plan: CerPlan, conditions: boo
     q, st = plan.query, plan.stats
     src = q.source
     type_expr = plan.type_sql or "NULL"
-    # one query (a query's fixed cost is most of it over a few thousand rows): per type its events
-    # and those in the first half of the key range; the key range; with a partition column the
-    # partitions and the sum of their key ranges (rates are per partition: a window around an event
-    # reaches only its own partition's events)
-    part_expr = quote(plan.partition_column) if plan.partition_column else "NULL"
     rows = duck.execute(
-        f"WITH s AS (SELECT {type_expr} AS t, {plan.key_sql} AS k, {part_expr} AS p FROM {src} "
-        f"WHERE {plan.key_sql} IS NOT NULL), "
-        f"m AS (SELECT min(k) AS lo, max(k) AS hi FROM s), "
-        f"ps AS (SELECT count(*) AS parts, sum(hi - lo) AS span FROM "
-        f"(SELECT min(k) AS lo, max(k) AS hi FROM s GROUP BY p)) "
-        f"SELECT t, count(*), count(*) FILTER (WHERE k <= lo + (hi - lo) // 2), any_value(hi - lo), "
-        f"any_value(parts), any_value(ps.span) FROM s CROSS JOIN m CROSS JOIN ps GROUP BY t").fetchall()
-    parts = part_span = 0
-    for t, n, first, span, parts, part_span in rows:
+        f"WITH s AS (SELECT {type_expr} AS t, {plan.key_sql} AS k FROM {src} WHERE {plan.key_sql} IS NOT NULL), "
+        f"m AS (SELECT min(k) AS lo, max(k) AS hi FROM s) "
+        f"SELECT t, count(*), count(*) FILTER (WHERE k <= (SELECT lo + (hi - lo) // 2 FROM m)), "
+        f"any_value((SELECT hi - lo FROM m)) FROM s GROUP BY t").fetchall()
+    for t, n, first, span in rows:
         st.types[t] = (n, first, n - first)
         st.key_span = int(span or 0)
     st.total = sum(n for n, _, _ in st.types.values())
     st.part_span, st.parts = st.key_span, 1
     if plan.partition_column:
-        st.parts, st.part_span = int(parts or 0), int(part_span or 0)
+        # rates are per partition: a window around an event reaches only its own partition's events
+        parts, span = duck.execute(
+            f"SELECT count(*), sum(hi - lo) FROM (SELECT min({plan.key_sql}) AS lo, max({plan.key_sql}) AS hi "
+            f"FROM {src} WHERE {plan.key_sql} IS NOT NULL GROUP BY {quote(plan.partition_column)})").fetchall()[0]
+        st.parts, st.part_span = int(parts or 0), int(span or 0)
     if (not conditions or not q.conditions) and not plan.filter_sql:
         # without a filter every event of an element's type is its candidate: a sample would say 1.0
         # (and with no condition either it has nothing else to estimate)
