@@ -45,6 +45,7 @@ from typing import Callable
 import numpy as np
 
 from matchrec import budget
+from matchrec.operators.cer_columns import ABSENT, MatchColumns
 from matchrec.operators.cer_common import too_many
 
 __all__ = ["BLOCK", "Cond", "Neg", "Kleene", "Unit", "Node", "Stream", "PatternSink", "Evaluator", "Unshareable",
@@ -291,8 +292,11 @@ class PatternSink:
         """``n`` matches that need neither keeping nor deduplication (counted Kleene closures)."""
         self.n += n
 
-    def finish(self) -> tuple[int, list | None]:
-        """(number of matches, the matches in ``reference_matches``' format or None when counting)."""
+    def finish(self, columns: bool = False) -> tuple[int, list | MatchColumns | None]:
+        """(number of matches, the matches in ``reference_matches``' format or None when counting);
+        ``columns``: the matches as ``MatchColumns`` instead (no tuple per match)."""
+        if columns and not self.counting:
+            return self._columns()
         out = [] if not self.counting else None
         n = 0 if not self.counting else self.n
         for key, mats in self.blocks.items():
@@ -310,6 +314,24 @@ class PatternSink:
             if self.max is not None and n > self.max:
                 raise too_many(self.max)
         return n, out
+
+    def _columns(self) -> tuple[int, MatchColumns]:
+        parts = []  # (variables in order, a row of each per match)
+        for key, mats in self.blocks.items():
+            m = np.concatenate(mats) if len(mats) > 1 else mats[0]
+            parts.append((sorted(key), np.unique(m, axis=0) if key in self.shared else m))
+        n = sum(len(m) for _, m in parts)
+        if self.max is not None and n > self.max:
+            raise too_many(self.max)
+        rows: dict = {}
+        at = 0
+        for names, m in parts:
+            for j, var in enumerate(names):
+                if var not in rows:
+                    rows[var] = np.full(n, ABSENT, np.int64)
+                rows[var][at:at + len(m)] = m[:, j]
+            at += len(m)
+        return n, MatchColumns(n, rows, {}, {})
 
 
 class _PMs:
