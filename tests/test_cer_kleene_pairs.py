@@ -1,8 +1,9 @@
 """Recomputation's pair listing (``cer_kleene._Recompute._list_pairs``): a trigger closure
 bound by its first and last events (the subsets between them from bit masks), then a free single
-event spread over its range, listed as one block per partition. Random streams and SEQ(a, b+)-shaped patterns (bounds, ties, partitions,
-filters, equalities, a negation or a condition that turns the path off) against the
-reference semantics on small streams and against binding pair by pair on larger ones."""
+event spread over its range, listed as one block per partition. Random streams and
+SEQ(a, b+)-shaped patterns (bounds, ties, partitions, filters, equalities, a negation or a
+condition that turns the path off) against the reference semantics on small streams and against
+binding pair by pair on larger ones."""
 from __future__ import annotations
 
 import random

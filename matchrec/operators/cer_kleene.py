@@ -776,8 +776,8 @@ ARRAY_LISTING = True  # False: every first event bound and listed as row tuples 
 _SAFE = 1 << 61  # keys, windows and sizes below this keep int64 arithmetic exact
 _LISTED_AT_ONCE = 1 << 20  # matches or rows of one trigger listed before the budget is asked
 _EXACT = 1 << 52  # sizes counted in floating point are exact below this
-_PAIRS_AT_LEAST = 16
-_BETWEEN_AT_MOST = 4  # candidates between a pair's first and last events whose subsets are listed from bit masks  # candidates of a trigger closure below which binding pair by pair costs less than numpy's calls
+_PAIRS_AT_LEAST = 16  # candidates of a trigger closure below which binding pair by pair costs less than numpy's calls
+_BETWEEN_AT_MOST = 4  # candidates between a pair's first and last events whose subsets come from bit masks
 
 
 # ---------------------------------------------------------------- subsets of a candidate range
