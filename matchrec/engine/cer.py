@@ -45,17 +45,21 @@ class CerRun:
     info: dict = field(default_factory=dict)
 
 
-def execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSettings) -> CerRun:
+def execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSettings,
+            columns: dict | None = None, rowid: bool | None = None) -> CerRun:
+    """Plan and run ``query`` (``columns`` and ``rowid``: its source's schema and rowid, when the
+    caller knows them: no query asks for them)."""
     # floating-point overflow gives infinity (and 0 * inf NaN) as DuckDB's DOUBLE does: no warnings;
     # the work budget is the caller's when it has one (the session's settings: engine.session)
     with work.statement(), np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        return _execute(duck, query, settings)
+        return _execute(duck, query, settings, columns, rowid)
 
 
-def _execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSettings) -> CerRun:
+def _execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSettings,
+             columns: dict | None = None, rowid: bool | None = None) -> CerRun:
     m = mechanisms()
     started = time.perf_counter()
-    plan = P.plan_query(duck, query, settings, m)
+    plan = P.plan_query(duck, query, settings, m, columns, rowid)
     plan.mechanism_source = getattr(m, "label", "") if plan.mechanism != "batch" else ""
     run = CerRun(plan, physical_plan(plan))
     run.info["plan_seconds"] = time.perf_counter() - started

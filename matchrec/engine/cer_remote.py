@@ -66,15 +66,15 @@ def execute(session, query: S.CerQuery) -> cer.CerRun:
         return run
     settings = session.settings
     started = time.perf_counter()
-    pulled, stats, notes, order = pull(remote, duck, query, session.cer_settings, settings.pull_strategy,
-                                settings.round_trips, table)
+    pulled, stats, notes, order, columns = pull(remote, duck, query, session.cer_settings, settings.pull_strategy,
+                                         settings.round_trips, table)
     pull_seconds = time.perf_counter() - started
     cer_settings = session.cer_settings
     if cer_settings.filtering == "auto" and stats.filters.get("final pull"):
         # the nodes returned only the rows inside the rounds' time interval set: filtering them
         # again around the anchors' candidates would cost a query and a join to drop next to none
         cer_settings = dataclasses.replace(cer_settings, nodes_filtered=True)
-    run = run_over(duck, query, cer_settings, table, pulled, remote.schemas[table], order)
+    run = run_over(duck, query, cer_settings, table, pulled, remote.schemas[table], order, columns)
     run.info["pull"] = stats
     run.info["pull_seconds"] = pull_seconds
     if run.explain is not None:
@@ -85,8 +85,8 @@ def execute(session, query: S.CerQuery) -> cer.CerRun:
 def pull(remote, duck: duckdb.DuckDBPyConnection, query: S.CerQuery, cer_settings: CerSettings, strategy: str,
          round_trips: str, table: str):
     """The rows of ``table`` the statement can use, as Arrow (the table's schema, unread columns
-    NULL), the pull's statistics, the notes EXPLAIN shows about the choices and the columns that
-    order the rows (key first)."""
+    NULL), the pull's statistics, the notes EXPLAIN shows about the choices, the columns that
+    order the rows (key first) and the table's columns as planning describes them."""
     plan = resolve_query(duck, query, cer_settings, rowid=False)
     where, where_why = row_filter(plan)
     notes = [f"row filter: {where}" if where else f"no row filter: {where_why}"]
@@ -113,7 +113,7 @@ def pull(remote, duck: duckdb.DuckDBPyConnection, query: S.CerQuery, cer_setting
     # the key (and partition) first: the order DuckDB sorts by anyway, then the other columns
     order = [c for c in (plan.partition_column, plan.key_column) if c] + \
         [c for c in columns if c not in (plan.partition_column, plan.key_column)]
-    return data, stats, notes, order
+    return data, stats, notes, order, plan.columns
 
 
 def filter_columns(plan) -> set[str]:
@@ -125,15 +125,18 @@ def filter_columns(plan) -> set[str]:
 
 
 def run_over(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, cer_settings: CerSettings, table: str, data,
-             schema, columns: list[str]) -> cer.CerRun:
+             schema, columns: list[str], described: dict | None = None) -> cer.CerRun:
     """The local CER engine over ``data`` standing in for the node table ``table`` (a temporary
     table of that name, so the statement reads it as written; the placeholder comes back after).
     The nodes keep no order among rows of equal keys, and each strategy returns them in its own
     order: the rows are sorted by ``columns`` (partition, key, the rest), so every strategy and
-    every run sees one order."""
+    every run sees one order. ``described``: the placeholder's columns as planning describes
+    them, when known (the temporary table has the same schema, and a rowid)."""
     try:
         _swap_in(duck, table, data, columns)
-        return cer.execute(duck, query, cer_settings)
+        if described is None:
+            return cer.execute(duck, query, cer_settings)
+        return cer.execute(duck, query, cer_settings, described, True)
     finally:
         duck.execute(f"DROP TABLE IF EXISTS temp.main.{quote_ident(table)}")
         duck.register(table, schema.empty_table())

@@ -165,8 +165,8 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
     r.stats["candidates"] += w["candidates"]
     lines.append(f"  evaluation: {w['partial_matches']:,} partial matches, {w['searches']:,} searches, "
                       f"{w['candidates']:,} candidates examined, {w['matches']:,} unit matches")
-    for item, sink in zip(items, sinks):
-        item.count, item.matches = sink.finish()
+    for item, sink in zip(items, sinks):  # column-wise: what the result builder reads
+        item.count, item.matches = sink.finish(columns=True)
 
 def search_budget(cost: float, budget: float) -> float:
     """Seconds the plan search may take: ``SEARCH_SHARE`` of the time the plan it starts from is

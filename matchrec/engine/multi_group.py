@@ -94,11 +94,12 @@ class _OneStatement:
 
 
 def evaluate_read(duck, settings: P.CerSettings, plan: P.CerPlan, table: pa.Table,
-                  budget: float = 1.0) -> tuple[int, list | None, list[str]]:
+                  budget: float = 1.0) -> tuple[int, object, list[str]]:
     """One skip-till-any-match statement over the table the single-statement path read
     (``engine.cer_read.read_events``: filters as ``__f_<var>`` columns): the shared operator with one
     unit per alternative, without sharing, each unit in its best order alone (the batch mechanism).
-    Returns (number of matches, the matches - None when counting - and the report's lines)."""
+    Returns (number of matches, the matches - ``MatchColumns``, None when counting - and the
+    report's lines)."""
     item = Statement(0, plan.query.text, plan.query, plan)
     items, lines = [item], []
     classes = ElementClasses(table, {sql: f"__f_{var}" for var, sql in plan.filter_sql.items()},

@@ -96,20 +96,22 @@ class Prepared:
         self.keyl: list[int] = self.key.tolist()
         self.types = np.asarray(events.type, dtype=object) if n else np.zeros(0, object)
         if events.partition is None or n == 0:
-            groups = [np.arange(n, dtype=np.int64)]
+            order = np.arange(n, dtype=np.int64)
+            bounds = np.zeros(0, np.int64)
         else:
             part = np.asarray(events.partition)
-            order = np.argsort(part, kind="stable")
+            order = np.argsort(part, kind="stable").astype(np.int64)
             bounds = np.flatnonzero(np.diff(part[order])) + 1
-            groups = np.split(order.astype(np.int64), bounds)
-        self.parts = [Partition(self, rows) for rows in groups if len(rows)]
+        # the partitions' rows one after the other (``order``), partition k at [starts[k], starts[k + 1])
+        self._order = order
+        self._starts = np.concatenate([[0], bounds, [n]]).astype(np.int64) if n else np.zeros(1, np.int64)
+        self.parts = [Partition(self, rows) for rows in np.split(order, bounds) if len(rows)]
+        sizes = np.diff(self._starts)
         self.pos = np.empty(n, np.int64)
-        for p in self.parts:
-            self.pos[p.rows] = np.arange(len(p.rows))
+        self.pos[order] = np.arange(n) - np.repeat(self._starts[:-1], sizes)
         self.posl: list[int] = self.pos.tolist()
         self.part_index = np.empty(n, np.int64)
-        for i, p in enumerate(self.parts):
-            self.part_index[p.rows] = i
+        self.part_index[order] = np.repeat(np.arange(len(sizes)), sizes)
         self._masks: dict = {}
         alts = orders(pattern.root, pattern.strategy) if partial else alternatives(pattern.root)
         self.chains = [ChainPlan(self, i, alt) for i, alt in enumerate(alts)]
@@ -121,6 +123,25 @@ class Prepared:
         for group in by_vars.values():
             for c in group:
                 c.shared = len(group) > 1
+
+    def all_cands(self, e: Element) -> list:
+        """``Partition.cands(e)`` of every partition (in ``parts``' order), found for all of them at
+        once: a statement partitioned by a key with many values has many small partitions."""
+        k = (e.type, e.var)
+        hit = np.flatnonzero(self.mask(e)[self._order])  # positions in the partitions' row order
+        cut = np.searchsorted(hit, self._starts).tolist()
+        rows = self._order[hit]
+        keys = self.key[rows]
+        pos = hit - np.repeat(self._starts[:-1], np.diff(cut))
+        lists = (pos.tolist(), keys.tolist(), rows.tolist())
+        out = []
+        for j, part in enumerate(self.parts):
+            c = part._cands.get(k)
+            if c is None:
+                a, b = cut[j], cut[j + 1]
+                c = part._cands[k] = Cands.sliced(pos, keys, rows, lists, a, b)
+            out.append(c)
+        return out
 
     def mask(self, e: Element) -> np.ndarray:
         """Rows that ``e`` can take by type and filter (bool array over all rows)."""
@@ -176,6 +197,15 @@ class Cands:
         self.pos, self.keys, self.rows = pos, keys, rows
         self.posl, self.keyl, self.rowl = pos.tolist(), keys.tolist(), rows.tolist()
         self.n = len(self.rowl)
+
+    @classmethod
+    def sliced(cls, pos, keys, rows, lists: tuple, a: int, b: int) -> "Cands":
+        """Candidates [a, b) of arrays over several partitions (``lists``: the arrays as lists)."""
+        c = cls.__new__(cls)
+        c.pos, c.keys, c.rows = pos[a:b], keys[a:b], rows[a:b]
+        c.posl, c.keyl, c.rowl = lists[0][a:b], lists[1][a:b], lists[2][a:b]
+        c.n = b - a
+        return c
 
     def count_between_pos(self, p0: int, p1: int) -> int:
         """Candidates at partition positions [p0, p1)."""

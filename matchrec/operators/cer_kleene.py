@@ -43,7 +43,11 @@ c): the trigger c, the closure b, then a), a trigger's matches are listed withou
 first event of the closure: its bounds are computed for every first event at once, and a compiled
 loop (``cer_kleene_kernels``) lists the closure's sequences as flat rows plus offsets and the
 matches as arrays of rows and sequence ids (``Sink.add_block``); ``ARRAY_LISTING`` off keeps the
-row tuples.
+row tuples. Likewise a free trigger closure followed by that single event (SEQ(a, b+)): its
+single events and the pairs of its first and last events with a few candidates of distinct keys
+between them (their subsets taken from bit masks) are bound for a whole partition at once and
+their matches handed over as one block; only pairs with more candidates or ties between are
+bound one by one.
 
 When one ``AttributeEquality`` covers every positive variable of an alternative, candidates
 are grouped by that attribute and each group is searched on its own (the condition then holds
@@ -51,6 +55,7 @@ by construction); negations still look at the whole partition.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from bisect import bisect_left, bisect_right
@@ -70,13 +75,20 @@ def evaluate(prep: Prepared, sink: Sink, order=None) -> None:
             continue
         column, used = _cover(chain, prep.n)
         conds = [c for c in chain.conditions if id(c) not in used]
-        for part in prep.parts:
-            full = {i: part.cands(chain.elements[i]) for i in chain.positive}
-            if column is None:
-                _Recompute(prep, sink, chain, part, full, conds).run()
-                continue
-            for group in _groups(full, column):
-                _Recompute(prep, sink, chain, part, group, conds).run()
+        # what depends on the chain alone is worked out once, not per partition (a statement
+        # partitioned by a key with many values has hundreds of small partitions)
+        shape = None
+        every = {i: prep.all_cands(chain.elements[i]) for i in chain.positive}
+        for k, part in enumerate(prep.parts):
+            full = {i: every[i][k] for i in chain.positive}
+            for group in ([full] if column is None else _groups(full, column)):
+                if not all(c.n for c in group.values()):
+                    continue
+                if shape is None:
+                    shape = _Recompute(prep, sink, chain, part, group, conds)
+                    shape.run()
+                else:
+                    shape.for_partition(part, group).run()
 
 
 def _cover(chain: ChainPlan, n: int):
@@ -214,7 +226,31 @@ class _Recompute:
         self.block = s if (self.spread == s + 1 and self.steps[s] in self.counted and self.upper[s]
                            and not self.conds[s] and not self.negs[s] and self.steps[s] not in self.hollow
                            and not self.apart[s + 1] and not chain.shared and self.keep
-                           and ARRAY_LISTING and abs(prep.window) < _SAFE and self._keys_safe()) else -1
+                           and ARRAY_LISTING and abs(prep.window) < _SAFE) else -1
+        # a trigger closure nothing checks (SEQ(a, b+) with b+ last and free), then the spread step: the
+        # closure's first and last events whose subsets between are only the empty one (most pairs
+        # in a sparse partition) are listed for every pair at once as one block (``_list_pairs``)
+        i = self.steps[0]
+        self.pairs = 0 if (self.spread == 1 and i in chain.bounds and i not in self.counted
+                           and i not in self.iteration and i not in self.explicit and not self.conds[0]
+                           and not self.negs[0] and not self.apart[0] and not self.apart[1]
+                           and set(self.upper[1]) | set(self.lower[1]) <= {i} and not chain.shared
+                           and self.keep and ARRAY_LISTING and abs(prep.window) < _SAFE) else -1
+        self._arrays = (self.block, self.pairs)  # the array paths the chain allows, whatever the keys
+        self._reset(part, cands)
+
+    def for_partition(self, part: Partition, cands: dict) -> "_Recompute":
+        """The same chain's evaluation over another partition's (or group's) candidates."""
+        other = copy.copy(self)
+        other._reset(part, cands)
+        return other
+
+    def _reset(self, part: Partition, cands: dict) -> None:
+        self.part, self.cands = part, cands
+        self.block, self.pairs = self._arrays if self._arrays == (-1, -1) or self._keys_safe() else (-1, -1)
+        self._succ = {}
+        self._succ_kept = 0
+        self._each = {}
         self.first: dict = {}
         self.last: dict = {}
         self.binding: dict = {}
@@ -305,7 +341,12 @@ class _Recompute:
                 self.bind(s, i, rows, self.prep.keyl[rows[0]], self.prep.keyl[rows[-1]], lo_all, hi_all, weight)
         else:
             lo, hi = kb
-            var = self.chain.vars[i]
+            if s == self.pairs and hi_all is None and b - a >= _PAIRS_AT_LEAST:
+                rest = self._list_pairs(s, i, c, a, b, lo, hi)
+                if rest is not None:
+                    for j0, j1 in rest:
+                        self._pair(s, i, c, j0, j1, lo, hi, lo_all, hi_all, weight)
+                    return
             for j1 in range(a, b):
                 t = keyl[j1] if hi_all is None else max(hi_all, keyl[j1])
                 j0_lo = bisect_left(keyl, t - self.w, a, j1 + 1)
@@ -316,14 +357,117 @@ class _Recompute:
                 for j0 in range(j0_lo, j1):
                     if keyl[j0] == keyl[j1]:
                         break
-                    ia, ib = bisect_right(keyl, keyl[j0], j0, j1), bisect_left(keyl, keyl[j1], j0, j1)
-                    smin, smax = max(0, lo - 2), (None if hi is None else hi - 2)
-                    n = subset_count(c, ia, ib, smin, smax)
-                    if n:
-                        self.expand.append((var, n, partial(_framed, c, ia, ib, smin, smax, (c.rowl[j0],),
-                                                            (c.rowl[j1],))))
-                        self.bind(s, i, (c.rowl[j0], c.rowl[j1]), keyl[j0], keyl[j1], lo_all, hi_all, weight * n)
-                        self.expand.pop()
+                    self._pair(s, i, c, j0, j1, lo, hi, lo_all, hi_all, weight)
+
+    def _pair(self, s: int, i: int, c: Cands, j0: int, j1: int, lo: int, hi: int | None, lo_all, hi_all,
+              weight: int) -> None:
+        """Bind a closure by its first and last candidates j0 < j1 (distinct keys), the subsets of
+        the candidates between them listed when a match is emitted."""
+        keyl = c.keyl
+        ia, ib = bisect_right(keyl, keyl[j0], j0, j1), bisect_left(keyl, keyl[j1], j0, j1)
+        smin, smax = max(0, lo - 2), (None if hi is None else hi - 2)
+        n = subset_count(c, ia, ib, smin, smax)
+        if n:
+            self.expand.append((self.chain.vars[i], n, partial(_framed, c, ia, ib, smin, smax, (c.rowl[j0],),
+                                                               (c.rowl[j1],))))
+            try:
+                self.bind(s, i, (c.rowl[j0], c.rowl[j1]), keyl[j0], keyl[j1], lo_all, hi_all, weight * n)
+            finally:
+                self.expand.pop()
+
+    def _list_pairs(self, s: int, i: int, c: Cands, a: int, b: int, lo: int, hi: int | None):
+        """The trigger closure at step s (the first) and the spread step after it, vectorized over
+        the closure's candidates in [a, b): every single event and every (first, last) pair within
+        the window with at most ``_BETWEEN_AT_MOST`` candidates of distinct keys between them is
+        bound, its subsets between listed from bit masks, and the matches handed to the sink as
+        one block. The other pairs, as (first, last), are left to ``_pair``; None (nothing done)
+        when the pairs are too many to hold at once."""
+        w = self.w
+        keys = c.keys[a:b]
+        m = b - a
+        # per last event j1: first events at [start, equal) (keys within the window, below its own)
+        start = np.searchsorted(keys, keys - w, "left")
+        equal = np.searchsorted(keys, keys, "left")
+        width = np.maximum(equal - start, 0) if (hi is None or hi >= 2) else np.zeros(m, np.int64)
+        total = int(width.sum())
+        if total > _LISTED_AT_ONCE:
+            return None
+        last = np.repeat(np.arange(m), width)
+        first = np.arange(total) - np.repeat(np.cumsum(width) - width, width) + np.repeat(start, width)
+        # the candidates strictly between a pair's keys are [lower, upper); a tie among them (two
+        # rows of one key, of which a subset takes one) leaves the pair to ``_pair``
+        lower, upper = np.searchsorted(keys, keys[first], "right"), equal[last]
+        between = upper - lower
+        ties = np.cumsum(np.r_[0, keys[1:] == keys[:-1]])  # ties[k]: rows before k+1 equal to the one before
+        many = between >= 2
+        tied = np.zeros(total, bool)
+        tied[many] = ties[upper[many] - 1] > ties[lower[many]]
+        listed = (between <= _BETWEEN_AT_MOST) & ~tied
+        rest = [(x + a, y + a) for x, y in zip(first[~listed].tolist(), last[~listed].tolist())]
+        first, last, lower, between = first[listed], last[listed], lower[listed], between[listed]
+        if lo <= 1:  # the single events, as pairs of one event with nothing between
+            first, last = np.concatenate([np.arange(m), first]), np.concatenate([np.arange(m), last])
+            lower = np.concatenate([np.zeros(m, np.int64), lower])
+            between = np.concatenate([np.full(m, -1, np.int64), between])
+        self.spend(PYTHON_STEP_COST * len(first))
+        # the spread step's range for each binding (``step``'s bounds with the closure bound)
+        spread = self.cands[self.steps[s + 1]]
+        ek = spread.keys
+        k0, k1 = keys[first], keys[last]
+        top = np.minimum(np.searchsorted(ek, k0 + w, "right"), spread.n)
+        if i in self.upper[s + 1]:
+            top = np.minimum(top, np.searchsorted(ek, k0, "left"))
+        bottom = np.searchsorted(ek, k1 - w, "left")
+        if i in self.lower[s + 1]:
+            bottom = np.maximum(bottom, np.searchsorted(ek, k1, "right"))
+        count = np.maximum(top - bottom, 0)
+        keep = count > 0
+        if not keep.any():
+            return rest
+        first, last, lower, between, bottom, count = (x[keep] for x in (first, last, lower, between, bottom, count))
+        # the closure's sequences, grouped by the candidates between (-1: a single event): first,
+        # then the subset a mask picks among those between, then last
+        rows = c.rows[a:b]
+        smin, smax = max(0, lo - 2), (_BETWEEN_AT_MOST if hi is None else hi - 2)
+        n_seq = np.zeros(len(first), np.int64)
+        base = np.zeros(len(first), np.int64)
+        flats, lengths = [], []
+        made = 0
+        for g in np.unique(between).tolist():
+            idx = np.flatnonzero(between == g)
+            if g < 0:
+                grid, picked = rows[first[idx]][:, None, None], np.ones((1, 1), bool)
+            else:
+                masks = (np.arange(1 << g)[:, None] >> np.arange(g)) & 1 == 1
+                masks = masks[(masks.sum(1) >= smin) & (masks.sum(1) <= smax)]
+                if not len(masks):
+                    continue
+                inner = rows[np.minimum(lower[idx][:, None] + np.arange(g), m - 1)]
+                grid = np.concatenate([rows[first[idx]][:, None], inner, rows[last[idx]][:, None]], 1)[:, None, :]
+                picked = np.concatenate([np.ones((len(masks), 1), bool), masks, np.ones((len(masks), 1), bool)], 1)
+            k = len(picked)
+            grid = np.broadcast_to(grid, (len(idx), k, grid.shape[2]))
+            flats.append(grid[np.broadcast_to(picked, grid.shape)])
+            lengths.append(np.tile(picked.sum(1), len(idx)))
+            n_seq[idx] = k
+            base[idx] = made + np.arange(len(idx)) * k
+            made += len(idx) * k
+        per = count * n_seq  # matches per binding: its spread events times its sequences
+        size = int(per.sum())
+        if not size:
+            return rest
+        self.spend(PYTHON_STEP_COST * (made + size))
+        if self.sink.max is not None and self.sink.n + size > self.sink.max:
+            raise too_many(self.sink.max)
+        owner = np.repeat(np.arange(len(per)), per)
+        local = np.arange(size) - np.repeat(np.cumsum(per) - per, per)
+        own_seq = n_seq[owner]
+        ids = base[owner] + local % own_seq
+        at = bottom[owner] + local // own_seq
+        offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths))])
+        self.sink.add_block(self.chain, self.binding, self.vars[s + 1], spread.rows[at], self.vars[s], ids,
+                            np.concatenate(flats).astype(np.int64, copy=False), offsets)
+        return rest
 
     # ------------------------------------------------------------ closures with iteration conditions
     def _first_ok(self, i: int, row) -> bool:
@@ -632,6 +776,8 @@ ARRAY_LISTING = True  # False: every first event bound and listed as row tuples 
 _SAFE = 1 << 61  # keys, windows and sizes below this keep int64 arithmetic exact
 _LISTED_AT_ONCE = 1 << 20  # matches or rows of one trigger listed before the budget is asked
 _EXACT = 1 << 52  # sizes counted in floating point are exact below this
+_PAIRS_AT_LEAST = 16  # candidates of a trigger closure below which binding pair by pair costs less than numpy's calls
+_BETWEEN_AT_MOST = 4  # candidates between a pair's first and last events whose subsets come from bit masks
 
 
 # ---------------------------------------------------------------- subsets of a candidate range

@@ -292,28 +292,44 @@ class PatternSink:
         """``n`` matches that need neither keeping nor deduplication (counted Kleene closures)."""
         self.n += n
 
-    def finish(self) -> tuple[int, MatchColumns | None]:
-        """(number of matches, the matches column-wise or None when counting)."""
-        if self.counting:
-            n = self.n
-            for key, mats in self.blocks.items():  # only deduplicated varsets are kept when counting
-                n += len(np.unique(np.concatenate(mats), axis=0))
-            return n, None
-        parts = []
+    def finish(self, columns: bool = False) -> tuple[int, list | MatchColumns | None]:
+        """(number of matches, the matches in ``reference_matches``' format or None when counting);
+        ``columns``: the matches as ``MatchColumns`` instead (no tuple per match)."""
+        if columns and not self.counting:
+            return self._columns()
+        out = [] if not self.counting else None
+        n = 0 if not self.counting else self.n
         for key, mats in self.blocks.items():
             m = np.concatenate(mats) if len(mats) > 1 else mats[0]
             if key in self.shared:
                 m = np.unique(m, axis=0)
-            parts.append((sorted(key), m))
+                if self.counting:
+                    n += len(m)
+                    continue
+            if not self.counting:
+                names = sorted(key)
+                out.extend(tuple(zip(names, r)) for r in m.tolist())
+        if not self.counting:
+            n = len(out)
+            if self.max is not None and n > self.max:
+                raise too_many(self.max)
+        return n, out
+
+    def _columns(self) -> tuple[int, MatchColumns]:
+        parts = []  # (variables in order, a row of each per match)
+        for key, mats in self.blocks.items():
+            m = np.concatenate(mats) if len(mats) > 1 else mats[0]
+            parts.append((sorted(key), np.unique(m, axis=0) if key in self.shared else m))
         n = sum(len(m) for _, m in parts)
         if self.max is not None and n > self.max:
             raise too_many(self.max)
-        # a variable an alternative does not bind is ABSENT in its matches
-        rows = {v: np.full(n, ABSENT, np.int64) for v in sorted({v for names, _ in parts for v in names})}
+        rows: dict = {}
         at = 0
         for names, m in parts:
-            for i, v in enumerate(names):
-                rows[v][at:at + len(m)] = m[:, i]
+            for j, var in enumerate(names):
+                if var not in rows:
+                    rows[var] = np.full(n, ABSENT, np.int64)
+                rows[var][at:at + len(m)] = m[:, j]
             at += len(m)
         return n, MatchColumns(n, rows, {}, {})
 

@@ -20,8 +20,10 @@ from matchrec.planner.cer.plan import FILTER_COVER, MECHANISMS, NO_WINDOW, CerPl
 from matchrec.planner.cer.resolve import resolve_query
 
 
-def plan_query(duck: duckdb.DuckDBPyConnection, q: S.CerQuery, settings: CerSettings, mechanisms) -> CerPlan:
-    plan = resolve_query(duck, q, settings)
+def plan_query(duck: duckdb.DuckDBPyConnection, q: S.CerQuery, settings: CerSettings, mechanisms,
+               columns: dict | None = None, rowid: bool | None = None) -> CerPlan:
+    """The whole plan (``columns`` and ``rowid``: the source's schema and rowid, when known)."""
+    plan = resolve_query(duck, q, settings, columns, rowid)
     # a forced mechanism needs no costs: the conditions' selectivity (a sample's random bindings, most
     # of planning) serves only them, so it is left out unless EXPLAIN shows it
     with_costs = settings.mechanism == "auto" or bool(q.explain)

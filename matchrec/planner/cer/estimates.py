@@ -19,7 +19,8 @@ from matchrec.planner.cer.resolve import _Resolver
 
 def gather_stats(duck: duckdb.DuckDBPyConnection, plan: CerPlan, conditions: bool = True) -> None:
     """Fill ``plan.stats``; without ``conditions`` the conditions' selectivity is not estimated
-    (it serves only the mechanism's cost), and no sample is read when no element has a filter."""
+    (it serves only the mechanism's cost), and no sample is read when no element has a filter
+    and there is no condition to estimate."""
     q, st = plan.query, plan.stats
     src = q.source
     type_expr = plan.type_sql or "NULL"
@@ -39,8 +40,9 @@ def gather_stats(duck: duckdb.DuckDBPyConnection, plan: CerPlan, conditions: boo
             f"SELECT count(*), sum(hi - lo) FROM (SELECT min({plan.key_sql}) AS lo, max({plan.key_sql}) AS hi "
             f"FROM {src} WHERE {plan.key_sql} IS NOT NULL GROUP BY {quote(plan.partition_column)})").fetchall()[0]
         st.parts, st.part_span = int(parts or 0), int(span or 0)
-    if not conditions and not plan.filter_sql:
+    if (not conditions or not q.conditions) and not plan.filter_sql:
         # without a filter every event of an element's type is its candidate: a sample would say 1.0
+        # (and with no condition either it has nothing else to estimate)
         for var, e in q.elements.items():
             st.filter_selectivity[var] = 1.0
             st.estimates[var] = float(st.total if e.type is None else st.types.get(e.type, (0, 0, 0))[0])

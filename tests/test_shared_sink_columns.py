@@ -1,0 +1,46 @@
+"""The shared operator's sink handing its matches over column-wise (``PatternSink.finish(True)``,
+what one statement's batch run gives the result builder) against the tuples it lists otherwise:
+random blocks of matches over several sets of variables, some deduplicated, and a table built from
+each through the same result builder."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from matchrec.errors import OperationalError
+from matchrec.operators import cer_shared as O
+from matchrec.operators.cer_columns import from_tuples
+
+
+def _sink(rng: random.Random, max_matches=None) -> O.PatternSink:
+    varsets = [tuple(sorted(rng.sample("abcd", rng.randint(1, 3)))) for _ in range(rng.randint(1, 4))]
+    shared = {frozenset(v) for v in varsets if rng.random() < 0.5}
+    sink = O.PatternSink(False, max_matches, shared)
+    for _ in range(rng.randint(0, 8)):
+        names = list(rng.choice(varsets))
+        rng.shuffle(names)  # the units bind their variables in their own order
+        m = rng.randint(0, 6)
+        sink.add(names, [[rng.randint(0, 9) for _ in range(m)] for _ in names])
+    return sink
+
+
+def test_columns_equal_the_tuples():
+    for seed in range(400):
+        rng = random.Random(seed)
+        state = rng.getstate()
+        n_cols, cols = _sink(rng).finish(True)
+        rng.setstate(state)
+        n_tuples, tuples = _sink(rng).finish()
+        assert n_cols == n_tuples == len(cols), f"seed {seed}"
+        assert sorted(cols.tuples()) == sorted(tuples), f"seed {seed}"
+        a, b = cols.ordered(), from_tuples(tuples).ordered()
+        assert a.variables == b.variables and a.tuples() == b.tuples(), f"seed {seed}"
+
+
+def test_columns_keep_the_match_limit():
+    sink = O.PatternSink(False, 3, set())
+    sink.blocks[frozenset("ab")] = [np.arange(8, dtype=np.int64).reshape(4, 2)]
+    with pytest.raises(OperationalError):
+        sink.finish(True)
