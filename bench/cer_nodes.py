@@ -192,7 +192,8 @@ def datasets_bench(args) -> int:
     procs, uris = start_nodes(args.data_dir, shaped)
     lines = [f"\n## CER statements over storage nodes, every pull strategy and the push-pull baseline: "
              f"`python -m bench.cer_nodes --data {args.data} --rows {args.rows} --rate-mbit {args.rate_mbit} "
-             f"--kinds '{args.kinds}'`\n",
+             f"--kinds '{args.kinds}'" + (f" --max-steps {args.max_steps}" if args.max_steps else "")
+             + (f" --max-memory-mb {args.max_memory_mb}" if args.max_memory_mb else "") + "`\n",
              f"- 3 storage nodes (separate processes), link: {link}; rows spread at random (`matchrec load`)",
              f"- CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores (shared with other "
              f"work while measuring); Python {platform.python_version()}, DuckDB {duckdb.__version__}",
@@ -212,6 +213,11 @@ def datasets_bench(args) -> int:
             load(uris, "ev", "SELECT * FROM ev", src, "random")  # replaces the last dataset's table
             local = matchrec.connect(src)
             remote = matchrec.connect(storage_nodes=uris, node_timeout=600)
+            for con in (local, remote):  # the local run is the oracle: both match under the same budgets
+                if args.max_steps:
+                    con.cursor().execute(f"SET matchrec_max_steps = {args.max_steps}")
+                if args.max_memory_mb:
+                    con.cursor().execute(f"SET matchrec_max_memory_mb = {args.max_memory_mb}")
             session = remote.session
             for kind, sql in DATASET_QUERIES[name][1]:
                 if kind not in args.kinds.split(","):
@@ -306,6 +312,10 @@ def main(argv=None) -> int:
     ap.add_argument("--kinds", default="rare,no help", help="which statements of each dataset: rare, no help")
     ap.add_argument("--data-dir", default="bench/.data")
     ap.add_argument("--out", default="bench/RESULTS.md", help="where the section is appended ('': print only)")
+    ap.add_argument("--max-steps", type=int, default=0,
+                    help="the storage benchmark: SET matchrec_max_steps on the local and the compute connection "
+                         "(0: the default; a no-help statement over 10 M events needs more)")
+    ap.add_argument("--max-memory-mb", type=int, default=0, help="likewise SET matchrec_max_memory_mb")
     args = ap.parse_args(argv)
     names = args.data.split(",")
     if any(n not in ("generated",) + tuple(DATASET_QUERIES) for n in names):
