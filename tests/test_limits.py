@@ -309,3 +309,20 @@ def test_ctrl_c_still_reaches_statements_after_in_process_flight_servers(cur):
     with pytest.raises(KeyboardInterrupt):
         cur.execute(ALTERNATION)
     sender.join()
+
+
+def test_a_signal_its_statement_did_not_serve_never_reaches_the_next_statement():
+    # Under load the thread serving the wakeup descriptor can run late: a Ctrl-C written while
+    # one statement ran must not be served after it ended, when it would interrupt the next one
+    import duckdb
+    from matchrec.engine import interrupts
+    duck = duckdb.connect()
+    with interrupts._serving:  # the serving thread is late: it cannot take the signal yet
+        with interrupts.forwarding(duck):
+            assert interrupts._target is duck
+            interrupts._writer.send(bytes([signal.SIGINT]))  # what the C-level handler writes
+    # the statement has ended; the thread may serve now
+    with interrupts.forwarding(duck):
+        time.sleep(0.3)
+        assert duck.execute("SELECT 42").fetchall() == [(42,)]
+    assert not work._main["interrupted"]

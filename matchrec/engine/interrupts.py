@@ -31,23 +31,43 @@ _target = None  # the DuckDB connection of the statement running in the main thr
 _depth = 0
 
 
+_serving = threading.RLock()  # held while a signal is served, and while a statement's end drains its signals
+
+
 def _listen(reader: socket.socket) -> None:
     while True:
         try:
             select.select([reader], [], [])
-            data = reader.recv(512)
         except (OSError, ValueError):
             return
-        if not data:
+        with _serving:
+            try:
+                data = reader.recv(512)
+            except BlockingIOError:
+                continue  # the statement it came in ended meanwhile and drained it (``_drain``)
+            except (OSError, ValueError):
+                return
+            if not data:
+                return
+            if signal.SIGINT in data:
+                work.interrupt_main()
+                target = _target
+                if target is not None:
+                    try:
+                        target.interrupt()
+                    except Exception:  # noqa: BLE001 - a closed connection has nothing left to stop
+                        pass
+
+
+def _drain() -> None:
+    """Drop the signals written for a statement that has ended: under load the thread may not have
+    served them yet, and served late they would interrupt the connection's next statement."""
+    while True:
+        try:
+            if not _reader.recv(512):
+                return
+        except (BlockingIOError, OSError, ValueError):
             return
-        if signal.SIGINT in data:
-            work.interrupt_main()
-            target = _target
-            if target is not None:
-                try:
-                    target.interrupt()
-                except Exception:  # noqa: BLE001 - a closed connection has nothing left to stop
-                    pass
 
 
 def _start() -> None:
@@ -55,7 +75,7 @@ def _start() -> None:
     if _reader is None:
         _reader, _writer = socket.socketpair()
         _writer.setblocking(False)
-        _reader.setblocking(True)
+        _reader.setblocking(False)  # the thread waits in select; a statement's end drains it (``_drain``)
         threading.Thread(target=_listen, args=(_reader,), name="matchrec-interrupts", daemon=True).start()
 
 
@@ -97,5 +117,7 @@ def forwarding(duck):
     try:
         yield
     finally:
-        _target, _depth = None, 0
-        signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(-1)  # first: no signal written after the drain below
+        with _serving:
+            _drain()
+            _target, _depth = None, 0
