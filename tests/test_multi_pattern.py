@@ -389,7 +389,9 @@ def test_optimiser_never_worse_than_its_start_and_within_budget(share, reorder):
     assert info.cost <= info.start_cost and model.cost(plan) == pytest.approx(info.cost)
     want = ["exact order per unit"] if reorder and not share else ["simulated annealing", "tabu search"]
     got = [m for m, _, _ in info.details]
-    assert got == want[:len(got)] and got  # (tabu search runs when annealing left it time)
+    assert got == want[:len(got)]  # (tabu search runs when annealing left it time)
+    # no search at all only when preparing it took the whole budget (a loaded machine's stall)
+    assert got or info.seconds >= budget, info
     for u, order in enumerate(plan.orders):
         assert sorted(order) == list(range(6))
     if reorder:
