@@ -507,13 +507,15 @@ def test_rounds_decide_alike_when_the_measured_node_time_varies(monkeypatch):
     seen = {}
 
     def with_cost(cost_ratio):  # B's whole cost over its expected saving, the scan as if measured
-        def skip(src, name, round_bytes, own, final_in, row_bytes, candidates_in=0.0, busy=0.0, previous=None):
+        def skip(src, name, round_bytes, own, final_in, row_bytes, candidates_in=0.0, busy=0.0, previous=None,
+                 removed=None):
             if name == "B":
-                saving = dual.removable(final_in, candidates_in) * (1 - own) * row_bytes / src.bandwidth
+                kept_out = dual.removable(final_in, candidates_in) * (1 - own) if removed is None else final_in * removed
+                saving = kept_out * row_bytes / src.bandwidth
                 fixed = src.rtt + round_bytes / src.bandwidth
                 seen["B"] = saving > fixed
                 busy = max(saving * cost_ratio - fixed, 0.0)
-            return plain(src, name, round_bytes, own, final_in, row_bytes, candidates_in, busy, previous)
+            return plain(src, name, round_bytes, own, final_in, row_bytes, candidates_in, busy, previous, removed)
         monkeypatch.setattr(dual, "skip_round", skip)
         stats = PullStats()
         got = dual.DualFiltering(source).pull("ev", "dfs", ["id", "ts", "type"], where, ip, "auto", stats)
@@ -612,3 +614,55 @@ def test_one_watcher_thread_asks_for_every_running_request_and_never_after_one_e
             gone.set()
             service._cursor().execute("SELECT sum(i * i % 7) FROM range(20000000000) t(i)").fetchall()
     assert time.perf_counter() - started < 5
+
+
+def _jobs_source(late_share: float, seed: int = 3):
+    """Three in-process shards of jobs (the cluster trace's shape): each job's SUBMIT, its
+    SCHEDULE 20 units later, or ``late_share`` of them 5,000 later (outside the window), and an
+    outcome 3,000 after that; jobs arrive every 10 units. The plan is SEQ(SUBMIT s, SCHEDULE c)
+    PARTITION BY job WITHIN 600."""
+    from matchrec.planner.intervals import IntervalPlan, VariableIntervals
+    rng = np.random.default_rng(seed)
+    jobs = 12000
+    start = np.arange(jobs) * 10
+    late = rng.random(jobs) < late_share
+    sched = start + np.where(late, 5000, 20)
+    data = pa.table({"job": np.tile(np.arange(jobs), 3), "ts": np.concatenate([start, sched, sched + 3000]),
+                     "type": np.repeat(["SUBMIT", "SCHEDULE", "FINISH"], jobs)})
+    shard_of = rng.integers(0, 3, data.num_rows)
+    cons = []
+    for k in range(3):
+        c = duckdb.connect()
+        c.register("data", data.filter(pa.array(shard_of == k)))
+        c.execute("CREATE TABLE ev AS SELECT * FROM data")
+        cons.append(c)
+    source = _Shards(cons, data.schema).source
+    source.bandwidth, source.rtt = 1.25e6, 0.0005
+    variables = [VariableIntervals(0, "S", "type = 'SUBMIT'", 0, 600),
+                 VariableIntervals(1, "C", "type = 'SCHEDULE'", 600, 0)]
+    where = "type IN ('SUBMIT', 'SCHEDULE')"
+    return source, IntervalPlan("ts", "ts", 600, ["job"], variables, where), where
+
+
+@pytest.mark.parametrize("late_share, pays", [(0.0, False), (0.6, True)])
+def test_rounds_over_partitions_are_tried_on_a_sample_of_whole_partitions(late_share, pays):
+    """Where every SCHEDULE follows its job's SUBMIT, no round can remove a row, though the
+    candidates look sparse on the jobs' time lines (a random spread would say a round removes
+    most SCHEDULEs): the nodes sample whole partitions and the round is tried on the sample.
+    When most SCHEDULEs come too late, the same round pays and is made."""
+    import matchrec.connectors.dual_filtering as dual
+    from matchrec.connectors.source import PullStats
+    source, ip, where = _jobs_source(late_share)
+    st = source.stats("ev", [v.condition for v in ip.variables] + [where], "ts", ["job"], sample=True)
+    assert st.sample.complete and 300 < len(st.sample.t) <= 24000 // 4  # a quarter of the jobs (12,000 rows a node)
+    per_job = np.unique(st.sample.pk, return_counts=True)[1]
+    assert (per_job == 2).all()  # both rows of every sampled job, from whichever nodes hold them
+    stats = PullStats()
+    got = dual.DualFiltering(source).pull("ev", "dfs", ["job", "ts", "type"], where, ip, "auto", stats)
+    assert (len(stats.candidates) > 0) == pays, stats.rounds_skipped
+    want = source.pull_rows("ev", ["job", "ts", "type"], where)
+    keep = lambda t: sorted(zip(t.column("job").to_pylist(), t.column("ts").to_pylist()))  # noqa: E731
+    if pays:
+        assert set(keep(got)) < set(keep(want))
+    else:
+        assert keep(got) == keep(want)

@@ -143,15 +143,21 @@ _KEPT_CHOICES = 4096  # round identities a source remembers (the oldest are forg
 
 
 def skip_round(source: Source, name, round_bytes, own, final_in, row_bytes, candidates_in: float = 0.0,
-               busy: float = 0.0, previous: bool | None = None) -> str | None:
+               busy: float = 0.0, previous: bool | None = None, removed: float | None = None) -> str | None:
     """Why one more round for ``name`` would not pay off (Eq. 2-4 in spirit), or None: its
     traffic, round trip and the nodes' own time for it (``busy``: the scan every round makes,
     which the final pull makes anyway) against the final-pull rows it is expected to remove
     (those in the part of the set no candidate of ``name`` lies near). ``previous``: whether the
-    same round was made the last time this statement ran (None: not seen); see ROUND_MARGIN."""
+    same round was made the last time this statement ran (None: not seen); see ROUND_MARGIN.
+    ``removed``: the fraction of ``final_in`` the round removes, when a sample of whole
+    partitions could try it out (else it is estimated from ``own``, the chance that a row lies
+    near one of the round's candidates, as if they were spread at random)."""
     bw = source.bandwidth or 1e9
     cost = source.rtt + busy + round_bytes / bw
-    benefit = removable(final_in, candidates_in) * (1 - own) * row_bytes / bw
+    if removed is not None:
+        benefit = final_in * removed * row_bytes / bw
+    else:
+        benefit = removable(final_in, candidates_in) * (1 - own) * row_bytes / bw
     if previous is None:
         threshold = cost - busy + busy / ROUND_MARGIN
     else:
@@ -367,8 +373,10 @@ class DualFiltering:
                     identity = statement_key + (i, again, tuple(made))
                     previous, least = source.round_choices.get(identity, (None, busy))
                     scan = min(busy, least)
+                    # in partitions, where rows lie is not random: try the round on the sample
+                    tried = sample.removed_by(i, tis, quantum, v.before, v.after) if sample is not None else None
                     why = skip_round(source, v.name, round_bytes, own, final_in, row_bytes, candidates_in, scan,
-                                     previous)
+                                     previous, tried)
                     remember_choice(source.round_choices, identity, (why is None, scan))
                 if why:
                     stats.rounds_skipped.append(why)

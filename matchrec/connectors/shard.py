@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import threading
 import time
@@ -50,6 +51,7 @@ from matchrec.parser.names import quote_ident
 DEFAULT_MAX_PAYLOAD_MB = 256
 JOIN_INTERVALS_PER_PARTITION = 16  # at most this many per partition hash, a time set is joined in the scan
 SAMPLE_ROWS = 5000  # rows per node the statistics and the cost model are estimated from
+SAMPLE_PARTITIONS = 32  # whole partitions a node's sample must expect to hold to be taken by partition
 MAX_PROBE_BYTES = 16 << 20  # filler one bandwidth probe may ask for
 KEPT_STATS_REPLIES = 256  # statistics answers a storage node keeps per table version
 
@@ -260,18 +262,37 @@ class ShardService:
         marking = (f"SELECT {', '.join(cols)}, {pk} AS {H.PARTITION_HASH}, {key} AS {H.KEY}, "
                    f"CAST({bits} AS BIGINT) AS {H.MARKS}, "
                    f"{key} IS NOT NULL AND coalesce(({final}), false) AS {H.FINAL} FROM ")
-        if isinstance(rows, str):
-            sample = cur.sql(marking + rows).to_arrow_table()
-        else:  # the kept rows under the table's own name, so the fragments read them as they read the table
+
+        def marked(rows) -> pa.Table:
+            if isinstance(rows, str):
+                return cur.sql(marking + rows).to_arrow_table()
+            # the kept rows under the table's own name, so the fragments read them as they read the table
             view = H.ids_view(id(rows))
             cur.register(view, rows)
             try:
-                sample = cur.sql(f"{marking}{view} AS {table}").to_arrow_table()
+                return cur.sql(f"{marking}{view} AS {table}").to_arrow_table()
             finally:
                 cur.unregister(view)
+
+        sample = marked(rows)
         marks = [H.PARTITION_HASH, H.KEY, H.MARKS, H.FINAL]
         per_row = sample.drop_columns(marks).nbytes / sample.num_rows if sample.num_rows else 0.0
         out = {f"c{i}": [counts[i]] for i in range(len(conds))}
+        mod = 1 << max(0, math.ceil(math.log2(max(n / SAMPLE_ROWS, 1)))) if n else 0
+        if req.get("sample") and req.get("partition_sql") and mod and (parts or 0) >= SAMPLE_PARTITIONS * mod:
+            # Where a round's intervals fall depends on the other rows of the same partition
+            # (a job's SCHEDULE follows its SUBMIT), which a row sample almost never holds when
+            # partitions are many: sample whole partitions instead, those whose hash has its low
+            # log2(mod) bits clear. Every node applies the same rule, so the compute node joins
+            # the nodes' samples into complete partitions (at the largest node's ``mod``). With
+            # few, long partitions that would be a handful of them: the row sample stays.
+            whole = kept.get(("partition sample", pk, mod))
+            if whole is None:
+                whole = f"(SELECT * FROM {table} WHERE ({pk} & {mod - 1}) = 0)"
+                if self.kept_stats is not None:
+                    whole = kept[("partition sample", pk, mod)] = cur.sql(f"SELECT * FROM {whole}").to_arrow_table()
+            sample = marked(whole)
+            out["sample_mod"] = [mod]
         if req.get("sample"):
             got = sample.select(marks[:3]).filter(sample.column(H.FINAL))
             cols = [got.column(c).to_numpy().astype(np.int64) for c in marks[:3]]

@@ -99,10 +99,20 @@ class Sample:
 
     def __init__(self, parts: list[pa.Table], max_bytes: int):
         cols = [[], [], []]
+        # Nodes that sample whole partitions (``sample_mod``: those whose hash is 0 modulo it)
+        # may differ in the modulus; at the largest one every node's rows of a sampled
+        # partition are present, so a round can be tried out on the sample (``complete``).
+        mods = [p.column("sample_mod")[0].as_py() for p in parts if "sample_mod" in p.column_names]
+        self.complete = bool(parts) and len(mods) == len(parts)
+        mod = max(mods) if self.complete else 1
         for p in parts:
             if "sample" in p.column_names and p.column("sample")[0].as_py():
                 pk, t, m = unpack(p.column("sample")[0].as_py(), max_bytes, 3)
-                for c, x in zip(cols, (np.cumsum(pk), np.cumsum(t), m)):
+                pk, t = np.cumsum(pk), np.cumsum(t)
+                if mod > 1:
+                    keep = (pk & (mod - 1)) == 0
+                    pk, t, m = pk[keep], t[keep], m[keep]
+                for c, x in zip(cols, (pk, t, m)):
                     c.append(x)
         self.pk, self.t, self.m = (np.concatenate(c) if c else np.zeros(0, np.int64) for c in cols)
 
@@ -111,6 +121,23 @@ class Sample:
         pick = np.ones(len(self.t), bool) if variable is None else (self.m >> variable) & 1 == 1
         n = int(pick.sum())
         return (float(tis.contains(self.pk[pick], self.t[pick]).mean()) if n else 0.0), n
+
+    def removed_by(self, variable: int, tis: IntervalSet | None, quantum: int, before: int,
+                   after: int, pk_shift: int = 0) -> float | None:
+        """The fraction of the sampled rows inside ``tis`` (all without one) that a round of
+        ``variable`` would remove: those no candidate of it in the same partition lies near
+        (partitions known by their hash shifted right by ``pk_shift``, as the round's set knows
+        them). None when the sample cannot tell (not whole partitions, or too few rows inside)."""
+        if not self.complete:
+            return None
+        pk = self.pk >> pk_shift
+        inside = tis.contains(pk, self.t) if tis is not None else np.ones(len(self.t), bool)
+        n = int(inside.sum())
+        if n < 30:
+            return None
+        own = (self.m >> variable) & 1 == 1
+        near = IntervalSet.around_slots(pk[own], self.t[own] // quantum, quantum, before, after)
+        return 1.0 - int((inside & near.contains(pk, self.t)).sum()) / n
 
 
 @dataclass

@@ -523,8 +523,12 @@ def shared_rounds(remote, table: str, columns: list[str], ips: list, where: str 
             else:
                 reach = max(u.variable.before + u.variable.after for u in served) + quantum
                 own = 1 - math.exp(-counts[c] / span * reach)
+                tried = None  # in partitions, rows do not lie at random: try the round on the sample
+                if estimate is not None and st.sample is not None:
+                    tried = st.sample.removed_by(c, interest, quantum, max(u.variable.before for u in served),
+                                                 max(u.variable.after for u in served), 32 - (bits or 32))
                 why = skip_round(remote, name, counts[c] * coverage * per_candidate, own,
-                                 final_rows * coverage, st.row_bytes)
+                                 final_rows * coverage, st.row_bytes, removed=tried)
             if why:
                 stats.rounds_skipped.append(why)
                 continue
