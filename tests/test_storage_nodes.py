@@ -313,6 +313,13 @@ def test_cli_storage_node_and_load(tmp_path):
         bad = subprocess.run([sys.executable, "-m", "matchrec", "load", "--nodes", "grpc://127.0.0.1:1",
                               "--table", "events", "--from", str(src)], capture_output=True, text=True, timeout=120)
         assert bad.returncode != 0 and "Error" in bad.stderr and "Traceback" not in bad.stderr
+        # the node keeps its tables' catalogue entries and statistics until its own loads forget
+        # them: no other process may change (or even read) the file behind it while it serves
+        for mode in ("", ", read_only=True"):
+            other = subprocess.run([sys.executable, "-c", f"import duckdb; duckdb.connect({str(tmp_path / 'cli.duckdb')!r}"
+                                    f"{mode}).execute('DELETE FROM events')"], capture_output=True, text=True,
+                                   timeout=120)
+            assert other.returncode != 0 and "lock" in other.stderr, other.stderr
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)

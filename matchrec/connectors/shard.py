@@ -93,7 +93,8 @@ class ShardService:
         # table version's statistics: a statement's first request then scans only for conditions
         # no earlier statement counted
         self.kept_stats = StatsCache() if keep_stats else None
-        # and, when it alone changes its tables (``forget`` after each load or index build), each
+        # and, when it alone changes its tables (``forget`` after each load or index build; a node
+        # process holds its DuckDB file's lock, which DuckDB refuses every other process), each
         # table's catalogue entry: two catalogue queries a request cost more than an index lookup
         self._catalog: dict[str, tuple] | None = {} if keep_catalog else None
         self._catalog_lock = threading.Lock()
