@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from matchrec import budget as work
 from matchrec.engine.cer_read import filter_join, needed_columns, read_events, register_intervals
-from matchrec.engine.cer_result import build_result
+from matchrec.engine.cer_result import build_result, count_table
 from matchrec.engine.mechanisms import mechanisms
 from matchrec.engine.multi_group import evaluate_read
 from matchrec.errors import OperationalError
@@ -84,7 +84,7 @@ def _execute(duck: duckdb.DuckDBPyConnection, query: S.CerQuery, settings: CerSe
                 if len(events) else []
     if query.returns == "count":
         run.info["matches"] = n
-        result = pa.table({"count": pa.array([n], pa.int64())})
+        result = count_table(n)
     else:
         if len(matches) > settings.max_matches:
             raise OperationalError(f"The pattern has more than {settings.max_matches} matches; raise SET "

@@ -21,6 +21,19 @@ from matchrec.parser import sase as S
 from matchrec.planner import cer as P
 
 
+BIGINT_MAX = (1 << 63) - 1
+
+
+def count_table(n: int) -> pa.Table:
+    """COUNT(*)'s one-row result. Counts are exact Python integers (a Kleene closure under
+    skip-till-any-match has a number of matches exponential in its window); COUNT(*) is a BIGINT, as
+    in DuckDB and Trino, so a larger one is an error rather than a wrapped or rounded number."""
+    if n > BIGINT_MAX:
+        raise DataError(f"COUNT(*) is {n:.3e}, more than a BIGINT holds (9.2e18): the pattern has that many matches. "
+                        "Narrow the WITHIN window or bound the Kleene closure (e.g. b+{1,3}) to count fewer")
+    return pa.table({"count": pa.array([n], pa.int64())})
+
+
 def _indices(idx: np.ndarray) -> pa.Array:
     """Take indices, NULL where the variable is unbound."""
     absent = idx == ABSENT

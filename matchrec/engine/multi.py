@@ -51,6 +51,7 @@ import pyarrow as pa
 
 from matchrec.engine import cer as E
 from matchrec.engine import interrupts
+from matchrec.engine.cer_result import count_table
 from matchrec.engine.multi_group import SLICE_EVENTS, Statement, _Group, evaluate_read  # a group: read, classes, evaluation
 from matchrec.errors import Error, check_text
 from matchrec.operators.cer_mechanisms import collector_paused
@@ -232,7 +233,7 @@ class _Run:
 
     def result(self, item: Statement) -> pa.Table:
         if item.query.returns == "count":
-            table = pa.table({"count": pa.array([item.count], pa.int64())})
+            table = count_table(item.count)
             # Every count comes back from DuckDB with the same schema: learn it once and build the
             # other tables with it (a round trip per statement cost about a millisecond).
             if self._count_schema is None:

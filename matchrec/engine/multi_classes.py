@@ -17,7 +17,7 @@ from matchrec.operators.cer_reference import alternatives
 from matchrec.parser import sase as S
 from matchrec.planner import cer as P
 from matchrec.planner import sharing as SH
-from matchrec.planner.cer.choice import closures_between_singles
+from matchrec.planner.cer.choice import KLEENE_NOT_COUNTED, closures_counted
 from matchrec.planner.cer_vector import VectorColumns, compile_condition
 
 
@@ -133,8 +133,8 @@ def countable(item, classes: ElementClasses) -> str:
         return "Kleene closure in OR / AND"
     chain = chains[0]
     kvars = {e.var for e in chain if e.kleene is not None}
-    if not closures_between_singles(chain):
-        return "Kleene closure not between two single events"
+    if not closures_counted(chain, set().union(*(c.vars for c in item.conds))):
+        return KLEENE_NOT_COUNTED
     if any(c.vars & kvars for c in item.conds):
         return "Kleene closure read by a condition"
     return ""

@@ -109,13 +109,21 @@ class Neg:
 class Kleene:
     """A Kleene element counted, not bound: between the unit's variables ``prev`` and ``next``
     (adjacent in the sequence), any set of ``lo`` to ``hi`` (None: unbounded) candidates of class
-    ``cls`` with keys strictly between theirs, at most one per key (``tied_subsets``). Valid when no
-    condition reads the element and no negation borders it."""
+    ``cls`` with keys strictly between theirs, at most one per key (``tied_subsets``). A closure
+    that ends the sequence has no ``next``: its candidates lie after ``prev`` and at most the window
+    after the match's first event; one that starts it has no ``prev``: they lie before ``next`` and
+    at most the window before the match's last event. Valid when no condition reads the element
+    and no negation borders it."""
     cls: int
-    prev: int
-    next: int
+    prev: int | None
+    next: int | None
     lo: int
     hi: int | None
+    # A negated element (its class; no conditions) between the closure and ``prev`` (``gate_after``
+    # False: no event of it between ``prev`` and the set's first candidate) or ``next`` (True:
+    # between the set's last candidate and ``next``), instead of a ``Neg`` of the unit.
+    gate: int | None = None
+    gate_after: bool = False
 
 
 @dataclass
@@ -362,6 +370,7 @@ class Evaluator:
         self._weighed: dict = {}  # id(node) -> (node, whether they are counted with Kleene weights)
         self._rays: dict = {}  # id(node) -> (node, its conditions as rays or None: ``ray_spec``)
         self._ranks: dict = {}  # (class, column) -> (rank per candidate, a row per distinct value)
+        self._runs: dict = {}  # class -> its candidates' runs of equal keys (``_tied_weights``)
         # the statement's step budget: a candidate tried in a block is one step (numpy, as compiled)
         self.spend = budget.current().spend
 
@@ -528,12 +537,18 @@ class Evaluator:
             rows = {}
             for k in unit.kleene:
                 for i in (k.prev, k.next):
+                    if i is None:
+                        continue
                     slot = slots[i]
                     got = gathered.get(slot)
                     if got is None:
                         got = gathered[slot] = pm.rows[slot][idx]
                     rows[i] = got
-            self.sinks[unit.pattern].add_count(self.kleene_count(unit, rows))
+            lo = hi = None
+            if any(k.prev is None or k.next is None for k in unit.kleene):  # a closure at an end reads the span
+                new_ck = self.s.ck[new_rows]
+                lo, hi = np.minimum(pm.lo[idx], new_ck), np.maximum(pm.hi[idx], new_ck)
+            self.sinks[unit.pattern].add_count(self.kleene_count(unit, rows, lo, hi, self.s.clamp(unit.window)))
 
     def add_counted(self, node: Node, n: int) -> None:
         if n <= 0:
@@ -795,20 +810,34 @@ class Evaluator:
                 return
         self.work["matches"] += len(lo)
         if unit.kleene:
-            self.sinks[unit.pattern].add_count(self.kleene_count(unit, rows))
+            self.sinks[unit.pattern].add_count(self.kleene_count(unit, rows, lo, hi, w))
             return
         self.sinks[unit.pattern].add(unit.vars, rows)
 
-    def kleene_count(self, unit: Unit, rows: list) -> int:
+    def kleene_count(self, unit: Unit, rows, lo: np.ndarray | None = None, hi: np.ndarray | None = None,
+                     w: int = 0) -> int:
         """The matches the skeleton matches stand for: per match the product over the Kleene
         elements of the number of candidate sets between their neighbours (a set takes at most one
-        candidate per key, as the single-statement mechanisms count it)."""
+        candidate per key, as the single-statement mechanisms count it). ``lo`` and ``hi``: the
+        skeleton matches' first and last composite keys, read (with the window ``w``) by a closure
+        at an end of the sequence, whose sets reach as far as the window allows."""
         s = self.s
         ids, weights = [], []  # per Kleene element: an id per match, and the count of each id
         for k in unit.kleene:
             ck = s.cks[k.cls]
-            a = s.after(k.cls, rows[k.prev])
-            b = s.before(k.cls, rows[k.next])
+            if k.prev is not None:
+                a = s.after(k.cls, rows[k.prev])
+            else:  # its first candidate is the match's first event: at most the window before the last
+                a = np.searchsorted(ck, hi - w, "left")
+            if k.next is not None:
+                b = s.before(k.cls, rows[k.next])
+            else:  # its last candidate is the match's last event: at most the window after the first
+                b = np.searchsorted(ck, lo + w, "right")
+            if k.gate is not None:
+                got = self._gated(k, rows, ck, a, b)
+                ids.append(got[0])
+                weights.append(got[1])
+                continue
             sizes = np.maximum(b - a, 0).astype(np.int64)
             if not self.tied(k.cls):
                 ids.append(sizes)  # the id is the number of candidates
@@ -819,7 +848,7 @@ class Evaluator:
             span = int(len(ck)) + 1
             ranges, inverse = np.unique(a.astype(np.int64) * span + b, return_inverse=True)
             ids.append(inverse.astype(np.int64).reshape(-1))
-            weights.append([tied_subsets(ck[r // span:r % span], k.lo, k.hi) for r in ranges.tolist()])
+            weights.append(self._tied_weights(k, ranges // span, ranges % span))
         # Matches share few distinct id combinations: weigh each once. The combination is packed
         # into one integer (ids are below the row count), since a 1-D unique sorts far faster
         # than np.unique(axis=0) over rows.
@@ -857,6 +886,76 @@ class Evaluator:
                     break
             total += w
         return total
+
+    def _gated(self, k: Kleene, rows, ck: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, list]:
+        """A closure with a negated element at one side (``Kleene.gate``): the sets of its
+        candidates ``[a, b)`` less those the negated element's events exclude - every set whose
+        first candidate lies after the first negated event following ``prev`` (``gate_after``:
+        whose last lies before the last negated event preceding ``next``). An event of it at the
+        same key as the set's end is not between them. Returns an id per match and the count of
+        each id."""
+        s = self.s
+        xk = s.cks[k.gate]
+        a = a.astype(np.int64)
+        b = np.maximum(a, b).astype(np.int64)
+        if not k.gate_after:
+            first = s.after(k.gate, rows[k.prev])  # the negated events up to prev's key come before it
+            has = first < len(xk)
+            cut = np.where(has, np.searchsorted(ck, xk[np.minimum(first, len(xk) - 1)], "right"), b)
+            a2, b2 = np.clip(cut, a, b), b  # sets only in [cut, b) start after that event
+        else:
+            last = s.before(k.gate, rows[k.next])  # the negated events before next's key
+            has = last > 0
+            cut = np.where(has, np.searchsorted(ck, xk[np.maximum(last - 1, 0)], "left"), a)
+            a2, b2 = a, np.clip(cut, a, b)  # sets only in [a, cut) end before that event
+        span = int(len(ck)) + 1
+        whole, i1 = np.unique(a * span + b, return_inverse=True)
+        lost, i2 = np.unique(a2 * span + b2, return_inverse=True)
+        pair, inverse = np.unique(i1.reshape(-1).astype(np.int64) * len(lost) + i2.reshape(-1), return_inverse=True)
+        if self.tied(k.cls):
+            w1, w2 = self._tied_weights(k, whole // span, whole % span), self._tied_weights(k, lost // span, lost % span)
+        else:
+            w1 = [subsets(int(x), k.lo, k.hi) for x in (whole % span - whole // span).tolist()]
+            w2 = [subsets(int(x), k.lo, k.hi) for x in (lost % span - lost // span).tolist()]
+        return inverse.astype(np.int64).reshape(-1), [w1[p // len(lost)] - w2[p % len(lost)] for p in pair.tolist()]
+
+    def _tied_weights(self, k: Kleene, a: np.ndarray, b: np.ndarray) -> list:
+        """``tied_subsets`` of the candidates ``[a, b)`` of ``k``'s class, per range. Sets of any
+        size (``+``) are the product of (multiplicity + 1) over the keys in the range, less one:
+        computed for all ranges at once from the class's runs of equal keys (the middle runs'
+        product by one ``multiply.reduceat``) wherever it stays below 2^60; larger ones, and
+        bounded sizes, one range at a time."""
+        ck = self.s.cks[k.cls]
+        a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+        if k.lo > 1 or k.hi is not None or not len(a):
+            return [tied_subsets(ck[x:y], k.lo, k.hi) for x, y in zip(a.tolist(), b.tolist())]
+        runs = self._runs.get(k.cls)
+        if runs is None:
+            starts = np.flatnonzero(np.r_[True, ck[1:] != ck[:-1]])
+            sizes = np.diff(np.r_[starts, len(ck)])
+            rid = np.repeat(np.arange(len(starts)), sizes)
+            logs = np.r_[0.0, np.cumsum(np.log2(sizes + 1.0))]
+            runs = self._runs[k.cls] = (starts, sizes, rid, logs, np.r_[sizes + 1, 1].astype(np.int64))
+        starts, sizes, rid, logs, factors = runs
+        out = np.zeros(len(a), np.int64)
+        live = b > a
+        r0, r1 = rid[a[live]], rid[b[live] - 1]
+        m0 = np.where(r0 == r1, b[live] - a[live], starts[r0] + sizes[r0] - a[live])
+        m1 = np.where(r0 == r1, 0, b[live] - starts[r1])
+        mid_lo, mid_hi = r0 + 1, np.maximum(r1, r0 + 1)  # the runs wholly inside, between the partial ends
+        bits = logs[mid_hi] - logs[mid_lo] + np.log2(m0 + 1.0) + np.log2(m1 + 1.0)
+        small = bits < 60
+        mid = np.ones(len(r0), np.int64)
+        has = small & (mid_hi > mid_lo)
+        if has.any():
+            pairs = np.stack([mid_lo[has], mid_hi[has]], axis=1).reshape(-1)
+            mid[has] = np.multiply.reduceat(factors, pairs)[::2]
+        got = (m0 + 1) * (m1 + 1) * mid - 1
+        out[np.flatnonzero(live)[small]] = got[small]
+        values = out.tolist()
+        for i in np.flatnonzero(live)[~small].tolist():
+            values[i] = tied_subsets(ck[a[i]:b[i]], k.lo, k.hi)
+        return values
 
     def tied(self, cls: int) -> bool:
         """Whether two candidates of class ``cls`` share a key (on the composite axis: in a partition)."""

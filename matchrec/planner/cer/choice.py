@@ -163,21 +163,41 @@ def batch_kleene(plan: CerPlan) -> str:
     chains = element_sets(q.root)
     if len(chains) != 1 or _holds_and(q.root):
         return "Kleene closure in OR / AND"
-    if not closures_between_singles(chains[0]):
-        return "Kleene closure not between two single events"
+    if not closures_counted(chains[0], set().union(*(S.variables(c) for c in q.conditions))):
+        return KLEENE_NOT_COUNTED
     if any(set(S.variables(c)) & kvars for c in q.conditions):
         return "Kleene closure read by a condition"
     return ""
 
 
-def closures_between_singles(chain) -> bool:
-    """Whether every Kleene closure of a chain of elements lies between two single, positive events:
-    the closures the batch operator counts (a sum of binomials per pair of neighbours)."""
+KLEENE_NOT_COUNTED = ("Kleene closure the batch operator cannot count (its neighbours must be single events, an "
+                      "end, or one negation without conditions)")
+
+
+def closures_counted(chain, read: set) -> bool:
+    """Whether the batch (shared) operator counts every Kleene closure of a chain of elements
+    (``operators.cer_shared.Kleene``): each lies between two single, positive events, or ends
+    (starts) the chain after (before) one; on one side the neighbour may instead be a negated
+    element no condition reads (``read``: the variables conditions read) whose other neighbour is
+    a single, positive event."""
+    def single(j):
+        return 0 <= j < len(chain) and not chain[j].negated and chain[j].kleene is None
+
     for i, e in enumerate(chain):
         if e.kleene is None:
             continue
-        near = [chain[j] for j in (i - 1, i + 1) if 0 <= j < len(chain)]
-        if len(near) < 2 or any(x.negated or x.kleene is not None for x in near):
+        sides = []
+        for step in (-1, 1):
+            j = i + step
+            if not 0 <= j < len(chain):
+                sides.append("end")
+            elif single(j):
+                sides.append("single")
+            elif chain[j].negated and chain[j].var not in read and single(j + step):
+                sides.append("gate")
+            else:
+                return False
+        if sides == ["end", "end"] or sides.count("gate") > 1:
             return False
     return True
 

