@@ -27,10 +27,13 @@ def describe(run, lines: list, items: list, units: list, plan, info, roots, n_cl
                      f"orders, {'sharing every common prefix' if r.share else 'no sharing'}; no search)")
     for u, unit in enumerate(units):
         order = " > ".join(unit.vars[p] for p in plan.orders[u])
-        counted = "".join(f"; Kleene closure counted between {unit.vars[k.prev]} and {unit.vars[k.next]}"
-                          if k.prev is not None and k.next is not None else
-                          f"; Kleene closure counted after {unit.vars[k.prev]} (ending the match)" if k.prev is not None
-                          else f"; Kleene closure counted before {unit.vars[k.next]} (starting the match)"
+        counted = "".join((f"; Kleene closure counted between {unit.vars[k.prev]} and {unit.vars[k.next]}"
+                           if k.prev is not None and k.next is not None else
+                           f"; Kleene closure counted after {unit.vars[k.prev]} (ending the match)" if k.prev is not None
+                           else f"; Kleene closure counted before {unit.vars[k.next]} (starting the match)")
+                          + ("" if k.gate is None else
+                             f" less the sets reaching past the negated element's {'last' if k.gate_after else 'first'} "
+                             f"event {'before ' + unit.vars[k.next] if k.gate_after else 'after ' + unit.vars[k.prev]}")
                           for k in unit.kleene)
         lines.append(f"    {unit.label}: order {order}{counted}")
     nodes = list(SH.walk(roots))
