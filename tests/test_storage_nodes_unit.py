@@ -292,6 +292,18 @@ def test_acer_index_answers_exactly_as_without_it():
 
 # -- the push-pull baseline's partial matches
 
+def _spread(data: pa.Table, rng, shards: int = 3) -> list:
+    """In-memory DuckDB connections holding table ``ev``: ``data``'s rows spread at random."""
+    shard_of = rng.integers(0, shards, data.num_rows)
+    cons = []
+    for k in range(shards):
+        c = duckdb.connect()
+        c.register("data", data.filter(pa.array(shard_of == k)))
+        c.execute("CREATE TABLE ev AS SELECT * FROM data")
+        cons.append(c)
+    return cons
+
+
 class _Shards:
     """A source whose shards are ``ShardService``s over DuckDB connections of this process."""
 
@@ -330,14 +342,7 @@ def test_push_pull_partial_matches_return_every_row_of_their_windows_once():
                                               enumerate(data.column("ts").to_pylist())], pa.int64()))
     whole = duckdb.connect()
     whole.register("data", data)
-    shard_of = rng.integers(0, 3, n)  # random spreading: a partial match's rows lie on every shard
-    cons = []
-    for k in range(3):
-        c = duckdb.connect()
-        c.register("data", data.filter(pa.array(shard_of == k)))
-        c.execute("CREATE TABLE ev AS SELECT * FROM data")
-        cons.append(c)
-    shards = _Shards(cons, data.schema)
+    shards = _Shards(_spread(data, rng), data.schema)  # random spreading: a match's rows lie on every shard
     for partition, before, after, where in (([], 0, 40, "type IN ('a', 'c')"), (['"p"'], 25, 25, None)):
         anchor = VariableIntervals(0, "A", "type = 'a'", before, after)
         other = VariableIntervals(1, "C", "type = 'c'", max(before, after), max(before, after))
@@ -482,14 +487,7 @@ def _rare_anchor_source(seed: int):
     n = 30000
     data = pa.table({"id": np.arange(n), "ts": np.cumsum(rng.integers(1, 4, n)),
                      "type": rng.choice(["a", "b", "c", "d"], n, p=[0.003, 0.01, 0.3, 0.687])})
-    cons = []
-    shard_of = rng.integers(0, 3, n)
-    for k in range(3):
-        c = duckdb.connect()
-        c.register("data", data.filter(pa.array(shard_of == k)))
-        c.execute("CREATE TABLE ev AS SELECT * FROM data")
-        cons.append(c)
-    source = _Shards(cons, data.schema).source
+    source = _Shards(_spread(data, rng), data.schema).source
     source.bandwidth, source.rtt = 1.25e6, 0.0005  # a 10 Mbit/s link: rounds pay on a table this small
     variables = [VariableIntervals(0, "A", "type = 'a'", 0, 40), VariableIntervals(1, "B", "type = 'b'", 40, 40),
                  VariableIntervals(2, "C", "type = 'c'", 40, 0)]
@@ -629,14 +627,7 @@ def _jobs_source(late_share: float, seed: int = 3):
     sched = start + np.where(late, 5000, 20)
     data = pa.table({"job": np.tile(np.arange(jobs), 3), "ts": np.concatenate([start, sched, sched + 3000]),
                      "type": np.repeat(["SUBMIT", "SCHEDULE", "FINISH"], jobs)})
-    shard_of = rng.integers(0, 3, data.num_rows)
-    cons = []
-    for k in range(3):
-        c = duckdb.connect()
-        c.register("data", data.filter(pa.array(shard_of == k)))
-        c.execute("CREATE TABLE ev AS SELECT * FROM data")
-        cons.append(c)
-    source = _Shards(cons, data.schema).source
+    source = _Shards(_spread(data, rng), data.schema).source
     source.bandwidth, source.rtt = 1.25e6, 0.0005
     variables = [VariableIntervals(0, "S", "type = 'SUBMIT'", 0, 600),
                  VariableIntervals(1, "C", "type = 'SCHEDULE'", 600, 0)]
