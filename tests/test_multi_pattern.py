@@ -727,6 +727,20 @@ def test_greedy_order_takes_the_fewest_candidates_then_the_most_selective_link()
     assert SH.greedy_order(work, model, 0) == (1, 3, 2, 0)
 
 
+def test_a_result_table_skips_duckdb_only_where_duckdb_returns_its_schema(con):
+    """The result builder's table is kept as built only when DuckDB returns a table of its schema
+    unchanged (learnt once per schema); otherwise it goes through DuckDB, as a statement alone does
+    (large strings come back as strings)."""
+    from matchrec.engine import multi as M
+    run = M._Run(con.session, True, True, 1.0, 1000)
+    changed = pa.table({"s": pa.array(["x", None], pa.large_string()), "n": pa.array([1, 2], pa.int64())})
+    got = run._as_duckdb_returns(changed)
+    assert got.schema.field("s").type == pa.string() and got.column("s").to_pylist() == ["x", None]
+    kept = pa.table({"n": pa.array([1, 2], pa.int64()), "s": pa.array(["a", "b"])})
+    assert run._as_duckdb_returns(kept) is kept
+    assert run._returned_as == {changed.schema: False, kept.schema: True}
+
+
 def test_returned_columns_of_every_type_equal_the_statements_alone(con):
     # run_many keeps a result table as built where DuckDB returns its schema unchanged; every type
     # here must come back as the cursor returns it, values and schema, under another time zone too
