@@ -112,8 +112,8 @@ class Kleene:
     ``cls`` with keys strictly between theirs, at most one per key (``tied_subsets``). A closure
     that ends the sequence has no ``next``: its candidates lie after ``prev`` and at most the window
     after the match's first event; one that starts it has no ``prev``: they lie before ``next`` and
-    at most the window before the match's last event. Valid when no condition reads the element
-    and no negation borders it."""
+    at most the window before the match's last event. Valid when no condition reads the element;
+    a negation beside it is its ``gate``, not a ``Neg`` of the unit."""
     cls: int
     prev: int | None
     next: int | None
@@ -912,12 +912,14 @@ class Evaluator:
         whole, i1 = np.unique(a * span + b, return_inverse=True)
         lost, i2 = np.unique(a2 * span + b2, return_inverse=True)
         pair, inverse = np.unique(i1.reshape(-1).astype(np.int64) * len(lost) + i2.reshape(-1), return_inverse=True)
-        if self.tied(k.cls):
-            w1, w2 = self._tied_weights(k, whole // span, whole % span), self._tied_weights(k, lost // span, lost % span)
-        else:
-            w1 = [subsets(int(x), k.lo, k.hi) for x in (whole % span - whole // span).tolist()]
-            w2 = [subsets(int(x), k.lo, k.hi) for x in (lost % span - lost // span).tolist()]
+        w1, w2 = self._range_weights(k, whole // span, whole % span), self._range_weights(k, lost // span, lost % span)
         return inverse.astype(np.int64).reshape(-1), [w1[p // len(lost)] - w2[p % len(lost)] for p in pair.tolist()]
+
+    def _range_weights(self, k: Kleene, a: np.ndarray, b: np.ndarray) -> list:
+        """The closure's number of sets over each range ``[a, b)`` of its class's candidates."""
+        if self.tied(k.cls):
+            return self._tied_weights(k, a, b)
+        return [subsets(max(int(x), 0), k.lo, k.hi) for x in (b - a).tolist()]
 
     def _tied_weights(self, k: Kleene, a: np.ndarray, b: np.ndarray) -> list:
         """``tied_subsets`` of the candidates ``[a, b)`` of ``k``'s class, per range. Sets of any
