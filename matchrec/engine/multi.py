@@ -149,7 +149,7 @@ class _Run:
         self.grouped: set = set()
         self.stats = {"groups": 0, "optimiser_seconds": 0.0, "replans": 0, "slices": 0, "read_seconds": 0.0,
                       "match_seconds": 0.0, "events_read": 0, "start_cost": 0.0, "cost": 0.0, "shared_nodes": 0,
-                      "nodes": 0, "partial_matches": 0, "candidates": 0}
+                      "nodes": 0, "partial_matches": 0, "candidates": 0, "aggregated": 0}
         self._schemas: dict = {}
         self._count_schema: pa.Schema | None = None
         self._returned_as: dict = {}  # a result table's schema -> whether DuckDB returns that schema

@@ -163,7 +163,10 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
     w = ev.work
     r.stats["partial_matches"] += w["partial_matches"]
     r.stats["candidates"] += w["candidates"]
-    lines.append(f"  evaluation: {w['partial_matches']:,} partial matches, {w['searches']:,} searches, "
+    r.stats["aggregated"] += w["aggregated"]
+    agg = (f" ({w['aggregated']:,} aggregated: each stands for the partial matches no later step tells apart)"
+           if w["aggregated"] else "")
+    lines.append(f"  evaluation: {w['partial_matches']:,} partial matches{agg}, {w['searches']:,} searches, "
                       f"{w['candidates']:,} candidates examined, {w['matches']:,} unit matches")
     for item, sink in zip(items, sinks):  # column-wise: what the result builder reads
         item.count, item.matches = sink.finish(columns=True)
@@ -191,7 +194,7 @@ def units_of(item, k: int, units: list, models: list) -> None:
                 conds.append(c)
                 cmodels.append(SH.CondModel(frozenset(at[v] for v in c.vars),
                                             tuple(("var", at[p[1]]) if not isinstance(p, str) else p for p in t)))
-        negs, kleene = [], []
+        negs, gates, kleene = [], [], []
         for i, e in enumerate(chain):
             if e.kleene is not None:  # counted: its neighbours are single events or an end (``countable``)
                 # or a negated element, whose other neighbour is then the closure's
@@ -212,11 +215,19 @@ def units_of(item, k: int, units: list, models: list) -> None:
             before = [at[x.var] for x in chain[:i] if not x.negated and x.kleene is None]
             after = [at[x.var] for x in chain[i + 1:] if not x.negated and x.kleene is None]
             linked = [c for c in item.conds if e.var in c.vars and c.vars <= varset | {e.var}]
-            negs.append(O.Neg(item.class_of[e.var], e.var, before[-1] if before else None,
-                              after[0] if after else None, linked))
+            g = O.Neg(item.class_of[e.var], e.var, before[-1] if before else None, after[0] if after else None, linked)
+            if g.prev is not None and g.next is not None and not linked:
+                # between two bound events and read by no condition: a bound on the later one's
+                # candidates (``Node.gates``), part of the nodes' canonical form like a condition
+                gates.append(g)
+                cmodels.append(SH.CondModel(frozenset({g.prev, g.next}), (("var", g.prev), f" no #{g.cls} before ",
+                                                                          ("var", g.next))))
+            else:
+                negs.append(g)
         label = f"statement {item.index}" + (f" alternative {alt + 1}" if len(chains) > 1 else "")
         item.units.append(len(units))
-        units.append(O.Unit(k, names, [item.class_of[v] for v in names], conds, negs, plan.window, label, kleene))
+        units.append(O.Unit(k, names, [item.class_of[v] for v in names], conds, negs, plan.window, label, kleene,
+                            gates))
         models.append(SH.UnitModel([item.class_of[v] for v in names], cmodels, plan.window, label))
 
 def estimate(stream: O.Stream, units: list, models: list) -> None:
@@ -236,6 +247,30 @@ def estimate(stream: O.Stream, units: list, models: list) -> None:
                 sel = cache[key] = SH.estimate_selectivity(stream, c, classes, unit.window, rng, sample,
                                                            P.SAMPLE_TRIALS, pools)
             cm.sel = sel
+        for g, cm in zip(unit.gates, model.conds[len(unit.conds):]):
+            key = ("gate", unit.classes[g.prev], unit.classes[g.next], g.cls, unit.window)
+            sel = cache.get(key)
+            if sel is None:
+                sel = cache[key] = gate_selectivity(stream, unit.classes[g.prev], unit.classes[g.next], g.cls,
+                                                    stream.clamp(unit.window))
+            cm.sel = sel
+
+
+def gate_selectivity(stream: O.Stream, prev: int, nxt: int, neg: int, w: int, sample: int = 4096) -> float:
+    """The share of the pairs of a candidate of ``prev`` and one of ``nxt`` after it within the
+    window that have no event of ``neg`` between them, over evenly spread ``prev`` candidates."""
+    ck, gk = stream.cks[prev], stream.cks[neg]
+    if not len(ck) or not len(gk):
+        return 1.0
+    k = ck[np.linspace(0, len(ck) - 1, min(sample, len(ck))).astype(np.int64)]
+    nk = stream.cks[nxt]
+    a = np.searchsorted(nk, k, "right")
+    b = np.searchsorted(nk, k + w, "right")
+    at = np.searchsorted(gk, k, "right")
+    x = np.where(at < len(gk), gk[np.minimum(at, len(gk) - 1)], k + w)
+    ok = np.searchsorted(nk, np.minimum(k + w, x), "right") - a
+    every = int((b - a).sum())
+    return float(ok.sum()) / every if every else 1.0
 
 def slice_rates(stream: O.Stream, sl) -> SH.Rates:
     q0, q1, lo, hi = sl

@@ -46,6 +46,7 @@ import numpy as np
 
 from matchrec import budget
 from matchrec.operators.cer_columns import ABSENT, MatchColumns
+from matchrec.errors import DataError
 from matchrec.operators.cer_common import too_many
 
 __all__ = ["BLOCK", "Cond", "Neg", "Kleene", "Unit", "Node", "Stream", "PatternSink", "Evaluator", "Unshareable",
@@ -138,6 +139,9 @@ class Unit:
     window: int  # in key units (unclamped)
     label: str = ""
     kleene: list = field(default_factory=list)  # Kleene: each match stands for that many matches
+    # Neg between two bound variables, read by no condition: applied by the node binding the later
+    # of the two (``Node.gates``), not checked on the unit's matches
+    gates: list = field(default_factory=list)
 
 
 @dataclass
@@ -153,6 +157,10 @@ class Node:
     finishing: list = field(default_factory=list)  # (unit index, slot per unit variable)
     users: list = field(default_factory=list)  # unit indexes using the node
     label: str = ""
+    # (class, True): no event of the class between ``pred`` and the new event - the range ends at
+    # the first one after ``pred`` (an event at the new one's key is not between them); (class,
+    # False): none between the new event and ``succ``
+    gates: list = field(default_factory=list)
 
 
 class Stream:
@@ -343,34 +351,66 @@ class PatternSink:
 
 
 class _PMs:
-    """Partial matches: a row array per bound slot, and the smallest / largest composite key."""
-    __slots__ = ("rows", "lo", "hi")
+    """Partial matches: a row array per bound slot, and the smallest / largest composite key.
+    Aggregated ones (``Evaluator.aggregate_extend``) also carry ``w``, how many partial matches
+    each stands for, and None for the slots no later step reads."""
+    __slots__ = ("rows", "lo", "hi", "w")
 
-    def __init__(self, rows, lo, hi):
-        self.rows, self.lo, self.hi = rows, lo, hi
+    def __init__(self, rows, lo, hi, w=None):
+        self.rows, self.lo, self.hi, self.w = rows, lo, hi, w
 
     def __len__(self):
         return len(self.lo)
 
     def take(self, sel) -> "_PMs":
-        return _PMs([r[sel] for r in self.rows], self.lo[sel], self.hi[sel])
+        return _PMs([None if r is None else r[sel] for r in self.rows], self.lo[sel], self.hi[sel],
+                    None if self.w is None else self.w[sel])
+
+    def weight(self, sel=None) -> int:
+        """How many partial matches those at ``sel`` (default: all) stand for."""
+        if self.w is None:
+            return len(self.lo) if sel is None else int(np.count_nonzero(sel)) if sel.dtype == bool else len(sel)
+        return _exact_sum(self.w if sel is None else self.w[sel])
+
+
+def _exact_sum(x: np.ndarray, by: np.ndarray | None = None) -> int:
+    """``sum(x)`` (times ``by`` elementwise) as a Python int, exact past int64."""
+    f = x.astype(np.float64) if by is None else x.astype(np.float64) * by.astype(np.float64)
+    if float(f.sum()) < 2.0 ** 62:
+        return int(x.sum()) if by is None else int(np.dot(x.astype(np.int64), by.astype(np.int64)))
+    if by is None:
+        return sum(x.tolist())
+    return sum(a * b for a, b in zip(x.tolist(), by.tolist()))
+
+
+def _sum_by(ids: np.ndarray, w: np.ndarray, size: int) -> np.ndarray:
+    """Per id in ``range(size)``, the sum of the int64 weights ``w`` of the elements with it (exact)."""
+    total = float(w.astype(np.float64).sum())
+    if total < 2.0 ** 52:  # float sums of integers below 2^53 are exact
+        return np.rint(np.bincount(ids, weights=w, minlength=size)).astype(np.int64)
+    out = np.zeros(size, np.int64 if total < 2.0 ** 62 else object)
+    np.add.at(out, ids, w if total < 2.0 ** 62 else w.astype(object))
+    return out
 
 
 class Evaluator:
     """Runs plans of shared nodes over a stream, sending each unit's matches to its pattern's sink."""
+
+    aggregate = True  # extend into aggregated partial matches where that builds fewer (``aggregate_extend``)
 
     def __init__(self, stream: Stream, units: list, sinks: list, block: int = BLOCK):
         self.s = stream
         self.units = units
         self.sinks = sinks
         self.block = max(1, int(block))
-        self.work = {"partial_matches": 0, "searches": 0, "candidates": 0, "matches": 0}
+        self.work = {"partial_matches": 0, "searches": 0, "candidates": 0, "matches": 0, "aggregated": 0}
         self._tied: dict = {}  # class -> whether two of its candidates share a key
         self._counted: dict = {}  # id(node) -> (node, whether its extensions are only counted)
         self._weighed: dict = {}  # id(node) -> (node, whether they are counted with Kleene weights)
         self._rays: dict = {}  # id(node) -> (node, its conditions as rays or None: ``ray_spec``)
         self._ranks: dict = {}  # (class, column) -> (rank per candidate, a row per distinct value)
         self._runs: dict = {}  # class -> its candidates' runs of equal keys (``_tied_weights``)
+        self._needs: dict = {}  # id(node) -> (node, the parent's slots it and the steps below read: ``_reads``)
         # the statement's step budget: a candidate tried in a block is one step (numpy, as compiled)
         self.spend = budget.current().spend
 
@@ -428,6 +468,18 @@ class Evaluator:
             b = np.searchsorted(ck, pm.lo + w, "right")
         np.minimum(b, self.cap_hi[node.cls], out=b)
         np.maximum(a, int(np.searchsorted(ck, self.lo - w, "left")), out=a)
+        for g, binds_next in node.gates:
+            gk = s.cks[g]
+            if not len(gk):
+                continue
+            if binds_next:
+                at = s.after(g, pm.rows[node.pred])  # the first negated event after pred
+                cut = np.searchsorted(ck, gk[np.minimum(at, len(gk) - 1)], "right")
+                np.minimum(b, np.where(at < len(gk), cut, b), out=b)
+            else:
+                at = s.before(g, pm.rows[node.succ])  # the last negated event before succ
+                cut = np.searchsorted(ck, gk[np.maximum(at - 1, 0)], "left")
+                np.maximum(a, np.where(at > 0, cut, a), out=a)
         counts = b - a
         np.maximum(counts, 0, out=counts)
         counts[(pm.hi - pm.lo) > w] = 0  # the parent keeps a larger window than this node's units
@@ -443,6 +495,8 @@ class Evaluator:
         live = np.flatnonzero(counts)
         if len(live) < len(counts):
             pm, a, counts = pm.take(live), a[live], counts[live]
+        if not counted and self.aggregate and self.aggregate_extend(node, pm, a, counts):
+            return
         cum = np.cumsum(counts)
         bounds = self.rank_bounds(node, pm, int(cum[-1])) if node.conds else None
         start = 0
@@ -467,16 +521,173 @@ class Evaluator:
                 if len(idx):
                     late = (pm.hi[idx] < self.lo) & (ck[j] < self.lo)  # the match ends before this range
                     if counted:
-                        self.add_counted(node, len(idx) - int(late.sum()))
+                        self.add_counted(node, pm.weight(idx) - pm.weight(idx[late]))
                     else:
                         if late.any():
                             idx, j = idx[~late], j[~late]
                         self.add_weighed(node, pm, idx, rows[j])
             elif len(idx):
                 new_ck = ck[j]
-                self.process(node, _PMs([r[idx] for r in pm.rows] + [rows[j]], np.minimum(pm.lo[idx], new_ck),
-                                        np.maximum(pm.hi[idx], new_ck)))
+                self.process(node, _PMs([None if r is None else r[idx] for r in pm.rows] + [rows[j]],
+                                        np.minimum(pm.lo[idx], new_ck), np.maximum(pm.hi[idx], new_ck),
+                                        None if pm.w is None else pm.w[idx]))
             start = end
+
+    # ---------------------------------------------------------------- aggregated partial matches
+    def aggregate_extend(self, node: Node, pm: _PMs, a: np.ndarray, counts: np.ndarray) -> bool:
+        """Extend ``pm`` (ranges ``[a, a + counts)`` of ``node``'s candidates, none empty) into
+        aggregated partial matches when no later step reads the bound neighbour that orders the
+        search: the node extends the sequence at its end (``pred`` bound, ``succ`` not; then the
+        match's last key is the new event's, its first key the parent's) or at its start (the
+        mirror), every unit below counts its matches, and neither this node's conditions nor a
+        later step reads ``pred`` (``succ``). The partial matches that agree on the slots read
+        later and on the far end's key are a group: each candidate in the union of their ranges
+        becomes one partial match standing for the sum of the weights of the group's partial
+        matches whose range holds it (running sums), instead of one per partial match and
+        candidate. A sequence's third element is found for each first event's key and candidate,
+        not for each pair of the first two. False (nothing done) where that would not build at
+        most half the partial matches."""
+        if (node.pred is None) == (node.succ is None):
+            return False
+        reads = self._below(node)
+        if reads is None:
+            return False
+        right = node.pred is not None
+        near = node.pred if right else node.succ
+        reads = reads - {node.depth - 1}
+        if near in reads:
+            return False
+        kept = sorted(reads)
+        far = pm.lo if right else pm.hi
+        gid, ng, first = self._groups(pm, far, kept)
+        end = a + counts
+        lo_g = np.full(ng, np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(lo_g, gid, a)
+        hi_g = np.zeros(ng, np.int64)
+        np.maximum.at(hi_g, gid, end)
+        sizes = hi_g - lo_g
+        built = int(sizes.sum())
+        if built * 2 > int(counts.sum()):
+            return False
+        w = np.ones(len(pm), np.int64) if pm.w is None else pm.w
+        per_group = np.bincount(gid, weights=w.astype(np.float64), minlength=ng)
+        if float((per_group * sizes).sum()) >= 2.0 ** 62:
+            raise DataError("more than 2^62 partial matches: the windows hold too many events of the "
+                            "pattern's elements to count its matches; narrow the WITHIN window")
+        # A group's candidates [lo_g, hi_g) laid one group after another: each partial match adds its
+        # weight where its range begins and takes it off where it ends, and running sums within each
+        # group give every candidate the weight of the partial matches whose range holds it.
+        offs = np.zeros(ng + 1, np.int64)
+        np.cumsum(sizes, out=offs[1:])
+        acc = _sum_by(offs[gid] + (a - lo_g[gid]), w, built + 1)
+        inside = end < hi_g[gid]  # the others end with their group
+        acc -= _sum_by(offs[gid[inside]] + (end[inside] - lo_g[gid[inside]]), w[inside], built + 1)
+        run = np.cumsum(acc[:built])
+        run -= np.repeat(np.r_[0, run[offs[1:-1] - 1]], sizes)
+        gapped = bool(node.gates)
+        ck, rows = self.s.cks[node.cls], self.s.rows[node.cls]
+        g0 = 0
+        while g0 < ng:
+            g1 = max(g0 + 1, int(np.searchsorted(offs, offs[g0] + self.block, "right")) - 1)
+            g1 = min(g1, ng)
+            n = int(offs[g1] - offs[g0])
+            self.work["candidates"] += n
+            self.work["aggregated"] += n
+            self.spend(n)
+            grp = np.repeat(np.arange(g0, g1), sizes[g0:g1])
+            j = np.arange(n, dtype=np.int64) + np.repeat(lo_g[g0:g1] - (offs[g0:g1] - offs[g0]), sizes[g0:g1])
+            src = first[grp]
+            new_rows = rows[j]
+            new_ck = ck[j]
+            out_rows = [pm.rows[i][src] if i in reads else None for i in range(len(pm.rows))] + [new_rows]
+            fk = far[src]
+            out = _PMs(out_rows, fk if right else new_ck, new_ck if right else fk, run[offs[g0]:offs[g1]])
+            if gapped:  # candidates no partial match's range holds (ranges cut short by a gate)
+                out = out.take(out.w > 0)
+            out = self.check(node, out)
+            if len(out):
+                self.process(node, out)
+            g0 = g1
+        return True
+
+    def _groups(self, pm: _PMs, far: np.ndarray, kept: list) -> tuple[np.ndarray, int, np.ndarray]:
+        """The partial matches grouped by the rows of the ``kept`` slots and the ``far`` key: (group
+        of each, how many groups, a member of each). Rows and keys are numbered densely by marks
+        over the stream where that can be (a sort of many partial matches costs far more)."""
+        s = self.s
+        n = len(pm)
+        parts = [pm.rows[j] for j in kept]
+        if not any(np.array_equal(s.ck[r], far) for r in parts):  # else a kept row fixes the key
+            if not parts and bool((far[1:] >= far[:-1]).all()):  # as partial matches from roots in key order
+                new = np.ones(n, bool)
+                np.not_equal(far[1:], far[:-1], out=new[1:])
+                gid = np.cumsum(new) - 1
+                return gid, int(gid[-1]) + 1, np.flatnonzero(new)
+            if s.ordered():  # the first row with the key stands for it
+                parts.append(np.searchsorted(s.ck, far, "left"))
+            else:
+                _, inverse = np.unique(far, return_inverse=True)
+                parts.append(inverse.reshape(-1))
+        base = s.n + 1
+        if len(parts) == 1:
+            mark = np.zeros(base, bool)
+            mark[parts[0]] = True
+            rank = np.cumsum(mark) - 1
+            gid = rank[parts[0]]
+            ng = int(rank[-1]) + 1
+        elif base ** len(parts) < 1 << 62:
+            packed = parts[0].astype(np.int64)
+            for r in parts[1:]:
+                packed = packed * base + r
+            _, inverse = np.unique(packed, return_inverse=True)
+            gid = inverse.reshape(-1)
+            ng = int(gid.max()) + 1
+        else:
+            _, inverse = np.unique(np.stack(parts, axis=1), axis=0, return_inverse=True)
+            gid = inverse.reshape(-1)
+            ng = int(gid.max()) + 1
+        first = np.empty(ng, np.int64)
+        first[gid] = np.arange(n)
+        return gid.astype(np.int64), ng, first
+
+    def _reads(self, node: Node) -> set | None:
+        """The slots of its parent's partial matches that ``node`` and every step below it read
+        (besides the first and last keys), or None when a unit below needs its matches' rows
+        (it returns them, or deduplicates them against another alternative)."""
+        below = self._below(node)
+        if below is None:
+            return None
+        return (below | {j for j in (node.pred, node.succ) if j is not None}) - {node.depth - 1}
+
+    def _below(self, node: Node) -> set | None:
+        """The slots of ``node``'s partial matches (its new one included) that its conditions, the
+        units it finishes and the steps below it read; None as ``_reads``."""
+        got = self._needs.get(id(node))
+        if got is not None and got[0] is node:
+            return got[1]
+        reads: set | None = set()
+        for _, sl in node.conds:
+            reads.update(sl.values())
+        for u, slots in node.finishing:
+            unit = self.units[u]
+            sink = self.sinks[unit.pattern]
+            if not sink.counting or frozenset(unit.vars) in sink.shared:
+                reads = None
+                break
+            for g in unit.negs:
+                reads.update(slots[i] for i in (g.prev, g.next) if i is not None)
+                linked = set().union(*(c.vars for c in g.linked)) if g.linked else set()
+                reads.update(slots[i] for i, v in enumerate(unit.vars) if v in linked)
+            for k in unit.kleene:
+                reads.update(slots[i] for i in (k.prev, k.next) if i is not None)
+        for child in node.children if reads is not None else ():
+            below = self._reads(child)
+            if below is None:
+                reads = None
+                break
+            reads |= below
+        self._needs[id(node)] = (node, reads)
+        return reads
 
     # ---------------------------------------------------------------- leaves counted
     def counted_leaf(self, node: Node) -> bool:
@@ -527,12 +738,13 @@ class Evaluator:
             return
         new = len(pm.rows)
         gathered: dict = {new: new_rows}
+        weights = None if pm.w is None else pm.w[idx]
         self.work["partial_matches"] += n
         for u, slots in node.finishing:
             unit = self.units[u]
             self.work["matches"] += n
             if not unit.kleene:
-                self.sinks[unit.pattern].add_count(n)
+                self.sinks[unit.pattern].add_count(n if weights is None else _exact_sum(weights))
                 continue
             rows = {}
             for k in unit.kleene:
@@ -548,7 +760,8 @@ class Evaluator:
             if any(k.prev is None or k.next is None for k in unit.kleene):  # a closure at an end reads the span
                 new_ck = self.s.ck[new_rows]
                 lo, hi = np.minimum(pm.lo[idx], new_ck), np.maximum(pm.hi[idx], new_ck)
-            self.sinks[unit.pattern].add_count(self.kleene_count(unit, rows, lo, hi, self.s.clamp(unit.window)))
+            self.sinks[unit.pattern].add_count(self.kleene_count(unit, rows, lo, hi, self.s.clamp(unit.window),
+                                                                 weights))
 
     def add_counted(self, node: Node, n: int) -> None:
         if n <= 0:
@@ -568,7 +781,7 @@ class Evaluator:
             first = int(np.searchsorted(ck, self.lo, "left"))
             b = a + counts
             counts = np.where(early, np.maximum(b - np.maximum(a, first), 0), counts)
-        self.add_counted(node, int(counts.sum()))
+        self.add_counted(node, _exact_sum(counts) if pm.w is None else _exact_sum(counts, pm.w))
 
     def count_ranked(self, node: Node, pm: _PMs, a: np.ndarray, counts: np.ndarray) -> bool:
         """A counted leaf whose conditions are rays of columns of its new variable (``Cond.rays``):
@@ -589,8 +802,13 @@ class Evaluator:
         from matchrec.operators.cer_shared_kernels import count_ranked
         self.work["candidates"] += tried
         self.spend(tried)
-        n = count_ranked(ranks, a.astype(np.int64), b.astype(np.int64), which, lows, highs)
-        self.add_counted(node, int(n))
+        if pm.w is None:
+            n = int(count_ranked(ranks, a.astype(np.int64), b.astype(np.int64), which, lows, highs))
+        else:  # aggregated partial matches: each range's count times the partial matches it stands for
+            per = np.empty(len(a), np.int64)
+            count_ranked(ranks, a.astype(np.int64), b.astype(np.int64), which, lows, highs, per)
+            n = _exact_sum(per, pm.w[live])
+        self.add_counted(node, n)
         return True
 
     def rank_bounds(self, node: Node, pm: _PMs, candidates: int | None = None):
@@ -800,27 +1018,32 @@ class Evaluator:
         if not len(pm):
             return
         rows = [pm.rows[j] for j in slots]
-        lo, hi = pm.lo, pm.hi
+        lo, hi, weights = pm.lo, pm.hi, pm.w
         for g in unit.negs:
             ok = self.negation(unit, g, rows, lo, hi, w)
             if not ok.all():
-                rows = [r[ok] for r in rows]
+                rows = [None if r is None else r[ok] for r in rows]
                 lo, hi = lo[ok], hi[ok]
+                weights = None if weights is None else weights[ok]
             if not len(lo):
                 return
         self.work["matches"] += len(lo)
         if unit.kleene:
-            self.sinks[unit.pattern].add_count(self.kleene_count(unit, rows, lo, hi, w))
+            self.sinks[unit.pattern].add_count(self.kleene_count(unit, rows, lo, hi, w, weights))
+            return
+        if weights is not None:  # aggregated: only counted patterns (``_reads``)
+            self.sinks[unit.pattern].add_count(_exact_sum(weights))
             return
         self.sinks[unit.pattern].add(unit.vars, rows)
 
     def kleene_count(self, unit: Unit, rows, lo: np.ndarray | None = None, hi: np.ndarray | None = None,
-                     w: int = 0) -> int:
+                     w: int = 0, mult: np.ndarray | None = None) -> int:
         """The matches the skeleton matches stand for: per match the product over the Kleene
         elements of the number of candidate sets between their neighbours (a set takes at most one
         candidate per key, as the single-statement mechanisms count it). ``lo`` and ``hi``: the
         skeleton matches' first and last composite keys, read (with the window ``w``) by a closure
-        at an end of the sequence, whose sets reach as far as the window allows."""
+        at an end of the sequence, whose sets reach as far as the window allows. ``mult``: how
+        many skeleton matches each one stands for (aggregated partial matches)."""
         s = self.s
         ids, weights = [], []  # per Kleene element: an id per match, and the count of each id
         for k in unit.kleene:
@@ -859,7 +1082,7 @@ class Evaluator:
             for x in ids[1:]:
                 packed *= base
                 packed += x
-            every = np.bincount(packed)
+            every = np.bincount(packed) if mult is None else _sum_by(packed, mult, int(packed.max()) + 1)
             values = np.flatnonzero(every)
             freq = every[values]
             digits = []
@@ -872,11 +1095,15 @@ class Evaluator:
             for x in ids[1:]:
                 packed *= base
                 packed += x
-            _, first, freq = np.unique(packed, return_index=True, return_counts=True)
+            _, first, inverse, freq = np.unique(packed, return_index=True, return_inverse=True, return_counts=True)
             combos = np.stack([x[first] for x in ids], axis=1).tolist()
+            if mult is not None:
+                freq = _sum_by(inverse.reshape(-1), mult, len(first))
         else:
-            rows_, freq = np.unique(np.stack(ids, axis=1), axis=0, return_counts=True)
+            rows_, inverse, freq = np.unique(np.stack(ids, axis=1), axis=0, return_inverse=True, return_counts=True)
             combos = rows_.tolist()
+            if mult is not None:
+                freq = _sum_by(inverse.reshape(-1), mult, len(rows_))
         total = 0
         for ms, f in zip(combos, freq.tolist()):
             w = f

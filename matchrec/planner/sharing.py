@@ -721,8 +721,14 @@ def build_nodes(work: Workload, plan: Plan, units: list, class_labels: list) -> 
                 label = " < ".join(f"{class_labels[unit.classes[q]]} {unit.vars[q]}" for q in sorted(prefix))
                 if conds:
                     label += " | " + " AND ".join(c.text for c, _ in conds)
+                gates = [(g.cls, p == g.next) for g in unit.gates
+                         if p in (g.prev, g.next) and {g.prev, g.next} <= set(prefix)]
+                if gates:
+                    label += " | " + " AND ".join(
+                        f"no {class_labels[c]} between" for c, _ in gates)
                 node = O.Node(unit.classes[p], k, bound.index(max(before)) if before else None,
-                              bound.index(min(after)) if after else None, unit.window, conds, label=label)
+                              bound.index(min(after)) if after else None, unit.window, conds, label=label,
+                              gates=gates)
                 nodes[key] = node
                 (parent.children if parent is not None else roots).append(node)
             node.window = max(node.window, unit.window)

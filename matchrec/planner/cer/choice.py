@@ -179,10 +179,12 @@ def closures_counted(chain, read: set) -> bool:
     (``operators.cer_shared.Kleene``): each lies between two single, positive events, or ends
     (starts) the chain after (before) one; on one side the neighbour may instead be a negated
     element no condition reads (``read``: the variables conditions read) whose other neighbour is
-    a single, positive event."""
+    a single, positive event. At most one closure lies at an end: its sets reach as far as the
+    window from the match's other end, which must then be a single event."""
     def single(j):
         return 0 <= j < len(chain) and not chain[j].negated and chain[j].kleene is None
 
+    ends = 0
     for i, e in enumerate(chain):
         if e.kleene is None:
             continue
@@ -197,7 +199,8 @@ def closures_counted(chain, read: set) -> bool:
                 sides.append("gate")
             else:
                 return False
-        if sides == ["end", "end"] or sides.count("gate") > 1:
+        ends += "end" in sides
+        if sides == ["end", "end"] or sides.count("gate") > 1 or ends > 1:
             return False
     return True
 

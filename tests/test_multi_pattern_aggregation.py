@@ -1,0 +1,183 @@
+"""Aggregated partial matches in the shared operator (``Evaluator.aggregate_extend``).
+
+Counted workloads over dense random streams, where several events of each type lie in a window
+(so partial matches that later steps cannot tell apart are many): ``run_many``'s counts, with
+the aggregation on, equal the NFA mechanisms' (lazy chain, recomputation, eager) and the shared
+operator's with it off; both directions of extension (at the sequence's end and at its start)
+and the paths that read the weights (counted leaves, ranked conditions, negations, counted
+Kleene closures) are taken.
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import matchrec
+from matchrec.operators import cer_shared as O
+from tests.test_multi_pattern import alone
+
+TYPES = "ABCDE"
+
+
+def dense_table(con, rng: random.Random) -> None:
+    n = rng.randint(250, 450)
+    weights = [rng.uniform(0.3, 3) for _ in TYPES]  # skewed: a rare type draws the plan's first step
+    if rng.random() < 0.5:
+        ts = sorted(rng.randint(0, n // 2) for _ in range(n))  # many equal keys
+    else:
+        ts = list(range(0, 2 * n, 2))
+    table = pa.table({
+        "ts": pa.array(ts, pa.int64()),
+        "type": pa.array(rng.choices(TYPES, weights, k=n), pa.string()),
+        "price": pa.array([rng.randint(0, 40) for _ in range(n)], pa.int64()),
+        "p": pa.array([rng.randint(0, 1) for _ in range(n)], pa.int64()),
+    })
+    con.register("__arrow_in", table)
+    con.cursor().execute("CREATE OR REPLACE TABLE ev AS SELECT * FROM __arrow_in")
+    con.unregister("__arrow_in")
+
+
+def statement(rng: random.Random) -> str:
+    k = rng.choice([3, 4, 4, 5])
+    names = [f"e{j}" for j in range(k)]
+    parts, where = [], []
+    kleene = False
+    for j, v in enumerate(names):
+        t = rng.choice(TYPES)
+        r = rng.random()
+        if j == k - 1 and r < 0.2:
+            parts.append(f"{t}+ {v}")
+            kleene = True
+        elif j == 0 and r < 0.1:
+            parts.append(f"{t}+ {v}")
+            kleene = True
+        elif 0 < j < k - 1 and r < 0.15:
+            parts.append(f"~{t} {v}")
+        else:
+            parts.append(f"{t} {v}")
+    plain = [v for p, v in zip(parts, names) if "+" not in p and "~" not in p]
+    if len(plain) >= 2 and rng.random() < 0.5:
+        a, b = sorted(rng.sample(plain, 2), key=plain.index)
+        where.append(rng.choice([f"{b}.price > {a}.price", f"{b}.price - {a}.price < 10", f"{a}.p = {b}.p"]))
+    if plain and rng.random() < 0.2:
+        where.append(f"{rng.choice(plain)}.price < 30")
+    w = f" WHERE {' AND '.join(where)}" if where else ""
+    within = rng.choice([6, 8] if kleene else [12, 20, 30])
+    part = " PARTITION BY p" if rng.random() < 0.2 else ""
+    return f"PATTERN SEQ({', '.join(parts)}) FROM ev TYPE type{part} ORDER BY ts{w} WITHIN {within} RETURN COUNT(*)"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_aggregated_counts_equal_the_nfa_mechanisms_and_the_operator_without_it(seed, monkeypatch):
+    rng = random.Random(seed)
+    con = matchrec.connect()
+    taken = []
+    real = O.Evaluator.aggregate_extend
+
+    def spy(self, node, pm, a, counts):
+        done = real(self, node, pm, a, counts)
+        if done:
+            taken.append(("end" if node.pred is not None else "start", pm.w is not None))
+        return done
+    monkeypatch.setattr(O.Evaluator, "aggregate_extend", spy)
+    try:
+        dense_table(con, rng)
+        stmts = [statement(rng) for _ in range(25)]
+        want = [alone(con, s) for s in stmts]
+        for share, reorder in [(True, True), (False, False)]:
+            got = matchrec.run_many(con, stmts, share=share, reorder=reorder)
+            for s, g, x in zip(stmts, got.tables, want):
+                assert g.equals(x), f"seed {seed} share={share}: {s}\ngot {g.to_pylist()} want {x.to_pylist()}"
+        monkeypatch.setattr(O.Evaluator, "aggregate", False)
+        off = matchrec.run_many(con, stmts)
+        assert [t.to_pylist() for t in off.tables] == [t.to_pylist() for t in want]
+    finally:
+        con.close()
+    assert taken, "no extension was aggregated: the test would not check the aggregation"
+
+
+def test_both_directions_and_aggregated_parents_are_taken(monkeypatch):
+    """Over the seeds above and a few more, the aggregation extends at the sequence's end and at its
+    start, and from parents that were themselves aggregated."""
+    taken = set()
+    aggregated = 0
+    real = O.Evaluator.aggregate_extend
+
+    def spy(self, node, pm, a, counts):
+        done = real(self, node, pm, a, counts)
+        if done:
+            taken.add(("end" if node.pred is not None else "start", pm.w is not None))
+        return done
+    monkeypatch.setattr(O.Evaluator, "aggregate_extend", spy)
+    for seed in range(10, 16):
+        rng = random.Random(seed)
+        con = matchrec.connect()
+        try:
+            dense_table(con, rng)
+            stmts = [statement(rng) for _ in range(25)]
+            got = matchrec.run_many(con, stmts)
+            want = [alone(con, s) for s in stmts]
+            assert [t.to_pylist() for t in got.tables] == [t.to_pylist() for t in want]
+            aggregated += got.stats["aggregated"]
+        finally:
+            con.close()
+    assert aggregated > 0
+    assert {d for d, _ in taken} == {"end", "start"}, taken
+    assert any(w for _, w in taken), taken
+
+
+def test_a_sequence_of_four_builds_pairs_of_first_key_and_third_event_not_triples():
+    """SEQ(A, B, C, D) in sequence order: the third step is found per first event's key and C, its
+    weight the number of B between; the count equals the Python count over every quadruple."""
+    rng = np.random.default_rng(3)
+    n = 600
+    types = rng.choice(list("ABCD"), n)
+    ts = np.arange(n) * 2
+    con = matchrec.connect()
+    try:
+        con.register("__t", pa.table({"ts": ts, "type": types}))
+        con.cursor().execute("CREATE TABLE ev AS SELECT * FROM __t")
+        stmt = "PATTERN SEQ(A a, B b, C c, D d) FROM ev TYPE type ORDER BY ts WITHIN 60 RETURN COUNT(*)"
+        got = matchrec.run_many(con, [stmt], reorder=False)
+        pos = {t: np.flatnonzero(types == t) for t in "ABCD"}
+        want = 0
+        for a in pos["A"].tolist():
+            for b in pos["B"][(pos["B"] > a) & (ts[pos["B"]] - ts[a] <= 60)].tolist():
+                for c in pos["C"][(pos["C"] > b) & (ts[pos["C"]] - ts[a] <= 60)].tolist():
+                    want += int(((pos["D"] > c) & (ts[pos["D"]] - ts[a] <= 60)).sum())
+        assert got.tables[0].column(0).to_pylist() == [want]
+        triples = sum(1 for a in pos["A"].tolist() for b in pos["B"].tolist() for c in pos["C"].tolist()
+                      if a < b < c and ts[c] - ts[a] <= 60)
+        assert 0 < got.stats["aggregated"] < triples / 2
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("rare", ["A", "C"])
+def test_a_negation_between_two_events_bounds_the_later_ones_candidates(rare):
+    """SEQ(A, ~B, C, D): the negation is a gate on the node binding the second of A and C, whichever
+    the plan binds first (the rare type is bound first), equal keys included; the unit then has
+    no negation left to check on its matches, and the counts equal the NFA mechanisms'."""
+    rng = random.Random(5)
+    con = matchrec.connect()
+    try:
+        n = 500
+        types = [rare if rng.random() < 0.05 else rng.choice("ABCD".replace(rare, "")) for _ in range(n)]
+        ts = sorted(rng.randint(0, n) for _ in range(n))
+        con.register("__t", pa.table({"ts": pa.array(ts, pa.int64()), "type": pa.array(types)}))
+        con.cursor().execute("CREATE TABLE ev AS SELECT * FROM __t")
+        stmts = ["PATTERN SEQ(A a, ~B b, C c, D d) FROM ev TYPE type ORDER BY ts WITHIN 30 RETURN COUNT(*)",
+                 "PATTERN SEQ(A a, ~B b, C c) FROM ev TYPE type ORDER BY ts WITHIN 40 RETURN COUNT(*)",
+                 "PATTERN SEQ(D d, A a, ~B b, ~D x, C c) FROM ev TYPE type ORDER BY ts WITHIN 40 RETURN COUNT(*)"]
+        got = matchrec.run_many(con, stmts)
+        for s, g in zip(stmts, got.tables):
+            assert g.equals(alone(con, s)), s
+        text = "\n".join(got.report)
+        assert "no B between" in text, text
+        first = text.split("statement 0: order ")[1].split(";")[0].split("\n")[0]
+        assert first.startswith("a" if rare == "A" else "c"), first
+    finally:
+        con.close()
