@@ -228,7 +228,11 @@ def units_of(item, k: int, units: list, models: list) -> None:
         item.units.append(len(units))
         units.append(O.Unit(k, names, [item.class_of[v] for v in names], conds, negs, plan.window, label, kleene,
                             gates))
-        models.append(SH.UnitModel([item.class_of[v] for v in names], cmodels, plan.window, label))
+        reads = {i for g in negs for i in (g.prev, g.next) if i is not None}
+        reads |= {at[v] for g in negs for c in g.linked for v in c.vars if v in at}
+        reads |= {i for c in kleene for i in (c.prev, c.next) if i is not None}
+        models.append(SH.UnitModel([item.class_of[v] for v in names], cmodels, plan.window, label,
+                                   item.query.returns == "count" and len(chains) == 1, frozenset(reads)))
 
 def estimate(stream: O.Stream, units: list, models: list) -> None:
     """Condition selectivities on bindings drawn around a sample of the stream's events."""

@@ -32,6 +32,15 @@ whose extensions are built (inner nodes; leaves finishing a counted Kleene closu
 rows to return) and whose conditions are all such rays lists its surviving candidates the same
 way when the binary searches cost less than evaluating the conditions on every candidate.
 
+Where every unit below a node only counts its matches, the partial matches are aggregated
+(``Evaluator.aggregate_extend``): a step that extends the bound events at one end of the sequence
+and whose search neighbour no later step reads builds one partial match per group (the far end's
+key and the slots later steps read) and candidate, weighed by how many partial matches it stands
+for, so SEQ(A, B, C, D) finds C per first key and C, not per pair of A and B. A negated element
+between two bound events that no condition reads is a *gate* of the node binding the later of
+them (``Node.gates``): the candidate range ends at the first negated event after the neighbour,
+and the unit's matches need no check.
+
 ``Evaluator.run(roots, lo, hi)`` finds the matches whose last event has a composite key in
 ``[lo, hi)``; a workload may use a different plan for each such slice of the stream (re-planning)
 and still finds every match exactly once.

@@ -137,6 +137,8 @@ class UnitModel:
     conds: list  # CondModel
     window: int  # clamped to the stream
     label: str = ""
+    counting: bool = False  # its matches are only counted (the operator may aggregate its partial matches)
+    reads: frozenset = frozenset()  # positions its finished matches are checked on (negations, closures)
 
 
 @dataclass
@@ -240,6 +242,7 @@ class CostModel:
         self._set: dict = {}
         self._node: dict = {}
         self._conds: dict = {}
+        self._effective: dict = {}
 
     def base(self, u: int, prefix: tuple) -> tuple[float, float]:
         """(partial matches per window^(k-1), selectivity of the conditions the last element adds)."""
@@ -280,13 +283,81 @@ class CostModel:
 
     def pm(self, u: int, prefix: tuple, w: float) -> float:
         b, _ = self.base(u, prefix)
-        return b * min(float(w), self.span) ** (len(prefix) - 1)
+        full = b * min(float(w), self.span) ** (len(prefix) - 1)
+        kept, aggregated = self.effective(u, prefix)
+        if kept is prefix or len(kept) == len(prefix):
+            return full
+        # aggregated: about as many as the partial matches of the elements kept alone
+        value = 1.0
+        for i, p in enumerate(kept):
+            value *= self.counts[self.work.units[u].classes[p]] / (self.span if i else 1.0)
+        value /= math.factorial(len(kept) - 1)
+        mask = sum(1 << p for p in kept)
+        for cm, sel in self.conds(u):
+            if cm & mask == cm:
+                value *= sel
+        return min(full, value * min(float(w), self.span) ** (len(kept) - 1))
+
+    def effective(self, u: int, prefix: tuple) -> tuple[tuple, bool]:
+        """The positions whose bindings tell the partial matches of ``prefix`` apart, as the shared
+        operator aggregates them (``Evaluator.aggregate_extend``), and whether its last step
+        aggregated: for a counted unit, a step that extends the bound elements at one end
+        aggregates when neither its own conditions nor a later step reads the neighbour it
+        searched from; the partial matches then keep the far end and what later steps read - the
+        bound elements next to a gap of unbound ones, those a condition links to an unbound one,
+        those the finished matches are checked on."""
+        k = (u, prefix)
+        got = self._effective.get(k)
+        if got is not None:
+            return got
+        unit = self.work.units[u]
+        n = len(unit.classes)
+        conds = self.conds(u)
+        # a step aggregates only next to its neighbour (else the neighbour borders a gap) and with
+        # no condition between them: most units have none such, and their prefixes are kept whole
+        free = unit.counting and any(not any(cm >> i & 3 == 3 for cm, _ in conds) for i in range(n - 1))
+        if not free:
+            got = self._effective[k] = (prefix, False)
+            return got
+        kept, aggregated = {prefix[0]}, False
+        for i in range(1, len(prefix)):
+            bound = prefix[:i]
+            p = prefix[i]
+            lo, hi = min(bound), max(bound)
+            aggregated = False
+            if unit.counting and (p > hi or p < lo):
+                near, far = (hi, lo) if p > hi else (lo, hi)
+                both = set(bound) | {p}
+                mask = sum(1 << q for q in both)
+                later = set(unit.reads)
+                for q in both:  # next to a gap: the first element bound in it searches from q
+                    if (q > 0 and q - 1 not in both) or (q < n - 1 and q + 1 not in both):
+                        later.add(q)
+                step = set()
+                for cm, _ in conds:
+                    if cm & ~mask:  # links a bound element to an unbound one
+                        later.update(q for q in both if cm >> q & 1)
+                    elif cm >> p & 1:
+                        step.update(q for q in both if cm >> q & 1 and q != p)
+                if near not in later and near not in step:
+                    kept = ({far} | ((later | step) & kept)) - {p}
+                    kept.add(p)
+                    aggregated = True
+                    continue
+            kept.add(p)
+        got = self._effective[k] = (tuple(sorted(kept)), aggregated)
+        return got
 
     def node_cost(self, u: int, prefix: tuple, w: float, parent_w: float) -> float:
+        unit = self.work.units[u]
         if len(prefix) == 1:
-            return NODE_COST + ROOT_COST * self.counts[self.work.units[u].classes[prefix[0]]]
+            return NODE_COST + ROOT_COST * self.counts[unit.classes[prefix[0]]]
         b, new = self.base(u, prefix)
-        examined = b * min(float(w), self.span) ** (len(prefix) - 1) / max(new, 1e-9)
+        _, aggregated = self.effective(u, prefix)
+        if aggregated:  # built once per group and candidate
+            examined = self.pm(u, prefix, w)
+        else:
+            examined = self.pm(u, prefix, w) / max(new, 1e-9)
         return NODE_COST + SEARCH_COST * self.pm(u, prefix[:-1], parent_w) + CANDIDATE_COST * examined
 
     def unit_nodes(self, u: int, order: tuple, cut: int) -> list:
