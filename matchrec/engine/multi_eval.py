@@ -18,15 +18,20 @@ from matchrec.planner import sharing as SH
 
 SLICE_EVENTS = 20_000  # events per slice of the stream: rates re-estimated, plan searched again on a drift
 REPLAN_SHARE = 0.25  # a re-plan's budget, as a share of the group's (all re-plans: at most the budget)
-SECONDS_PER_COST = 2.5e-8  # evaluation seconds per unit of estimated plan cost (measured on bench.multi)
-SEARCH_SHARE = 0.2  # the plan search takes at most this share of the start plan's expected evaluation time
+# evaluation seconds per unit of estimated plan cost: 4.5e-9 to 7.6e-9 measured on bench.multi's and
+# bench.multi_crosscheck's workloads over power and flights-3m (evaluation seconds over the first
+# slice's plan cost times the slices), once counted leaves, aggregation and gates made a unit cheaper
+SECONDS_PER_COST = 5e-9
+SEARCH_SHARE = 0.2  # a re-plan's search takes at most this share of the evaluation time it may save
+FIRST_SEARCH_SHARE = 1.0  # the first search: of the whole stream's expected evaluation time (it stops
+# once a stretch of moves saves less than it took, ``planner.sharing._Payoff``)
 SEARCH_MIN = 0.02  # ... but at least this many seconds (within the caller's budget)
 DRIFT_MIN_EVENTS = 20  # a class with fewer candidates in both the slice and the plan's rates never drifts
 # A node run once more (a plan taken after a drift ends the range run so far), in units of cost: one
 # batch step's numpy calls took 110-270 us on bench.multi's real streams (fitted over every node's
-# steps), against 25 ns a unit (SECONDS_PER_COST); the model's NODE_COST is that step spread over
+# steps), against 5 ns a unit (SECONDS_PER_COST); the model's NODE_COST is that step spread over
 # the slices of a range. At NODE_COST, re-plans for a gain of a few percent cost power prefix 12%.
-RESTART_COST = 8000.0
+RESTART_COST = 40000.0
 
 
 def evaluate_alone(items: list, classes: ElementClasses, settings: P.CerSettings, lines: list) -> None:
@@ -105,7 +110,7 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
     r.stats["start_cost"] += info.start_cost
     r.stats["cost"] += info.cost
     roots = SH.build_nodes(work, plan, units, classes.labels)
-    describe(r, lines, items, units, plan, info, roots, len(classes.masks), SEARCH_SHARE)
+    describe(r, lines, items, units, plan, info, roots, len(classes.masks), FIRST_SEARCH_SHARE)
     ev = O.Evaluator(stream, units, sinks)
     replans = skipped = kept = 0
     plan_rates, planned_at = rates, 0
@@ -172,11 +177,11 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
         item.count, item.matches = sink.finish(columns=True)
 
 def search_budget(cost: float, budget: float) -> float:
-    """Seconds the plan search may take: ``SEARCH_SHARE`` of the time the plan it starts from is
+    """Seconds the plan search may take: ``FIRST_SEARCH_SHARE`` of the time the plan it starts from is
     expected to take (its estimated cost at ``SECONDS_PER_COST``), at least ``SEARCH_MIN`` and at
     most ``budget``. A search can at best remove what the evaluation costs, so on a short stream
     a long search loses more than it wins."""
-    return min(budget, max(SEARCH_MIN, SEARCH_SHARE * cost * SECONDS_PER_COST))
+    return min(budget, max(SEARCH_MIN, FIRST_SEARCH_SHARE * cost * SECONDS_PER_COST))
 
 def units_of(item, k: int, units: list, models: list) -> None:
     q, plan = item.query, item.plan
