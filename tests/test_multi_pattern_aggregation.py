@@ -5,10 +5,13 @@ Counted workloads over dense random streams, where several events of each type l
 the aggregation on, equal the NFA mechanisms' (lazy chain, recomputation, eager) and the shared
 operator's with it off; both directions of extension (at the sequence's end and at its start)
 and the paths that read the weights (counted leaves, ranked conditions, negations, counted
-Kleene closures) are taken.
+Kleene closures) are taken. Plain sequences, which are counted in closed form
+(``operators.cer_sequences``) otherwise, go through the nodes here; the closed form has its own
+tests at the end.
 """
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -16,10 +19,18 @@ import pyarrow as pa
 import pytest
 
 import matchrec
+from matchrec.engine import multi_eval
 from matchrec.operators import cer_shared as O
 from tests.test_multi_pattern import alone
 
 TYPES = "ABCDE"
+
+
+@pytest.fixture(autouse=True)
+def nodes_only(request, monkeypatch):
+    """Every test but the closed form's evaluates plain sequences by nodes too."""
+    if "closed_form" not in request.node.name:
+        monkeypatch.setattr(multi_eval, "count_sequences", lambda stream, units, models, *rest: (units, models))
 
 
 def dense_table(con, rng: random.Random) -> None:
@@ -179,5 +190,59 @@ def test_a_negation_between_two_events_bounds_the_later_ones_candidates(rare):
         assert "no B between" in text, text
         first = text.split("statement 0: order ")[1].split(";")[0].split("\n")[0]
         assert first.startswith("a" if rare == "A" else "c"), first
+    finally:
+        con.close()
+
+
+def plain_statement(rng: random.Random) -> str:
+    k = rng.choice([1, 2, 3, 4, 5, 6])
+    parts = [f"{rng.choice(TYPES)} e{j}" for j in range(k)]
+    where = []
+    if rng.random() < 0.4:  # a filter on one element: its own class
+        where.append(f"e{rng.randrange(k)}.price {rng.choice(['<', '>='])} {rng.randint(5, 35)}")
+    w = f" WHERE {' AND '.join(where)}" if where else ""
+    part = " PARTITION BY p" if rng.random() < 0.3 else ""
+    pattern = parts[0] if k == 1 else f"SEQ({', '.join(parts)})"
+    return (f"PATTERN {pattern} FROM ev TYPE type{part} ORDER BY ts{w} WITHIN {rng.choice([5, 12, 30, 80])} "
+            "RETURN COUNT(*)")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_closed_form_counts_of_plain_sequences_equal_the_nfa_mechanisms_and_the_nodes(seed, monkeypatch):
+    rng = random.Random(100 + seed)
+    con = matchrec.connect()
+    try:
+        dense_table(con, rng)
+        stmts = [plain_statement(rng) for _ in range(20)]
+        got = matchrec.run_many(con, stmts)
+        assert "counted in closed form" in "\n".join(got.report)
+        want = [alone(con, s) for s in stmts]
+        for s, g, x in zip(stmts, got.tables, want):
+            assert g.equals(x), f"{s}\ngot {g.to_pylist()} want {x.to_pylist()}"
+        monkeypatch.setattr(multi_eval, "count_sequences", lambda stream, units, models, *rest: (units, models))
+        nodes = matchrec.run_many(con, stmts)
+        assert [t.to_pylist() for t in nodes.tables] == [t.to_pylist() for t in want]
+    finally:
+        con.close()
+
+
+def test_closed_form_is_exact_past_2_to_the_53_and_leaves_a_count_past_bigint_to_the_nodes():
+    """Counts above float64's exact range come out exact (int64 running sums, wrapping modulo 2^64
+    on the way); a count past BIGINT is not certified, so the nodes raise their DataError."""
+    from matchrec.operators import cer_sequences
+    key = np.arange(3000, dtype=np.int64)
+    stream = O.Stream(key, None, [np.ones(3000, bool)], 3000)
+    # every 6-subset of 3,000 distinct keys: C(3000, 6), about 1.0e18, below 2^63 but far past 2^53
+    assert cer_sequences.count(stream, [0] * 6, 3000) == math.comb(3000, 6)
+    assert cer_sequences.count(stream, [0] * 6, 10) == sum(math.comb(min(10, 2999 - i), 5) for i in range(3000))
+    key = np.arange(6000, dtype=np.int64)
+    stream = O.Stream(key, None, [np.ones(6000, bool)], 6000)
+    assert cer_sequences.count(stream, [0] * 6, 6000) is None  # C(6000, 6) > 2^63
+    con = matchrec.connect()
+    try:
+        con.cursor().execute("CREATE TABLE big AS SELECT i AS ts, 'A' AS type FROM range(6000) t(i)")
+        with pytest.raises(matchrec.DataError, match="BIGINT"):
+            matchrec.run_many(con, ["PATTERN SEQ(A a, A b, A c, A d, A e, A f) FROM big TYPE type ORDER BY ts "
+                                    "WITHIN 6000 RETURN COUNT(*)"])
     finally:
         con.close()

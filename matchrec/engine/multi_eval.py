@@ -11,6 +11,7 @@ import numpy as np
 from matchrec.engine.mechanisms import mechanisms
 from matchrec.engine.multi_classes import ElementClasses
 from matchrec.engine.multi_report import describe
+from matchrec.operators import cer_sequences
 from matchrec.operators import cer_shared as O
 from matchrec.operators.cer_reference import Events, Pattern, alternatives
 from matchrec.planner import cer as P
@@ -94,6 +95,11 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
         return
     for m in models:
         m.window = stream.clamp(m.window)
+    units, models = count_sequences(stream, units, models, sinks, items, lines)
+    if not units:
+        for item, sink in zip(items, sinks):
+            item.count, item.matches = sink.finish(columns=True)
+        return
     estimate(stream, units, models)
     work = SH.Workload(models)
     slices = stream.slices(r.slice_events)
@@ -175,6 +181,31 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
                       f"{w['candidates']:,} candidates examined, {w['matches']:,} unit matches")
     for item, sink in zip(items, sinks):  # column-wise: what the result builder reads
         item.count, item.matches = sink.finish(columns=True)
+
+def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, items: list, lines: list):
+    """The counted units that are plain sequences (no condition between elements, no negation, no
+    Kleene closure, no other alternative to deduplicate against) counted in closed form
+    (``operators.cer_sequences``); returns the other units and their models, for the plan."""
+    done, n_done = [], 0
+    for i, unit in enumerate(units):
+        sink = sinks[unit.pattern]
+        if (unit.conds or unit.negs or unit.gates or unit.kleene or not sink.counting
+                or frozenset(unit.vars) in sink.shared):
+            continue
+        n = cer_sequences.count(stream, unit.classes, stream.clamp(unit.window))
+        if n is None:
+            continue
+        sink.add_count(n)
+        done.append(i)
+        n_done += n
+    if not done:
+        return units, models
+    said = sorted({items[units[i].pattern].index for i in done})
+    lines.append(f"  counted in closed form (plain sequences: running sums over the stream, no partial matches): "
+                 f"statements {', '.join(map(str, said))}; {n_done:,} matches")
+    keep = [i for i in range(len(units)) if i not in set(done)]
+    return [units[i] for i in keep], [models[i] for i in keep]
+
 
 def search_budget(cost: float, budget: float) -> float:
     """Seconds the plan search may take: ``FIRST_SEARCH_SHARE`` of the time the plan it starts from is

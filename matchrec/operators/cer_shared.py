@@ -209,6 +209,7 @@ class Stream:
         self._tables: dict = {}  # (class, right) -> each row's position among the class's candidates
         self._looked_up: dict = {}  # (class, right) -> rows searched before its table was built
         self._ties = None  # per row: the first and the end row of the rows sharing its composite key
+        self._groups = None  # ``key_groups``
         self._table_rows = 0
 
     def after(self, cls: int, rows: np.ndarray) -> np.ndarray:
@@ -249,6 +250,16 @@ class Stream:
             ends = np.append(starts[1:], n)
             self._ties = (starts[group], ends[group])
         return self._ties is not False
+
+    def key_groups(self) -> tuple[np.ndarray, np.ndarray]:
+        """(per row, the index of its run of equal composite keys; each run's key), the keys in row
+        order (``ordered``)."""
+        got = self._groups
+        if got is None:
+            change = np.ones(self.n, bool)
+            np.not_equal(self.ck[1:], self.ck[:-1], out=change[1:])
+            got = self._groups = (np.cumsum(change) - 1, self.ck[change])
+        return got
 
     def _position_table(self, cls: int, right: bool) -> np.ndarray:
         # The candidates with a key at most a row's are the class's rows before the end of that
@@ -382,6 +393,23 @@ class _PMs:
         return _exact_sum(self.w if sel is None else self.w[sel])
 
 
+def _search_runs(ck: np.ndarray, keys: np.ndarray, shift: int, side: str) -> np.ndarray:
+    """``np.searchsorted(ck, keys + shift, side)``, one search per run of equal keys: partial
+    matches come in runs sharing their first (last) key - a parent's extensions, an aggregated
+    group's candidates."""
+    n = len(keys)
+    if n < 256:
+        return np.searchsorted(ck, keys + shift, side)
+    new = np.empty(n, bool)
+    new[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    if len(starts) * 2 > n:
+        return np.searchsorted(ck, keys + shift, side)
+    found = np.searchsorted(ck, keys[starts] + shift, side)
+    return np.repeat(found, np.diff(np.append(starts, n)))
+
+
 def _exact_sum(x: np.ndarray, by: np.ndarray | None = None) -> int:
     """``sum(x)`` (times ``by`` elementwise) as a Python int, exact past int64."""
     f = x.astype(np.float64) if by is None else x.astype(np.float64) * by.astype(np.float64)
@@ -470,11 +498,11 @@ class Evaluator:
         if node.pred is not None:
             a = s.after(node.cls, pm.rows[node.pred])
         else:
-            a = np.searchsorted(ck, pm.hi - w, "left")
+            a = _search_runs(ck, pm.hi, -w, "left")
         if node.succ is not None:
             b = s.before(node.cls, pm.rows[node.succ])
         else:
-            b = np.searchsorted(ck, pm.lo + w, "right")
+            b = _search_runs(ck, pm.lo, w, "right")
         np.minimum(b, self.cap_hi[node.cls], out=b)
         np.maximum(a, int(np.searchsorted(ck, self.lo - w, "left")), out=a)
         for g, binds_next in node.gates:
