@@ -28,9 +28,9 @@ How a workload runs
     the plan was made for, and the plan is searched again when a rate drifts by more than
     ``planner.cer.RATE_CHANGE``. A slice finds the matches whose last event lies in it, so every
     match is found once whatever the plan; consecutive slices under one plan are evaluated as one
-    range. The first plan search gets at most the time the plan it starts from is expected to
-    take (``FIRST_SEARCH_SHARE``): it can only save part of that time. After a drift a search gets
-    ``SEARCH_SHARE`` of the evaluation of as many slices as the plan before lasted (none when that is below
+    range. The plan search gets at most ``SEARCH_SHARE`` of the time the plan it starts from is
+    expected to take: it can only save part of that time. After a drift that time is the
+    evaluation of as many slices as the plan before lasted (no search when that share is below
     ``SEARCH_MIN``: the cheaper of the plan and the greedy one), and the new plan is taken only
     when it saves more than ending the current range costs (each node's batch step once more).
   * On a compute node, each storage-node table the pattern queries of a flush read is pulled once
@@ -91,7 +91,8 @@ def run_many(con, statements: list[str], *, share: bool = True, reorder: bool = 
     ``con`` is a matchrec connection (its ``session``) or an ``engine.session.Session``. ``share`` lets pattern queries over the
     same source share one read and their common sub-patterns, ``reorder`` lets the planner choose
     each pattern's evaluation order (otherwise elements are bound in the order written), ``budget``
-    bounds the plan search in seconds (a search also stops at the evaluation time it expects), ``slice_events`` the events per slice of the stream between checks for
+    bounds the plan search in seconds (a search also stops at ``SEARCH_SHARE`` of the evaluation
+    time it expects), ``slice_events`` the events per slice of the stream between checks for
     drifting rates (default ``SLICE_EVENTS``). A failing statement raises its error, as it would
     alone; a statement without a result (SET, RESET) gets an empty table.
     """

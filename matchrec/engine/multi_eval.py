@@ -23,9 +23,7 @@ REPLAN_SHARE = 0.25  # a re-plan's budget, as a share of the group's (all re-pla
 # bench.multi_crosscheck's workloads over power and flights-3m (evaluation seconds over the first
 # slice's plan cost times the slices), once counted leaves, aggregation and gates made a unit cheaper
 SECONDS_PER_COST = 5e-9
-SEARCH_SHARE = 0.2  # a re-plan's search takes at most this share of the evaluation time it may save
-FIRST_SEARCH_SHARE = 1.0  # the first search: of the whole stream's expected evaluation time (it stops
-# once a stretch of moves saves less than it took, ``planner.sharing._Payoff``)
+SEARCH_SHARE = 0.2  # the plan search takes at most this share of the start plan's expected evaluation time
 SEARCH_MIN = 0.02  # ... but at least this many seconds (within the caller's budget)
 DRIFT_MIN_EVENTS = 20  # a class with fewer candidates in both the slice and the plan's rates never drifts
 # A node run once more (a plan taken after a drift ends the range run so far), in units of cost: one
@@ -116,7 +114,7 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
     r.stats["start_cost"] += info.start_cost
     r.stats["cost"] += info.cost
     roots = SH.build_nodes(work, plan, units, classes.labels)
-    describe(r, lines, items, units, plan, info, roots, len(classes.masks), FIRST_SEARCH_SHARE)
+    describe(r, lines, items, units, plan, info, roots, len(classes.masks), SEARCH_SHARE)
     ev = O.Evaluator(stream, units, sinks)
     replans = skipped = kept = 0
     plan_rates, planned_at = rates, 0
@@ -208,11 +206,11 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
 
 
 def search_budget(cost: float, budget: float) -> float:
-    """Seconds the plan search may take: ``FIRST_SEARCH_SHARE`` of the time the plan it starts from is
+    """Seconds the plan search may take: ``SEARCH_SHARE`` of the time the plan it starts from is
     expected to take (its estimated cost at ``SECONDS_PER_COST``), at least ``SEARCH_MIN`` and at
     most ``budget``. A search can at best remove what the evaluation costs, so on a short stream
     a long search loses more than it wins."""
-    return min(budget, max(SEARCH_MIN, FIRST_SEARCH_SHARE * cost * SECONDS_PER_COST))
+    return min(budget, max(SEARCH_MIN, SEARCH_SHARE * cost * SECONDS_PER_COST))
 
 def units_of(item, k: int, units: list, models: list) -> None:
     q, plan = item.query, item.plan

@@ -55,9 +55,15 @@ def count(stream, classes: list, w: int) -> int | None:
     if float(bound.sum()) * (1 + 1e-9) >= LIMIT:
         return None
     gid, keys = stream.key_groups()
+    # the groups (the stream's runs of equal composite keys) holding a candidate of some element
+    mark = np.zeros(len(keys), bool)
+    for c in set(classes):
+        mark[gid[stream.rows[c]]] = True
+    at = np.cumsum(mark) - 1
+    keys = keys[mark]
     g = len(keys)
-    # cnt[j][x]: candidates of element j in group x (the stream's runs of equal composite keys)
-    cnt = [np.bincount(gid[stream.rows[c]], minlength=g).astype(np.int64) for c in classes]
+    # cnt[j][x]: candidates of element j in group x
+    cnt = [np.bincount(at[gid[stream.rows[c]]], minlength=g).astype(np.int64) for c in classes]
     # P[a, b]: walks from state a to state b (a < b <= k - 1) over the first x groups, x = 0..g
     P: dict = {}
     with np.errstate(over="ignore"):  # int64 wraps modulo 2^64: exact in the ring
@@ -68,7 +74,7 @@ def count(stream, classes: list, w: int) -> int | None:
                 np.cumsum(cnt[b - 1] * prev[:-1], out=cur[1:])
                 P[a, b] = prev = cur
         x0 = np.searchsorted(keys, last - w, "left")  # the first group inside the window
-        x1 = gid[stream.rows[classes[-1]]]  # the groups before the last event's
+        x1 = at[gid[stream.rows[classes[-1]]]]  # the groups before the last event's
         # the first row of inverse(P[x0]): q[0] = 1, q[b] = -sum over m < b of q[m] P[m, b]
         q = [np.ones(len(last), np.int64)]
         for b in range(1, k):
