@@ -116,8 +116,9 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
     roots = SH.build_nodes(work, plan, units, classes.labels)
     describe(r, lines, items, units, plan, info, roots, len(classes.masks), SEARCH_SHARE)
     ev = O.Evaluator(stream, units, sinks)
-    replans = skipped = kept = 0
+    replans = skipped = kept = waited = 0
     plan_rates, planned_at = rates, 0
+    deciding, last_cost = 0.0, info.cost  # seconds the last drift decision took; the plan's cost then
     size = len(list(SH.walk(roots)))
     allowance = budget  # the re-plans together take at most the budget once more
     pending = None  # consecutive slices under one plan run as one range (fewer, larger batch steps)
@@ -125,8 +126,13 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
         if n and r.reorder:
             now = slice_rates(stream, sl)
             if drifted(now, plan_rates, units):
+                ahead = min(n - planned_at, len(slices) - n)
                 if allowance <= 0:
                     skipped += 1
+                elif SEARCH_SHARE * last_cost * ahead * SECONDS_PER_COST < deciding:
+                    # a re-plan could save less than deciding on one costs (costing both plans,
+                    # 2-5 ms on bench.multi's 100 patterns): wait until more slices lie ahead
+                    waited += 1
                 else:
                     t_plan = time.perf_counter()
                     model = SH.CostModel(work, now)
@@ -145,6 +151,7 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
                                                    seed=n, seconds_per_cost=SECONDS_PER_COST * ahead)
                         found_cost = info2.cost
                     spent = time.perf_counter() - t_plan  # the whole decision, not only the search
+                    deciding, last_cost = spent, found_cost
                     allowance -= spent
                     r.stats["optimiser_seconds"] += spent
                     plan_rates, planned_at = now, n
@@ -167,6 +174,7 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
     if len(slices) > 1:
         more = [f"{kept} searches after a drift kept the plan (too little to gain)"] if kept else []
         more += [f"{skipped} more drifts after the re-planning budget was spent"] if skipped else []
+        more += [f"{waited} drifts with too few slices ahead to pay for deciding"] if waited else []
         lines.append(f"  {len(slices)} slices of about {r.slice_events:,} events; re-plans after a rate "
                           f"drift: {replans}" + (f" ({'; '.join(more)})" if more else ""))
     w = ev.work
