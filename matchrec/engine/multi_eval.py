@@ -198,7 +198,7 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
         if (unit.conds or unit.negs or unit.gates or unit.kleene or not sink.counting
                 or frozenset(unit.vars) in sink.shared):
             continue
-        n = cer_sequences.count(stream, unit.classes, stream.clamp(unit.window))
+        n = cer_sequences.count(stream, unit.classes, stream.clamp(unit.window), cheaper=True)
         if n is None:
             continue
         sink.add_count(n)

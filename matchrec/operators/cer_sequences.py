@@ -28,13 +28,15 @@ __all__ = ["count", "MAX_ELEMENTS"]
 
 MAX_ELEMENTS = 6  # running sums per pattern: k(k+1)/2 arrays the length of its events
 LIMIT = 2.0 ** 62
+SAMPLE = 2048  # last events whose bound estimates whether the nodes would cost less
 
 
-def count(stream, classes: list, w: int) -> int | None:
+def count(stream, classes: list, w: int, cheaper: bool = False) -> int | None:
     """The matches of the sequence whose element j takes the candidates of class ``classes[j]`` of
     ``stream`` (``cer_shared.Stream``; an event may be a candidate of several elements), the last
     event at most ``w`` after the first; None when the count cannot be certified below 2^63 here
-    (or the stream's keys are not in row order)."""
+    (or the stream's keys are not in row order), or, with ``cheaper``, when the pattern has so few
+    matches for its events that evaluating it by nodes should cost less."""
     k = len(classes)
     if not 1 <= k <= MAX_ELEMENTS or not stream.ordered():
         return None
@@ -42,18 +44,6 @@ def count(stream, classes: list, w: int) -> int | None:
     last = ck[-1]
     if k == 1:
         return int(len(last))
-    # certified below 2^63 first: a match at e takes, for each class, as many distinct candidates
-    # of it among those in [key(e) - w, key(e)) as elements before e have that class (in key
-    # order), so the product of those binomials bounds e's matches
-    bound = np.ones(len(last), np.float64)
-    for c in set(classes[:-1]):
-        r = classes[:-1].count(c)
-        n = (np.searchsorted(stream.cks[c], last, "left")
-             - np.searchsorted(stream.cks[c], last - w, "left")).astype(np.float64)
-        for i in range(r):
-            bound *= np.maximum(n - i, 0.0) / (r - i)
-    if float(bound.sum()) * (1 + 1e-9) >= LIMIT:
-        return None
     gid, keys = stream.key_groups()
     # the groups (the stream's runs of equal composite keys) holding a candidate of some element
     mark = np.zeros(len(keys), bool)
@@ -62,6 +52,20 @@ def count(stream, classes: list, w: int) -> int | None:
     at = np.cumsum(mark) - 1
     keys = keys[mark]
     g = len(keys)
+    if cheaper and len(last) > SAMPLE:
+        pick = np.linspace(0, len(last) - 1, SAMPLE).astype(np.int64)
+        if float(_bound(stream, classes, last[pick], w).mean()) * len(last) < g * k * (k - 1) / 2:
+            return None  # few matches for many events: see below
+    # certified below 2^63 first: a match at e takes, for each class, as many distinct candidates
+    # of it among those in [key(e) - w, key(e)) as elements before e have that class (in key
+    # order), so the product of those binomials bounds e's matches
+    most = float(_bound(stream, classes, last, w).sum())
+    if most * (1 + 1e-9) >= LIMIT:
+        return None
+    if cheaper and most < g * k * (k - 1) / 2:
+        # few matches for many events (short partitions, narrow windows): the nodes, which build
+        # about as many partial matches as there are matches, cost less than the running sums
+        return None
     # cnt[j][x]: candidates of element j in group x
     cnt = [np.bincount(at[gid[stream.rows[c]]], minlength=g).astype(np.int64) for c in classes]
     # P[a, b]: walks from state a to state b (a < b <= k - 1) over the first x groups, x = 0..g
@@ -86,3 +90,16 @@ def count(stream, classes: list, w: int) -> int | None:
         for m in range(k - 1):
             total += q[m] * P[m, k - 1][x1]
         return int(total.sum())
+
+
+def _bound(stream, classes: list, last: np.ndarray, w: int) -> np.ndarray:
+    """Per last event (its composite key), the product over the other elements' classes of the
+    binomial (candidates of the class in its window before it, elements of that class)."""
+    bound = np.ones(len(last), np.float64)
+    for c in set(classes[:-1]):
+        r = classes[:-1].count(c)
+        n = (np.searchsorted(stream.cks[c], last, "left")
+             - np.searchsorted(stream.cks[c], last - w, "left")).astype(np.float64)
+        for i in range(r):
+            bound *= np.maximum(n - i, 0.0) / (r - i)
+    return bound

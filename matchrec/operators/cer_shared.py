@@ -386,11 +386,9 @@ class _PMs:
         return _PMs([None if r is None else r[sel] for r in self.rows], self.lo[sel], self.hi[sel],
                     None if self.w is None else self.w[sel])
 
-    def weight(self, sel=None) -> int:
-        """How many partial matches those at ``sel`` (default: all) stand for."""
-        if self.w is None:
-            return len(self.lo) if sel is None else int(np.count_nonzero(sel)) if sel.dtype == bool else len(sel)
-        return _exact_sum(self.w if sel is None else self.w[sel])
+    def weight(self, at: np.ndarray) -> int:
+        """How many partial matches those at the positions ``at`` stand for."""
+        return len(at) if self.w is None else _exact_sum(self.w[at])
 
 
 def _search_runs(ck: np.ndarray, keys: np.ndarray, shift: int, side: str) -> np.ndarray:
