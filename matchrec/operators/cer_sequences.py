@@ -44,6 +44,11 @@ def count(stream, classes: list, w: int, cheaper: bool = False) -> int | None:
     last = ck[-1]
     if k == 1:
         return int(len(last))
+    if cheaper and len(last) > SAMPLE:  # (the events of the classes: at least their groups)
+        pick = np.linspace(0, len(last) - 1, SAMPLE).astype(np.int64)
+        events = sum(len(stream.cks[c]) for c in set(classes))
+        if float(_bound(stream, classes, last[pick], w).mean()) * len(last) < events * k * (k - 1) / 2:
+            return None  # few matches for many events: see below
     gid, keys = stream.key_groups()
     # the groups (the stream's runs of equal composite keys) holding a candidate of some element
     mark = np.zeros(len(keys), bool)
@@ -52,10 +57,6 @@ def count(stream, classes: list, w: int, cheaper: bool = False) -> int | None:
     at = np.cumsum(mark) - 1
     keys = keys[mark]
     g = len(keys)
-    if cheaper and len(last) > SAMPLE:
-        pick = np.linspace(0, len(last) - 1, SAMPLE).astype(np.int64)
-        if float(_bound(stream, classes, last[pick], w).mean()) * len(last) < g * k * (k - 1) / 2:
-            return None  # few matches for many events: see below
     # certified below 2^63 first: a match at e takes, for each class, as many distinct candidates
     # of it among those in [key(e) - w, key(e)) as elements before e have that class (in key
     # order), so the product of those binomials bounds e's matches
