@@ -209,7 +209,8 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
     said = sorted({items[units[i].pattern].index for i in done})
     lines.append(f"  counted in closed form (plain sequences: running sums over the stream, no partial matches): "
                  f"statements {', '.join(map(str, said))}; {n_done:,} matches")
-    keep = [i for i in range(len(units)) if i not in set(done)]
+    gone = set(done)
+    keep = [i for i in range(len(units)) if i not in gone]
     return [units[i] for i in keep], [models[i] for i in keep]
 
 
