@@ -81,10 +81,9 @@ def statement(rng: random.Random) -> str:
     return f"PATTERN SEQ({', '.join(parts)}) FROM ev TYPE type{part} ORDER BY ts{w} WITHIN {within} RETURN COUNT(*)"
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_aggregated_counts_equal_the_nfa_mechanisms_and_the_operator_without_it(seed, monkeypatch):
-    rng = random.Random(seed)
-    con = matchrec.connect()
+def record_aggregations(monkeypatch) -> list:
+    """Each aggregated extension from now on: (the end it extends, whether its parents were
+    aggregated themselves)."""
     taken = []
     real = O.Evaluator.aggregate_extend
 
@@ -94,6 +93,14 @@ def test_aggregated_counts_equal_the_nfa_mechanisms_and_the_operator_without_it(
             taken.append(("end" if node.pred is not None else "start", pm.w is not None))
         return done
     monkeypatch.setattr(O.Evaluator, "aggregate_extend", spy)
+    return taken
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_aggregated_counts_equal_the_nfa_mechanisms_and_the_operator_without_it(seed, monkeypatch):
+    rng = random.Random(seed)
+    con = matchrec.connect()
+    taken = record_aggregations(monkeypatch)
     try:
         dense_table(con, rng)
         stmts = [statement(rng) for _ in range(25)]
@@ -113,16 +120,8 @@ def test_aggregated_counts_equal_the_nfa_mechanisms_and_the_operator_without_it(
 def test_both_directions_and_aggregated_parents_are_taken(monkeypatch):
     """Over the seeds above and a few more, the aggregation extends at the sequence's end and at its
     start, and from parents that were themselves aggregated."""
-    taken = set()
+    taken = record_aggregations(monkeypatch)
     aggregated = 0
-    real = O.Evaluator.aggregate_extend
-
-    def spy(self, node, pm, a, counts):
-        done = real(self, node, pm, a, counts)
-        if done:
-            taken.add(("end" if node.pred is not None else "start", pm.w is not None))
-        return done
-    monkeypatch.setattr(O.Evaluator, "aggregate_extend", spy)
     for seed in range(10, 16):
         rng = random.Random(seed)
         con = matchrec.connect()
