@@ -245,3 +245,50 @@ def test_closed_form_is_exact_past_2_to_the_53_and_leaves_a_count_past_bigint_to
                                     "WITHIN 6000 RETURN COUNT(*)"])
     finally:
         con.close()
+
+
+def test_closed_form_leaves_patterns_with_few_matches_for_their_events_to_the_nodes():
+    """Short partitions (a job's few events) hold few matches for many events: the running sums
+    over every group would cost more than the nodes, so ``cheaper`` declines; the count itself
+    is the same either way."""
+    from matchrec.operators import cer_sequences
+    rng = np.random.default_rng(4)
+    jobs = 3000
+    pid = np.repeat(np.arange(jobs), 4)  # four events a job: A, B, C in some order
+    key = np.tile(np.arange(4), jobs) * 10
+    kinds = rng.integers(0, 3, len(key))
+    stream = O.Stream(key, pid, [kinds == 0, kinds == 1, kinds == 2], 100)
+    exact = cer_sequences.count(stream, [0, 1, 2], 100)
+    assert exact == cer_sequences.count(stream, [0, 1, 2], 100, cheaper=False)
+    assert cer_sequences.count(stream, [0, 1, 2], 100, cheaper=True) is None
+    per_job = 0
+    for j in range(jobs):
+        k = kinds[j * 4:(j + 1) * 4].tolist()
+        per_job += sum(1 for a in range(4) for b in range(a + 1, 4) for c in range(b + 1, 4)
+                       if (k[a], k[b], k[c]) == (0, 1, 2))
+    assert exact == per_job
+    # one long stream of the same events: many matches per event, the closed form is taken
+    dense = O.Stream(np.arange(len(key)), None, [kinds == 0, kinds == 1, kinds == 2], 400)
+    assert cer_sequences.count(dense, [0, 1, 2], 400, cheaper=True) is not None
+
+
+def test_a_drift_decision_waits_while_a_re_plan_could_save_less_than_deciding_costs(con, monkeypatch):
+    """Rates that flip every 1,000 events drift at every other slice. Priced so that no re-plan can
+    pay for the decision's own time, every drift after the first waits; priced high, each one is
+    decided. The counts stay those of the statements alone."""
+    con.cursor().execute("""CREATE TABLE flips AS SELECT i AS ts,
+        CASE WHEN (i // 1000) % 2 = 0 THEN (CASE WHEN i % 40 = 0 THEN 'A' WHEN i % 2 = 0 THEN 'B' ELSE 'C' END)
+             ELSE (CASE WHEN i % 40 = 0 THEN 'C' WHEN i % 2 = 0 THEN 'B' ELSE 'A' END) END AS type,
+        (i * 13 % 17) AS price FROM range(8000) t(i)""")
+    stmts = ["PATTERN SEQ(A a, B b, C c) FROM flips WHERE c.price > a.price WITHIN 12 RETURN COUNT(*)",
+             "PATTERN SEQ(C c, B b, A a) FROM flips WHERE b.price < c.price WITHIN 9 RETURN COUNT(*)"]
+    want = [alone(con, s) for s in stmts]
+    monkeypatch.setattr(multi_eval, "SECONDS_PER_COST", 1e-15)
+    cheap = matchrec.run_many(con, stmts, slice_events=1000, budget=0.5)
+    text = "\n".join(cheap.report)
+    assert "drifts with too few slices ahead to pay for deciding" in text, text
+    monkeypatch.setattr(multi_eval, "SECONDS_PER_COST", 1.0)
+    dear = matchrec.run_many(con, stmts, slice_events=1000, budget=0.5)
+    assert "too few slices ahead" not in "\n".join(dear.report)
+    for r in (cheap, dear):
+        assert [t.to_pylist() for t in r.tables] == [t.to_pylist() for t in want]

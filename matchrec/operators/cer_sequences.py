@@ -40,6 +40,7 @@ def count(stream, classes: list, w: int, cheaper: bool = False) -> int | None:
     k = len(classes)
     if not 1 <= k <= MAX_ELEMENTS or not stream.ordered():
         return None
+    w = stream.clamp(w)  # a wider window would reach into the next partition on the composite axis
     ck = [stream.cks[c] for c in classes]
     last = ck[-1]
     if k == 1:
