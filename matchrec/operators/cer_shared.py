@@ -408,6 +408,37 @@ def _search_runs(ck: np.ndarray, keys: np.ndarray, shift: int, side: str) -> np.
     return np.repeat(found, np.diff(np.append(starts, n)))
 
 
+def _dense_ids(parts: list, n: int, exact: bool = False) -> tuple[np.ndarray, int, np.ndarray]:
+    """Equal tuples of the arrays ``parts`` (values in ``[0, n]``) numbered densely: (the id of each
+    element, how many ids, an element of each id). One array: by a mark per value when the
+    elements are many (no sort); several: packed into one integer and sorted once. Tuples too wide
+    to pack get an id each, unless ``exact`` (then a sort of the rows)."""
+    m = len(parts[0])
+    base = n + 1
+    if len(parts) == 1 and m * 16 > n:
+        mark = np.zeros(base, bool)
+        mark[parts[0]] = True
+        rank = np.cumsum(mark) - 1
+        ids = rank[parts[0]]
+        count = int(rank[-1]) + 1
+    elif len(parts) == 1 or base ** len(parts) < 1 << 62:
+        packed = parts[0].astype(np.int64)
+        for r in parts[1:]:
+            packed = packed * base + r
+        _, inverse = np.unique(packed, return_inverse=True)
+        ids = inverse.reshape(-1)
+        count = int(ids.max()) + 1 if m else 0
+    elif exact:
+        _, inverse = np.unique(np.stack(parts, axis=1), axis=0, return_inverse=True)
+        ids = inverse.reshape(-1)
+        count = int(ids.max()) + 1 if m else 0
+    else:
+        ids, count = np.arange(m), m
+    first = np.empty(count, np.int64)
+    first[ids] = np.arange(m)
+    return ids.astype(np.int64), count, first
+
+
 def _exact_sum(x: np.ndarray, by: np.ndarray | None = None) -> int:
     """``sum(x)`` (times ``by`` elementwise) as a Python int, exact past int64."""
     f = x.astype(np.float64) if by is None else x.astype(np.float64) * by.astype(np.float64)
@@ -663,27 +694,7 @@ class Evaluator:
             else:
                 _, inverse = np.unique(far, return_inverse=True)
                 parts.append(inverse.reshape(-1))
-        base = s.n + 1
-        if len(parts) == 1:
-            mark = np.zeros(base, bool)
-            mark[parts[0]] = True
-            rank = np.cumsum(mark) - 1
-            gid = rank[parts[0]]
-            ng = int(rank[-1]) + 1
-        elif base ** len(parts) < 1 << 62:
-            packed = parts[0].astype(np.int64)
-            for r in parts[1:]:
-                packed = packed * base + r
-            _, inverse = np.unique(packed, return_inverse=True)
-            gid = inverse.reshape(-1)
-            ng = int(gid.max()) + 1
-        else:
-            _, inverse = np.unique(np.stack(parts, axis=1), axis=0, return_inverse=True)
-            gid = inverse.reshape(-1)
-            ng = int(gid.max()) + 1
-        first = np.empty(ng, np.int64)
-        first[gid] = np.arange(n)
-        return gid.astype(np.int64), ng, first
+        return _dense_ids(parts, s.n, exact=True)
 
     def _reads(self, node: Node) -> set | None:
         """The slots of its parent's partial matches that ``node`` and every step below it read
@@ -901,24 +912,8 @@ class Evaluator:
         rows = [pm.rows[j] for j in slots]
         if not slots:
             return [], np.zeros(len(pm), np.int64), 1
-        if len(slots) == 1 and len(rows[0]) * 16 > self.s.n:
-            seen = np.zeros(self.s.n, bool)  # many partial matches: distinct rows by a mark per row, not a sort
-            seen[rows[0]] = True
-            uniq = np.flatnonzero(seen)
-            at = np.empty(self.s.n, np.int64)
-            at[uniq] = np.arange(len(uniq))
-            return [uniq], at[rows[0]], len(uniq)
-        if len(slots) == 1:
-            uniq, inverse = np.unique(rows[0], return_inverse=True)
-            return [uniq], inverse.reshape(-1).astype(np.int64), len(uniq)
-        base = self.s.n + 1
-        if base ** len(slots) < 1 << 62:
-            packed = rows[0].astype(np.int64)
-            for r in rows[1:]:
-                packed = packed * base + r
-            _, first_at, inverse = np.unique(packed, return_index=True, return_inverse=True)
-            return [r[first_at] for r in rows], inverse.reshape(-1).astype(np.int64), len(first_at)
-        return rows, np.arange(len(pm), dtype=np.int64), len(pm)
+        ids, count, first = _dense_ids(rows, self.s.n)
+        return [r[first] for r in rows], ids, count
 
     def ranks_pay(self, node: Node, columns: list, bindings: list, candidates: int) -> bool:
         """Whether checking ``node``'s candidates by ranks should cost less than evaluating its

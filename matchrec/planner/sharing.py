@@ -325,7 +325,7 @@ class CostModel:
             p = prefix[i]
             lo, hi = min(bound), max(bound)
             aggregated = False
-            if unit.counting and (p > hi or p < lo):
+            if p > hi or p < lo:
                 near, far = (hi, lo) if p > hi else (lo, hi)
                 both = set(bound) | {p}
                 mask = sum(1 << q for q in both)
