@@ -140,9 +140,8 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
                     held, other = model.cost(plan), model.cost(greedy)
                     begin, found_cost = (plan, held) if held <= other else (greedy, other)
                     # A re-plan is expected to hold as long as the plan before it did (rates that
-                    # drifted once drift again), so its search is worth that many slices' evaluation,
-                    # not the rest of the stream's.
-                    ahead = min(n - planned_at, len(slices) - n)
+                    # drifted once drift again), so its search is worth that many slices' evaluation
+                    # (``ahead``), not the rest of the stream's.
                     worth = SEARCH_SHARE * found_cost * ahead * SECONDS_PER_COST
                     found = begin
                     if worth >= SEARCH_MIN:  # else no search: the cheaper of the plan and the greedy one
@@ -198,7 +197,7 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
         if (unit.conds or unit.negs or unit.gates or unit.kleene or not sink.counting
                 or frozenset(unit.vars) in sink.shared):
             continue
-        n = cer_sequences.count(stream, unit.classes, stream.clamp(unit.window), cheaper=True)
+        n = cer_sequences.count(stream, unit.classes, unit.window, cheaper=True)
         if n is None:
             continue
         sink.add_count(n)

@@ -41,8 +41,7 @@ def count(stream, classes: list, w: int, cheaper: bool = False) -> int | None:
     if not 1 <= k <= MAX_ELEMENTS or not stream.ordered():
         return None
     w = stream.clamp(w)  # a wider window would reach into the next partition on the composite axis
-    ck = [stream.cks[c] for c in classes]
-    last = ck[-1]
+    last = stream.cks[classes[-1]]
     if k == 1:
         return int(len(last))
     if cheaper and len(last) > SAMPLE:  # (the events of the classes: at least their groups)
