@@ -126,13 +126,24 @@ def countable(item, classes: ElementClasses) -> str:
     """'' when the shared operator can count the pattern's Kleene closures (``cer_shared.Kleene``),
     else why not."""
     q = item.query
-    if q.returns != "count":
-        return "Kleene closure (matches returned)"
+    if q.returns == "events":
+        return "Kleene closure (its events returned)"
     chains = alternatives(q.root)
     if len(chains) != 1:
         return "Kleene closure in OR / AND"
     chain = chains[0]
     kvars = {e.var for e in chain if e.kleene is not None}
+    if q.returns == "project":
+        # A row per match whose columns read no closure: the skeleton's row repeated once per set.
+        # The rows keep the order of the statement run alone (first event, then variable by
+        # variable in name order, a closure by its sets) only when the closures bind neither the
+        # first event nor a name before a single event's: the repeated rows are then adjacent.
+        if any(S.variables(p.expr) & kvars for p in q.projections):
+            return "Kleene closure read by RETURN"
+        pos = [e for e in chain if not e.negated]
+        single = [e.var for e in pos if e.kleene is None]
+        if pos[0].kleene is not None or min(kvars) < max(single):
+            return "Kleene closure (matches returned, in an order only its sets give)"
     if not closures_counted(chain, set().union(*(c.vars for c in item.conds))):
         return KLEENE_NOT_COUNTED
     if any(c.vars & kvars for c in item.conds):

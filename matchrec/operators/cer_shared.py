@@ -307,7 +307,11 @@ class PatternSink:
         self.n = 0
         self.blocks: dict = {}
 
-    def add(self, names: list, rows: list) -> None:
+    def add(self, names: list, rows: list, repeats: np.ndarray | None = None) -> None:
+        """Matches binding ``names`` to ``rows`` (an array per name); ``repeats``: how many times each
+        one is a match (a Kleene closure's sets the result does not read)."""
+        if repeats is not None:
+            rows = [np.repeat(r, repeats) for r in rows]
         m = len(rows[0]) if rows else 0
         if m == 0:
             return
@@ -1059,7 +1063,12 @@ class Evaluator:
                 return
         self.work["matches"] += len(lo)
         if unit.kleene:
-            self.sinks[unit.pattern].add_count(self.kleene_count(unit, rows, lo, hi, w, weights))
+            sink = self.sinks[unit.pattern]
+            if sink.counting:
+                sink.add_count(self.kleene_count(unit, rows, lo, hi, w, weights))
+            else:  # rows returned that read no closure: a row per set, the skeleton's rows repeated
+                most = sink.max - sink.n if sink.max is not None else 1 << 62
+                sink.add(unit.vars, rows, self.kleene_repeats(unit, rows, lo, hi, w, most))
             return
         if weights is not None:  # aggregated: only counted patterns (``_reads``)
             self.sinks[unit.pattern].add_count(_exact_sum(weights))
@@ -1074,8 +1083,27 @@ class Evaluator:
         skeleton matches' first and last composite keys, read (with the window ``w``) by a closure
         at an end of the sequence, whose sets reach as far as the window allows. ``mult``: how
         many skeleton matches each one stands for (aggregated partial matches)."""
+        prod, fast, slow = self._kleene_products(unit, rows, lo, hi, w, mult)
+        if fast.all():
+            return _exact_sum(prod)
+        return _exact_sum(prod[fast]) + sum(slow(i) for i in np.flatnonzero(~fast).tolist())
+
+    def kleene_repeats(self, unit: Unit, rows, lo: np.ndarray | None, hi: np.ndarray | None, w: int,
+                       most: int) -> np.ndarray:
+        """Per skeleton match, the matches it stands for (``kleene_count`` match by match), as int64;
+        more than ``most`` in all raises ``too_many``."""
+        prod, fast, _ = self._kleene_products(unit, rows, lo, hi, w, None)
+        if not fast.all() or _exact_sum(prod) > most:
+            raise too_many(most)
+        return prod
+
+    def _kleene_products(self, unit: Unit, rows, lo, hi, w: int, mult):
+        """Per skeleton match, the product of its closures' counts (times ``mult``) as int64, where
+        it is exact (``fast``), and the exact product of one match as a Python int."""
         s = self.s
-        ids, weights = [], []  # per Kleene element: an id per match, and the count of each id
+        # Per Kleene element: its count per match as int64 (exact where ``bits`` is below 62), an
+        # upper bound of the count's log2, and the exact count of one match as a Python int.
+        small, bits, exact = [], [], []
         for k in unit.kleene:
             ck = s.cks[k.cls]
             if k.prev is not None:
@@ -1086,63 +1114,43 @@ class Evaluator:
                 b = s.before(k.cls, rows[k.next])
             else:  # its last candidate is the match's last event: at most the window after the first
                 b = np.searchsorted(ck, lo + w, "right")
-            if k.gate is not None:
-                got = self._gated(k, rows, ck, a, b)
-                ids.append(got[0])
-                weights.append(got[1])
-                continue
-            sizes = np.maximum(b - a, 0).astype(np.int64)
-            if not self.tied(k.cls):
-                ids.append(sizes)  # the id is the number of candidates
-                weights.append(_SubsetCounts(k.lo, k.hi))
-                continue
-            # equal keys among the candidates: the count depends on the range, each distinct one counted once
+            a = np.asarray(a, np.int64)
             b = np.maximum(a, b).astype(np.int64)
-            span = int(len(ck)) + 1
-            ranges, inverse = np.unique(a.astype(np.int64) * span + b, return_inverse=True)
-            ids.append(inverse.astype(np.int64).reshape(-1))
-            weights.append(self._tied_weights(k, ranges // span, ranges % span))
-        # Matches share few distinct id combinations: weigh each once. The combination is packed
-        # into one integer (ids are below the row count), since a 1-D unique sorts far faster
-        # than np.unique(axis=0) over rows.
-        base = max(int(x.max()) for x in ids) + 1
-        if base ** len(ids) <= max(1 << 16, 4 * len(ids[0])):
-            # few possible combinations (the ids are mostly small counts): counted in one pass, no sort
-            packed = ids[0].copy()
-            for x in ids[1:]:
-                packed *= base
-                packed += x
-            every = np.bincount(packed) if mult is None else _sum_by(packed, mult, int(packed.max()) + 1)
-            values = np.flatnonzero(every)
-            freq = every[values]
-            digits = []
-            for _ in ids:
-                digits.append(values % base)
-                values = values // base
-            combos = np.stack(digits[::-1], axis=1).tolist()
-        elif base ** len(ids) < 1 << 62:
-            packed = ids[0].copy()
-            for x in ids[1:]:
-                packed *= base
-                packed += x
-            _, first, inverse, freq = np.unique(packed, return_index=True, return_inverse=True, return_counts=True)
-            combos = np.stack([x[first] for x in ids], axis=1).tolist()
-            if mult is not None:
-                freq = _sum_by(inverse.reshape(-1), mult, len(first))
-        else:
-            rows_, inverse, freq = np.unique(np.stack(ids, axis=1), axis=0, return_inverse=True, return_counts=True)
-            combos = rows_.tolist()
-            if mult is not None:
-                freq = _sum_by(inverse.reshape(-1), mult, len(rows_))
-        total = 0
-        for ms, f in zip(combos, freq.tolist()):
-            w = f
-            for m, weight in zip(ms, weights):
-                w *= weight[m]
-                if not w:
+            if k.gate is not None:
+                ids, table = self._gated(k, rows, ck, a, b)
+                got = _table_arrays(table)
+                small.append(got[0][ids])
+                bits.append(got[1][ids])
+                exact.append(lambda i, ids=ids, table=table: table[ids[i]])
+            elif not self.tied(k.cls):
+                counts, b2, one = _subset_arrays(b - a, k.lo, k.hi)
+                small.append(counts)
+                bits.append(b2)
+                exact.append(one)
+            else:  # equal keys among the candidates: each distinct one counted once
+                counts, b2 = self._tied_arrays(k, a, b)
+                small.append(counts)
+                bits.append(b2)
+                exact.append(lambda i, a=a, b=b, k=k, ck=ck: tied_subsets(ck[a[i]:b[i]], k.lo, k.hi))
+        # Most products fit in int64 (numpy multiplies them); the rest, or a match whose bound says
+        # it might not fit, are Python integers, one match at a time.
+        total_bits = sum(bits) if mult is None else sum(bits) + np.log2(np.maximum(mult, 1).astype(np.float64)) + 1e-9
+        zero = np.zeros(len(total_bits), bool)
+        for c, b2 in zip(small, bits):
+            zero |= (c == 0) & (b2 < 62)
+        fast = (total_bits < 62) | zero
+        prod = np.ones(len(fast), np.int64) if mult is None else np.asarray(mult, np.int64).copy()
+        for c in small:
+            prod *= c
+
+        def slow(i: int) -> int:
+            v = 1 if mult is None else int(mult[i])
+            for one in exact:
+                v *= one(i)
+                if not v:
                     break
-            total += w
-        return total
+            return v
+        return prod, fast, slow
 
     def _gated(self, k: Kleene, rows, ck: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, list]:
         """A closure with a negated element at one side (``Kleene.gate``): the sets of its
@@ -1179,15 +1187,30 @@ class Evaluator:
         return [subsets(max(int(x), 0), k.lo, k.hi) for x in (b - a).tolist()]
 
     def _tied_weights(self, k: Kleene, a: np.ndarray, b: np.ndarray) -> list:
-        """``tied_subsets`` of the candidates ``[a, b)`` of ``k``'s class, per range. Sets of any
-        size (``+``) are the product of (multiplicity + 1) over the keys in the range, less one:
-        computed for all ranges at once from the class's runs of equal keys (the middle runs'
-        product by one ``multiply.reduceat``) wherever it stays below 2^60; larger ones, and
-        bounded sizes, one range at a time."""
+        """``tied_subsets`` of the candidates ``[a, b)`` of ``k``'s class, per range, as Python ints."""
+        ck = self.s.cks[k.cls]
+        counts, bits = self._tied_arrays(k, a, b)
+        values = counts.tolist()
+        for i in np.flatnonzero(bits >= 62).tolist():
+            values[i] = tied_subsets(ck[int(a[i]):int(b[i])], k.lo, k.hi)
+        return values
+
+    def _tied_arrays(self, k: Kleene, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``tied_subsets`` of the candidates ``[a, b)`` of ``k``'s class, per range, as int64 where
+        it stays below 2^62 (elsewhere 0) and an upper bound of its log2 (62 or more: not in the
+        int64). Sets of any size (``+``) are the product of (multiplicity + 1) over the keys in the
+        range, less one: computed for all ranges at once from the class's runs of equal keys (the
+        middle runs' product by one ``multiply.reduceat``); bounded sizes one distinct range at a
+        time."""
         ck = self.s.cks[k.cls]
         a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
         if k.lo > 1 or k.hi is not None or not len(a):
-            return [tied_subsets(ck[x:y], k.lo, k.hi) for x, y in zip(a.tolist(), b.tolist())]
+            span = int(len(ck)) + 1
+            ranges, inverse = np.unique(a * span + np.maximum(a, b), return_inverse=True)
+            table = [tied_subsets(ck[x // span:x % span], k.lo, k.hi) for x in ranges.tolist()]
+            counts, bits = _table_arrays(table)
+            inverse = inverse.reshape(-1)
+            return counts[inverse], bits[inverse]
         runs = self._runs.get(k.cls)
         if runs is None:
             starts = np.flatnonzero(np.r_[True, ck[1:] != ck[:-1]])
@@ -1197,24 +1220,25 @@ class Evaluator:
             runs = self._runs[k.cls] = (starts, sizes, rid, logs, np.r_[sizes + 1, 1].astype(np.int64))
         starts, sizes, rid, logs, factors = runs
         out = np.zeros(len(a), np.int64)
-        live = b > a
-        r0, r1 = rid[a[live]], rid[b[live] - 1]
-        m0 = np.where(r0 == r1, b[live] - a[live], starts[r0] + sizes[r0] - a[live])
-        m1 = np.where(r0 == r1, 0, b[live] - starts[r1])
+        bits = np.zeros(len(a), np.float64)
+        live = np.flatnonzero(b > a)
+        al, bl = a[live], b[live]
+        r0, r1 = rid[al], rid[bl - 1]
+        m0 = np.where(r0 == r1, bl - al, starts[r0] + sizes[r0] - al)
+        m1 = np.where(r0 == r1, 0, bl - starts[r1])
         mid_lo, mid_hi = r0 + 1, np.maximum(r1, r0 + 1)  # the runs wholly inside, between the partial ends
-        bits = logs[mid_hi] - logs[mid_lo] + np.log2(m0 + 1.0) + np.log2(m1 + 1.0)
-        small = bits < 60
+        # float rounding of the sum of logs is far below the margin of one bit kept here
+        got_bits = logs[mid_hi] - logs[mid_lo] + np.log2(m0 + 1.0) + np.log2(m1 + 1.0) + 1e-6
+        fit = got_bits < 61
         mid = np.ones(len(r0), np.int64)
-        has = small & (mid_hi > mid_lo)
+        has = fit & (mid_hi > mid_lo)
         if has.any():
             pairs = np.stack([mid_lo[has], mid_hi[has]], axis=1).reshape(-1)
             mid[has] = np.multiply.reduceat(factors, pairs)[::2]
         got = (m0 + 1) * (m1 + 1) * mid - 1
-        out[np.flatnonzero(live)[small]] = got[small]
-        values = out.tolist()
-        for i in np.flatnonzero(live)[~small].tolist():
-            values[i] = tied_subsets(ck[a[i]:b[i]], k.lo, k.hi)
-        return values
+        out[live[fit]] = got[fit]
+        bits[live] = np.where(fit, got_bits, np.inf)
+        return out, bits
 
     def tied(self, cls: int) -> bool:
         """Whether two candidates of class ``cls`` share a key (on the composite axis: in a partition)."""
@@ -1265,14 +1289,26 @@ class Evaluator:
         return ok
 
 
-class _SubsetCounts:
-    """``subsets(m, lo, hi)`` indexed by ``m``."""
+def _table_arrays(table: list) -> tuple[np.ndarray, np.ndarray]:
+    """Python int counts as int64 where below 2^62 (elsewhere 0) and their bit lengths (an upper
+    bound of their log2)."""
+    bits = np.array([v.bit_length() for v in table], np.float64)
+    counts = np.array([v if v < 1 << 62 else 0 for v in table], np.int64)
+    return counts, bits
 
-    def __init__(self, lo: int, hi: int | None):
-        self.lo, self.hi = lo, hi
 
-    def __getitem__(self, m: int) -> int:
-        return subsets(m, self.lo, self.hi)
+def _subset_arrays(sizes: np.ndarray, lo: int, hi: int | None):
+    """``subsets(m, lo, hi)`` per ``m`` in ``sizes`` as ``_table_arrays`` gives them, and the exact
+    count of one position as a function of it."""
+    if hi is None and lo <= 1:  # 2^m - 1 sets of any size, below 2^m
+        fit = sizes < 62
+        counts = np.where(fit, (np.int64(1) << np.minimum(sizes, 61)) - 1, 0).astype(np.int64)
+        return counts, sizes.astype(np.float64), lambda i: subsets(int(sizes[i]), lo, hi)
+    values, inverse = np.unique(sizes, return_inverse=True)
+    table = [subsets(m, lo, hi) for m in values.tolist()]
+    counts, bits = _table_arrays(table)
+    inverse = inverse.reshape(-1)
+    return counts[inverse], bits[inverse], lambda i: table[inverse[i]]
 
 
 def tied_subsets(keys: np.ndarray, lo: int, hi: int | None) -> int:
