@@ -237,23 +237,30 @@ def units_of(item, k: int, units: list, models: list) -> None:
                 cmodels.append(SH.CondModel(frozenset(at[v] for v in c.vars),
                                             tuple(("var", at[p[1]]) if not isinstance(p, str) else p for p in t)))
         negs, gates, kleene = [], [], []
+        gating = set()  # the negated elements that are a closure's gate
         for i, e in enumerate(chain):
-            if e.kleene is not None:  # counted: its neighbours are single events or an end (``countable``)
-                # or a negated element, whose other neighbour is then the closure's
-                gate, after = None, False
-                prev = i - 1 if i else None
-                nxt = i + 1 if i + 1 < len(chain) else None
-                if prev is not None and chain[prev].negated:
-                    gate, prev = item.class_of[chain[prev].var], prev - 1
-                elif nxt is not None and chain[nxt].negated:
-                    gate, after, nxt = item.class_of[chain[nxt].var], True, nxt + 1
-                kleene.append(O.Kleene(item.class_of[e.var], at[chain[prev].var] if prev is not None else None,
-                                       at[chain[nxt].var] if nxt is not None else None,
-                                       e.kleene[0], e.kleene[1], gate, after))
-            if not e.negated:
+            if e.kleene is None:
                 continue
-            if any(chain[j].kleene is not None for j in (i - 1, i + 1) if 0 <= j < len(chain)):
-                continue  # the closure's gate (above)
+            # counted: its neighbours are single events or an end (``countable``), or negated
+            # elements, the single event beyond them then the closure's neighbour
+            gate, after = [], False
+            prev = i - 1 if i else None
+            nxt = i + 1 if i + 1 < len(chain) else None
+            while prev is not None and chain[prev].negated:
+                gate.append(prev)
+                prev -= 1
+            if not gate:
+                while nxt is not None and chain[nxt].negated:
+                    gate.append(nxt)
+                    nxt += 1
+                after = bool(gate)
+            gating.update(gate)
+            kleene.append(O.Kleene(item.class_of[e.var], at[chain[prev].var] if prev is not None else None,
+                                   at[chain[nxt].var] if nxt is not None else None, e.kleene[0], e.kleene[1],
+                                   tuple(item.class_of[chain[j].var] for j in gate), after))
+        for i, e in enumerate(chain):
+            if not e.negated or i in gating:
+                continue
             before = [at[x.var] for x in chain[:i] if not x.negated and x.kleene is None]
             after = [at[x.var] for x in chain[i + 1:] if not x.negated and x.kleene is None]
             linked = [c for c in item.conds if e.var in c.vars and c.vars <= varset | {e.var}]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from matchrec.planner import sharing as SH
 
+NEGATED = ("negated element's", "negated elements'")  # a closure's gate of one class, of several
+
 
 def listed(xs) -> str:
     return ", ".join(str(x) for x in xs)
@@ -31,8 +33,9 @@ def describe(run, lines: list, items: list, units: list, plan, info, roots, n_cl
                            if k.prev is not None and k.next is not None else
                            f"; Kleene closure counted after {unit.vars[k.prev]} (ending the match)" if k.prev is not None
                            else f"; Kleene closure counted before {unit.vars[k.next]} (starting the match)")
-                          + ("" if k.gate is None else
-                             f" less the sets reaching past the negated element's {'last' if k.gate_after else 'first'} "
+                          + ("" if not k.gate else
+                             f" less the sets reaching past the {NEGATED[len(k.gate) > 1]} "
+                             f"{'last' if k.gate_after else 'first'} "
                              f"event {'before ' + unit.vars[k.next] if k.gate_after else 'after ' + unit.vars[k.prev]}")
                           for k in unit.kleene)
         lines.append(f"    {unit.label}: order {order}{counted}")

@@ -129,10 +129,10 @@ class Kleene:
     next: int | None
     lo: int
     hi: int | None
-    # A negated element (its class; no conditions) between the closure and ``prev`` (``gate_after``
-    # False: no event of it between ``prev`` and the set's first candidate) or ``next`` (True:
-    # between the set's last candidate and ``next``), instead of a ``Neg`` of the unit.
-    gate: int | None = None
+    # Negated elements (their classes; no conditions) between the closure and ``prev`` (``gate_after``
+    # False: no event of any of them between ``prev`` and the set's first candidate) or ``next``
+    # (True: between the set's last candidate and ``next``), instead of ``Neg``s of the unit.
+    gate: tuple = ()
     gate_after: bool = False
 
 
@@ -1116,7 +1116,7 @@ class Evaluator:
                 b = np.searchsorted(ck, lo + w, "right")
             a = np.asarray(a, np.int64)
             b = np.maximum(a, b).astype(np.int64)
-            if k.gate is not None:
+            if k.gate:
                 ids, table = self._gated(k, rows, ck, a, b)
                 got = _table_arrays(table)
                 small.append(got[0][ids])
@@ -1153,26 +1153,31 @@ class Evaluator:
         return prod, fast, slow
 
     def _gated(self, k: Kleene, rows, ck: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, list]:
-        """A closure with a negated element at one side (``Kleene.gate``): the sets of its
-        candidates ``[a, b)`` less those the negated element's events exclude - every set whose
-        first candidate lies after the first negated event following ``prev`` (``gate_after``:
-        whose last lies before the last negated event preceding ``next``). An event of it at the
-        same key as the set's end is not between them. Returns an id per match and the count of
-        each id."""
+        """A closure with negated elements at one side (``Kleene.gate``): the sets of its
+        candidates ``[a, b)`` less those the negated elements' events exclude - every set whose
+        first candidate lies after the first negated event (of any of them) following ``prev``
+        (``gate_after``: whose last lies before the last negated event preceding ``next``). An
+        event of them at the same key as the set's end is not between them. Returns an id per
+        match and the count of each id."""
         s = self.s
-        xk = s.cks[k.gate]
         a = a.astype(np.int64)
         b = np.maximum(a, b).astype(np.int64)
         if not k.gate_after:
-            first = s.after(k.gate, rows[k.prev])  # the negated events up to prev's key come before it
-            has = first < len(xk)
-            cut = np.where(has, np.searchsorted(ck, xk[np.minimum(first, len(xk) - 1)], "right"), b)
-            a2, b2 = np.clip(cut, a, b), b  # sets only in [cut, b) start after that event
+            cut = b
+            for g in k.gate:
+                xk = s.cks[g]
+                first = s.after(g, rows[k.prev])  # the negated events up to prev's key come before it
+                has = first < len(xk)
+                cut = np.minimum(cut, np.where(has, np.searchsorted(ck, xk[np.minimum(first, len(xk) - 1)], "right"), b))
+            a2, b2 = np.clip(cut, a, b), b  # sets only in [cut, b) start after the first such event
         else:
-            last = s.before(k.gate, rows[k.next])  # the negated events before next's key
-            has = last > 0
-            cut = np.where(has, np.searchsorted(ck, xk[np.maximum(last - 1, 0)], "left"), a)
-            a2, b2 = a, np.clip(cut, a, b)  # sets only in [a, cut) end before that event
+            cut = a
+            for g in k.gate:
+                xk = s.cks[g]
+                last = s.before(g, rows[k.next])  # the negated events before next's key
+                has = last > 0
+                cut = np.maximum(cut, np.where(has, np.searchsorted(ck, xk[np.maximum(last - 1, 0)], "left"), a))
+            a2, b2 = a, np.clip(cut, a, b)  # sets only in [a, cut) end before the last such event
         span = int(len(ck)) + 1
         whole, i1 = np.unique(a * span + b, return_inverse=True)
         lost, i2 = np.unique(a2 * span + b2, return_inverse=True)

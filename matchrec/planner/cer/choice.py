@@ -171,20 +171,24 @@ def batch_kleene(plan: CerPlan) -> str:
 
 
 KLEENE_NOT_COUNTED = ("Kleene closure the batch operator cannot count (its neighbours must be single events, an "
-                      "end, or one negation without conditions)")
+                      "end, or on one side negations without conditions)")
 
 
 def closures_counted(chain, read: set) -> bool:
     """Whether the batch (shared) operator counts every Kleene closure of a chain of elements
     (``operators.cer_shared.Kleene``): each lies between two single, positive events, or ends
-    (starts) the chain after (before) one; on one side the neighbour may instead be a negated
-    element no condition reads (``read``: the variables conditions read) whose other neighbour is
-    a single, positive event. At most one closure lies at an end: its sets reach as far as the
-    window from the match's other end, which must then be a single event."""
+    (starts) the chain after (before) one; on one side the neighbour may instead be negated
+    elements no condition reads (``read``: the variables conditions read), followed by a single,
+    positive event. At most one closure lies at an end: its sets reach as far as the window from
+    the match's other end, which must then be a single event. A negation with no single event
+    before it (after it) reaches back from the match's last (forward from its first) event, which
+    a closure ending (starting) the chain decides set by set: such a chain is not counted."""
     def single(j):
         return 0 <= j < len(chain) and not chain[j].negated and chain[j].kleene is None
 
     ends = 0
+    gating = set()
+    closes, opens = False, False  # a closure ends / starts the chain
     for i, e in enumerate(chain):
         if e.kleene is None:
             continue
@@ -195,13 +199,26 @@ def closures_counted(chain, read: set) -> bool:
                 sides.append("end")
             elif single(j):
                 sides.append("single")
-            elif chain[j].negated and chain[j].var not in read and single(j + step):
+            elif chain[j].negated:  # a gate: negated elements no condition reads, then a single event
+                while 0 <= j < len(chain) and chain[j].negated and chain[j].var not in read:
+                    gating.add(j)
+                    j += step
+                if not single(j):
+                    return False
                 sides.append("gate")
             else:
                 return False
         ends += "end" in sides
+        opens |= sides[0] == "end"
+        closes |= sides[1] == "end"
         if sides == ["end", "end"] or sides.count("gate") > 1 or ends > 1:
             return False
+    for i, e in enumerate(chain):
+        if e.negated and i not in gating:
+            if closes and not any(single(j) for j in range(i)):
+                return False
+            if opens and not any(single(j) for j in range(i + 1, len(chain))):
+                return False
     return True
 
 
