@@ -54,7 +54,7 @@ def read_events(duck: duckdb.DuckDBPyConnection, plan: P.CerPlan, info: dict) ->
         pid = ", dense_rank() OVER (ORDER BY __part NULLS LAST) - 1 AS __pid" if plan.partition_column else ""
         sql = f"SELECT *{pid} FROM ({body}) ORDER BY {', '.join(order)}"
         info["read_sql"] = sql
-        table = duck.sql(sql).to_arrow_table()
+        table = duck.sql(sql).to_arrow_table().combine_chunks()  # one chunk: see ``multi_read.read_group``
     finally:
         if registered is not None:
             duck.unregister(registered)

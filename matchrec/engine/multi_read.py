@@ -40,7 +40,9 @@ def read_group(duck, settings: P.CerSettings, plans: list) -> tuple[pa.Table, di
         if registered is not None:
             body = filter_join(body, registered, bool(p0.partition_column))
         table = duck.sql(f"SELECT *{pid} FROM ({body}) ORDER BY {', '.join(order)}").to_arrow_table()
-        return table, filter_cols, filtering
+        # one chunk per column: the result columns are gathers of these rows, and a gather over
+        # several chunks was several times slower (0.26 s against 0.05 s for 7 M result rows)
+        return table.combine_chunks(), filter_cols, filtering
     finally:
         if registered is not None:
             duck.unregister(registered)
