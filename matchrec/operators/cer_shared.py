@@ -123,7 +123,7 @@ class Kleene:
     that ends the sequence has no ``next``: its candidates lie after ``prev`` and at most the window
     after the match's first event; one that starts it has no ``prev``: they lie before ``next`` and
     at most the window before the match's last event. Valid when no condition reads the element;
-    a negation beside it is its ``gate``, not a ``Neg`` of the unit."""
+    negations beside it (on one side) are its ``gate``, not ``Neg``s of the unit."""
     cls: int
     prev: int | None
     next: int | None
@@ -1211,11 +1211,9 @@ class Evaluator:
         a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
         if k.lo > 1 or k.hi is not None or not len(a):
             span = int(len(ck)) + 1
-            ranges, inverse = np.unique(a * span + np.maximum(a, b), return_inverse=True)
-            table = [tied_subsets(ck[x // span:x % span], k.lo, k.hi) for x in ranges.tolist()]
-            counts, bits = _table_arrays(table)
-            inverse = inverse.reshape(-1)
-            return counts[inverse], bits[inverse]
+            counts, bits, _, _ = _per_distinct(a * span + np.maximum(a, b),
+                                               lambda x: tied_subsets(ck[x // span:x % span], k.lo, k.hi))
+            return counts, bits
         runs = self._runs.get(k.cls)
         if runs is None:
             starts = np.flatnonzero(np.r_[True, ck[1:] != ck[:-1]])
@@ -1309,11 +1307,18 @@ def _subset_arrays(sizes: np.ndarray, lo: int, hi: int | None):
         fit = sizes < 62
         counts = np.where(fit, (np.int64(1) << np.minimum(sizes, 61)) - 1, 0).astype(np.int64)
         return counts, sizes.astype(np.float64), lambda i: subsets(int(sizes[i]), lo, hi)
-    values, inverse = np.unique(sizes, return_inverse=True)
-    table = [subsets(m, lo, hi) for m in values.tolist()]
+    counts, bits, table, inverse = _per_distinct(sizes, lambda m: subsets(m, lo, hi))
+    return counts, bits, lambda i: table[inverse[i]]
+
+
+def _per_distinct(keys: np.ndarray, value):
+    """``value(key)`` (a Python int) computed once per distinct key, then per element as
+    ``_table_arrays`` gives it: (counts, bits, the table of values, each element's index in it)."""
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    table = [value(x) for x in distinct.tolist()]
     counts, bits = _table_arrays(table)
     inverse = inverse.reshape(-1)
-    return counts[inverse], bits[inverse], lambda i: table[inverse[i]]
+    return counts[inverse], bits[inverse], table, inverse
 
 
 def tied_subsets(keys: np.ndarray, lo: int, hi: int | None) -> int:
