@@ -218,3 +218,68 @@ def test_built_nodes_by_ranks_equal_conditions_per_candidate(monkeypatch):
 @pytest.mark.slow
 def test_built_nodes_by_ranks_many_seeds(monkeypatch):
     _built_by_ranks(monkeypatch, range(200, 260))
+
+
+GUESSED = ["b.x - a.x > 1", "a.x - b.x >= 2", "abs(b.x - a.y) <= 1.5", "2 * b.x - a.y < 1", "b.x / -2 <= a.x",
+           "-b.x + a.x * 3 > 1", "b.x = a.y", "3 - b.x > a.x", "b.x / 3 + 1 >= a.y - 0.5",
+           "b.x BETWEEN a.y - 1 AND a.x + 1", "b.x * 0.1 > a.x * 0.1"]
+
+
+@pytest.mark.parametrize("floats", [True, False])
+@pytest.mark.parametrize("text", GUESSED)
+def test_guessed_flips_equal_the_halving_search(text, floats, monkeypatch):
+    """Each ray's guessed threshold, checked at its rank and the one below, gives the rank the binary
+    search gives, on integer and float columns with NULLs and NaN; a guess that is wrong for every
+    binding still gives it (the check decides), and each form but the constant one is guessed."""
+    rng = np.random.default_rng(len(text) + floats)
+    n = 400
+    if floats:
+        vals = np.round(rng.normal(0, 3, n), 1)
+        vals[rng.random(n) < 0.05] = np.nan
+        kind = pa.float64()
+    else:
+        vals = rng.integers(-20, 20, n).astype(float)
+        kind = pa.int64()
+    nulls = rng.random(n) < 0.05
+    xs = pa.array([None if z else (v if floats else int(v)) for v, z in zip(vals, nulls)], kind)
+    ys = pa.array([None if z else (v if floats else int(v)) for v, z in zip(vals[::-1], nulls[::-1])], kind)
+    cols = VectorColumns(pa.table({"x": xs, "y": ys}))
+    expr = S.parse(f"PATTERN SEQ(A a, B b) FROM ev WHERE {text} WITHIN 5").conditions[0]
+    r = rays_of(expr, lambda c: c.name, cols, set())["b"]
+    values = cols.get("x")
+    good = np.flatnonzero(~(nulls | np.isnan(vals)))
+    _, first = np.unique(values[good], return_index=True)
+    rep = good[first]
+    repv = values[rep].astype(np.float64)
+    binding = {"a": rng.integers(0, n, 300)}
+    assert len(r.guesses) == len(r.rays)
+    halving = O.Evaluator._halving
+    searched = []
+
+    def spy(vec, up, var, rep, binding, u):
+        searched.append(u)
+        return halving(vec, up, var, rep, binding, u)
+    monkeypatch.setattr(O.Evaluator, "_halving", staticmethod(spy))
+    for (vec, up), guess in zip(r.rays, r.guesses):
+        assert guess is not None
+        want = halving(vec, up, "b", rep, binding, 300)
+        searched.clear()
+        np.testing.assert_array_equal(O.Evaluator.first_flip(vec, up, "b", rep, binding, 300, guess, repv), want)
+        # about 10% of the other side is NULL or NaN, and float rounding misses some exact ties
+        assert sum(searched) <= 120
+        wrong = (lambda b: np.full(len(b["a"]), 7.25), guess[1])
+        np.testing.assert_array_equal(O.Evaluator.first_flip(vec, up, "b", rep, binding, 300, wrong, repv), want)
+
+
+def test_scattered_ids_number_the_distinct_rows():
+    """Distinct bindings without a sort: each element's id names a row equal to it, the ids are
+    dense, and a scratch array left from an earlier call does not leak into the next one."""
+    rng = np.random.default_rng(5)
+    stream = O.Stream(np.arange(5000), None, [np.ones(5000, bool)], 10)
+    ev = O.Evaluator(stream, [], [])
+    for _ in range(30):
+        x = rng.integers(0, int(rng.integers(1, 5000)), int(rng.integers(1, 300)))
+        ids, count, first = ev._scattered_ids(x)
+        assert count == len(np.unique(x)) == len(first)
+        np.testing.assert_array_equal(x[first][ids], x)
+        assert sorted(set(ids.tolist())) == list(range(count))

@@ -22,10 +22,19 @@ NULL and NaN make every comparison false in the compiled form: a candidate whose
 NaN takes no rank and is never counted, and a binding of the other variables whose side is NULL
 or NaN finds an empty interval. Each ray is the compiled form (``planner.cer_vector``) of a
 comparison, so the count equals the number of candidates on which the compiled condition holds.
+
+Each ray also carries a *guess* of where it flips: the comparison solved for the column (``x op
+T``, ``T`` an expression of the other variables, moved across by the inverse of each step that
+built the side) and computed in floating point. The search checks the guess at its rank and the
+rank below with the compiled comparison, which decides; only the bindings where the guess misses
+(rounding, integer division, a NULL) are searched by halving. A guess can cost time, never a
+wrong count.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from matchrec.parser import sase as S
 from matchrec.planner.cer_vector import VectorColumns, compile_condition
@@ -44,6 +53,9 @@ class Rays:
     values: object
     nulls: object
     rays: list
+    # per ray: (binding -> float64 threshold per binding, searchsorted side) where the comparison
+    # solves for the column, else None
+    guesses: list = None
 
 
 class RayForms:
@@ -91,15 +103,79 @@ def _for_var(expr, var, resolve, columns, kleene):
         raise _No
     comparisons = []  # (comparison expression, up) or (expression not reading var, None)
     _split(expr, var, comparisons)
-    rays = []
+    rays, guesses = [], []
     for e, up in comparisons:
         vec = compile_condition(e, resolve, columns, kleene)
         if vec is None:
             raise _No
         rays.append((vec, True if up is None else up))
+        guesses.append(None if up is None else _guess(e, var, resolve, columns, kleene))
     if not rays:
         raise _No
-    return Rays(var, column, values, columns.nulls(column), rays)
+    return Rays(var, column, values, columns.nulls(column), rays, guesses)
+
+
+_SIDE = {">": "right", ">=": "left", "<": "left", "<=": "right"}  # the first rank flipped of x op T
+
+
+def _guess(e: S.Binary, var: str, resolve, columns, kleene):
+    """(threshold function, side) of the comparison ``e`` (its left side reads ``var``) solved for
+    the column, or None."""
+    op, side, other = e.op, e.left, e.right
+    while not isinstance(side, S.Col):
+        if isinstance(side, S.Unary) and side.op == "-":
+            side, other, op = side.arg, S.Unary(e.span, "-", other), _FLIP[op]
+        elif isinstance(side, S.Binary) and side.op in ("+", "-") and _reads(side.left, var):
+            inv = "-" if side.op == "+" else "+"
+            side, other = side.left, S.Binary(e.span, inv, other, side.right)
+        elif isinstance(side, S.Binary) and side.op == "+":
+            side, other = side.right, S.Binary(e.span, "-", other, side.left)
+        elif isinstance(side, S.Binary) and side.op == "-":  # c - x op T: x flipped-op c - T
+            side, other, op = side.right, S.Binary(e.span, "-", side.left, other), _FLIP[op]
+        elif isinstance(side, S.Binary) and side.op in ("*", "/"):
+            left = _reads(side.left, var)
+            if side.op == "/" and not left:  # k / x is not monotone over the column's sign change
+                return None
+            k = side.right if left else side.left
+            other = S.Binary(e.span, "/" if side.op == "*" else "*", other, k)
+            if _literal(k) < 0:
+                op = _FLIP[op]
+            side = side.left if left else side.right
+        else:
+            return None
+    fn = _float_value(other, resolve, columns, kleene)
+    return None if fn is None else (fn, _SIDE[op])
+
+
+def _float_value(e, resolve, columns, kleene):
+    """``e`` (no reference to a Kleene variable) as a function of a binding giving float64 values
+    per binding, NaN where NULL; None outside ``+ - * /``, numeric literals and columns."""
+    if isinstance(e, S.Lit):
+        if isinstance(e.value, bool) or not isinstance(e.value, (int, float)):
+            return None
+        v = float(e.value)
+        return lambda b: v
+    if isinstance(e, S.Col):
+        if e.var in kleene or e.index is not None:
+            return None
+        name = resolve(e)
+        values = columns.floats(name)
+        if values is None:
+            return None
+        return lambda b, var=e.var: values[b[var]]
+    if isinstance(e, S.Unary) and e.op == "-":
+        f = _float_value(e.arg, resolve, columns, kleene)
+        return None if f is None else (lambda b: -f(b))
+    if isinstance(e, S.Binary) and e.op in _ARITH:
+        f, g = _float_value(e.left, resolve, columns, kleene), _float_value(e.right, resolve, columns, kleene)
+        if f is None or g is None:
+            return None
+        fn = _ARITH[e.op]
+        return lambda b: fn(f(b), g(b))
+    return None
+
+
+_ARITH = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}
 
 
 def _reads(e, var) -> bool:

@@ -480,6 +480,7 @@ class Evaluator:
         self._rays: dict = {}  # id(node) -> (node, its conditions as rays or None: ``ray_spec``)
         self._ranks: dict = {}  # (class, column) -> (rank per candidate, a row per distinct value)
         self._runs: dict = {}  # class -> its candidates' runs of equal keys (``_tied_weights``)
+        self._scratch = None  # a position per stream row (``_scattered_ids``)
         self._needs: dict = {}  # id(node) -> (node, the parent's slots it and the steps below read: ``_reads``)
         # the statement's step budget: a candidate tried in a block is one step (numpy, as compiled)
         self.spend = budget.current().spend
@@ -890,12 +891,15 @@ class Evaluator:
         for conds, per in zip(columns, reads):
             rank, rep = self.ranks(node.cls, conds[0][0])
             low, high = np.zeros(u, np.int64), np.full(u, len(rep), np.int64)
+            repv = None
             for (ray_set, sl), slots in zip(conds, per):
                 rows, at, size = groups[slots]
                 names = {j: v for v, j in sl.items() if v != var}
                 binding = {names[j]: r for j, r in zip(slots, rows)}
-                for vec, up in ray_set.rays:
-                    k = self.first_flip(vec, up, var, rep, binding, size)
+                for (vec, up), guess in zip(ray_set.rays, ray_set.guesses or [None] * len(ray_set.rays)):
+                    if guess is not None and repv is None:
+                        repv = ray_set.values[rep].astype(np.float64)
+                    k = self.first_flip(vec, up, var, rep, binding, size, guess, repv)
                     if k is None:
                         return None
                     if not joint:
@@ -916,8 +920,27 @@ class Evaluator:
         rows = [pm.rows[j] for j in slots]
         if not slots:
             return [], np.zeros(len(pm), np.int64), 1
-        ids, count, first = _dense_ids(rows, self.s.n)
+        if len(rows) == 1 and len(rows[0]) * 16 <= self.s.n:
+            ids, count, first = self._scattered_ids(rows[0])
+        else:
+            ids, count, first = _dense_ids(rows, self.s.n)
         return [r[first] for r in rows], ids, count
+
+    def _scattered_ids(self, x: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
+        """``_dense_ids`` of one array of rows, in no particular order, without a sort: each row's
+        slot in a scratch array over the stream takes the position of one of its occurrences,
+        and the positions that won their slot are the distinct rows. The scratch array is never
+        cleared: a slot is read only after this call wrote it."""
+        m = len(x)
+        if self._scratch is None:
+            self._scratch = np.empty(self.s.n, np.int64)
+        scratch = self._scratch
+        pos = np.arange(m, dtype=np.int64)
+        scratch[x] = pos
+        rep = scratch[x]
+        won = rep == pos
+        rank = np.cumsum(won) - 1
+        return rank[rep], int(rank[-1]) + 1 if m else 0, np.flatnonzero(won)
 
     def ranks_pay(self, node: Node, columns: list, bindings: list, candidates: int) -> bool:
         """Whether checking ``node``'s candidates by ranks should cost less than evaluating its
@@ -945,12 +968,44 @@ class Evaluator:
         return parent, at[:n]
 
     @staticmethod
-    def first_flip(vec, up: bool, var: str, rep: np.ndarray, binding: dict, u: int):
+    def first_flip(vec, up: bool, var: str, rep: np.ndarray, binding: dict, u: int, guess=None,
+                   repv: np.ndarray | None = None):
         """Per binding of the other variables, the first rank where an up-ray turns true (a
-        down-ray false): a binary search over the ranks, all bindings at once, by steps of halving
-        powers of two (a binding moves past a probed rank while the ray has not flipped there),
-        so a step is a few numpy calls. Every step takes every binding: the searches all take
-        about as many steps, and gathering the open ones cost more than evaluating them all."""
+        down-ray false), or None when the compiled comparison refused the values. With the ray's
+        ``guess`` (``multi_rays``: its threshold, ``repv`` the ranks' values as floats), the guessed
+        rank is kept where the ray has flipped there and not at the rank below - two evaluations -
+        and only the other bindings are searched."""
+        d = len(rep)
+        if not d or guess is None:
+            return Evaluator._halving(vec, up, var, rep, binding, u)
+        b = dict(binding)
+        try:
+            threshold, side = guess
+            with np.errstate(all="ignore"):  # a NaN or infinite guess only misses
+                guessed = np.broadcast_to(threshold(binding), (u,))
+            pos = np.searchsorted(repv, guessed, side).astype(np.int64)
+            b[var] = rep[np.minimum(pos, d - 1)]
+            t = vec(b)
+            ok = (pos == d) | (t if up else ~t)
+            b[var] = rep[np.maximum(pos - 1, 0)]
+            t = vec(b)
+            ok &= (pos == 0) | ~(t if up else ~t)
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError, FloatingPointError):
+            return None
+        missed = np.flatnonzero(~ok)
+        if len(missed):
+            got = Evaluator._halving(vec, up, var, rep, {k: v[missed] for k, v in binding.items()}, len(missed))
+            if got is None:
+                return None
+            pos[missed] = got
+        return pos
+
+    @staticmethod
+    def _halving(vec, up: bool, var: str, rep: np.ndarray, binding: dict, u: int):
+        """``first_flip`` by a binary search over the ranks, all bindings at once, by steps of
+        halving powers of two (a binding moves past a probed rank while the ray has not flipped
+        there), so a step is a few numpy calls. Every step takes every binding: the searches all
+        take about as many steps, and gathering the open ones cost more than evaluating them all."""
         d = len(rep)
         pos = np.zeros(u, np.int64)  # the ranks below it have not flipped
         if not d:

@@ -72,6 +72,19 @@ class VectorColumns:
         self.get(name)
         return self.cache[("nulls", name)]
 
+    def floats(self, name: str) -> np.ndarray | None:
+        """The column as float64, NaN where NULL (None: not a numeric one)."""
+        key = ("floats", name)
+        if key not in self.cache:
+            values = self.get(name)
+            if values is not None:
+                values = values.astype(np.float64)
+                nulls = self.nulls(name)
+                if nulls is not None:
+                    values = np.where(nulls, np.nan, values)
+            self.cache[key] = values
+        return self.cache[key]
+
     def bounds(self, name: str):
         """(min, max) of an integer column, "float" for a floating-point one."""
         key = ("bounds", name)
