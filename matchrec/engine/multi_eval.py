@@ -65,9 +65,10 @@ def evaluate_alone(items: list, classes: ElementClasses, settings: P.CerSettings
 
 
 def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSettings, budget: float,
-                    lines: list) -> None:
+                    lines: list, threads: int = 1) -> None:
     """The group's statements the shared operator takes (``item.shared``), in one pass over the stream:
-    plan, slices, re-plans after a rate drift. ``run`` holds the options and the counters of the run."""
+    plan, slices, re-plans after a rate drift; each range in parts on up to ``threads`` threads.
+    ``run`` holds the options and the counters of the run."""
     group_items = items
     items = [i for i in group_items if i.shared]
     if not items:
@@ -158,7 +159,7 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
                     # It is taken only when it saves more than that over the slices it should hold.
                     if (held - found_cost) * ahead > RESTART_COST * size:
                         if pending is not None:
-                            ev.run(roots, *pending)
+                            ev.run(roots, *pending, threads=threads)
                             pending = None
                         plan = found
                         roots = SH.build_nodes(work, plan, units, classes.labels)
@@ -168,7 +169,7 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
                         kept += 1
         pending = (pending[0], sl[3]) if pending is not None else (sl[2], sl[3])
     if pending is not None:
-        ev.run(roots, *pending)
+        ev.run(roots, *pending, threads=threads)
     r.stats["replans"] += replans
     if len(slices) > 1:
         more = [f"{kept} searches after a drift kept the plan (too little to gain)"] if kept else []
@@ -186,6 +187,7 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
                       f"{w['candidates']:,} candidates examined, {w['matches']:,} unit matches")
     for item, sink in zip(items, sinks):  # column-wise: what the result builder reads
         item.count, item.matches = sink.finish(columns=True)
+
 
 def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, items: list, lines: list):
     """The counted units that are plain sequences (no condition between elements, no negation, no
@@ -211,6 +213,16 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
     gone = set(done)
     keep = [i for i in range(len(units)) if i not in gone]
     return [units[i] for i in keep], [models[i] for i in keep]
+
+
+def threads_of(duck) -> int:
+    """The threads the shared operator may use: DuckDB's ``threads`` setting on the connection the
+    statement reads from (``SET threads = 1`` keeps matching on the calling thread, as it keeps
+    DuckDB's own work; Spark's tasks set it so)."""
+    try:
+        return max(1, int(duck.execute("SELECT current_setting('threads')").fetchall()[0][0]))
+    except Exception:  # a connection without the setting: one thread, as before
+        return 1
 
 
 def search_budget(cost: float, budget: float) -> float:

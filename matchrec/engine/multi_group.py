@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from matchrec import budget as work
 from matchrec.engine.multi_classes import ElementClasses, prepare
-from matchrec.engine.multi_eval import SLICE_EVENTS, evaluate_alone, evaluate_shared
+from matchrec.engine.multi_eval import SLICE_EVENTS, evaluate_alone, evaluate_shared, threads_of
 from matchrec.engine.multi_read import read_group
 from matchrec.engine.multi_report import listed
 from matchrec.parser import sase as S
@@ -79,7 +79,7 @@ class _Group:
         classes = ElementClasses(table, filter_cols, bool(p0.partition_column))
         prepare(self.items, classes)
         evaluate_alone(self.items, classes, self.settings, self.lines)
-        evaluate_shared(r, self.items, classes, self.settings, self.budget, self.lines)
+        evaluate_shared(r, self.items, classes, self.settings, self.budget, self.lines, threads_of(self.duck))
         r.stats["match_seconds"] += time.perf_counter() - t1
         r.report.extend(self.lines)
 
@@ -106,5 +106,5 @@ def evaluate_read(duck, settings: P.CerSettings, plan: P.CerPlan, table: pa.Tabl
                              bool(plan.partition_column))
     prepare(items, classes)
     evaluate_alone(items, classes, settings, lines)
-    evaluate_shared(_OneStatement(), items, classes, settings, budget, lines)
+    evaluate_shared(_OneStatement(), items, classes, settings, budget, lines, threads_of(duck))
     return item.count, item.matches, lines

@@ -43,11 +43,15 @@ and the unit's matches need no check.
 
 ``Evaluator.run(roots, lo, hi)`` finds the matches whose last event has a composite key in
 ``[lo, hi)``; a workload may use a different plan for each such slice of the stream (re-planning)
-and still finds every match exactly once.
+and still finds every match exactly once. The same holds for parts of one range: with ``threads``,
+a range is cut at keys into parts of about equal rows, each run by a fork of the evaluator (its
+own sinks and counters, the plan's caches shared) in a thread of its own - numpy and the compiled
+loops release the GIL for most of the work - and the forks' matches are merged in key order.
 """
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -66,6 +70,7 @@ LIMIT_KEY = 1 << 62
 STEP_CALLS = 256  # a binary search step's numpy calls cost about as much as comparing this many candidates
 LOOKUP_SHARE = 8  # a class's position table is built once its searches have looked up this share of the rows
 LOOKUP_ENTRIES = 1 << 24  # rows of position tables a stream keeps at most (4 bytes each)
+PART_ROWS = 50_000  # each thread of a parallel run takes at least this many rows of the range
 
 
 class Unshareable(Exception):
@@ -207,6 +212,7 @@ class Stream:
             self.rows.append(r)
             self.cks.append(self.ck[r])
         self._tables: dict = {}  # (class, right) -> each row's position among the class's candidates
+        self._lock = threading.Lock()
         self._looked_up: dict = {}  # (class, right) -> rows searched before its table was built
         self._ties = None  # per row: the first and the end row of the rows sharing its composite key
         self._groups = None  # ``key_groups``
@@ -232,8 +238,11 @@ class Stream:
             looked = self._looked_up[key] = self._looked_up.get(key, 0) + len(rows)
             if looked * LOOKUP_SHARE < self.n or self._table_rows + self.n > LOOKUP_ENTRIES or not self.ordered():
                 return np.searchsorted(self.cks[cls], self.ck[rows], "right" if right else "left")
-            table = self._tables[key] = self._position_table(cls, right)
-            self._table_rows += self.n
+            with self._lock:  # built once when parts of a parallel run ask at once
+                table = self._tables.get(key)
+                if table is None:
+                    table = self._tables[key] = self._position_table(cls, right)
+                    self._table_rows += self.n
         return table[rows].astype(np.int64)
 
     def ordered(self) -> bool:
@@ -296,6 +305,10 @@ class Stream:
         return [int(np.searchsorted(c, hi, "left") - np.searchsorted(c, lo, "left")) for c in self.cks]
 
 
+class _Stopped(BaseException):
+    """A part of a parallel run stops because another part failed (``Evaluator.run``)."""
+
+
 class PatternSink:
     """The matches (or their number) of one pattern, from all its units; alternatives binding the
     same variables are deduplicated."""
@@ -331,6 +344,13 @@ class PatternSink:
     def add_count(self, n: int) -> None:
         """``n`` matches that need neither keeping nor deduplication (counted Kleene closures)."""
         self.n += n
+
+    def merge(self, other: "PatternSink") -> None:
+        """The matches ``other`` (a later part of the stream, same pattern) found, after this one's;
+        ``finish`` checks the limit on them all."""
+        self.n += other.n
+        for key, mats in other.blocks.items():
+            self.blocks.setdefault(key, []).extend(mats)
 
     def finish(self, columns: bool = False) -> tuple[int, list | MatchColumns | None]:
         """(number of matches, the matches in ``reference_matches``' format or None when counting);
@@ -485,8 +505,83 @@ class Evaluator:
         # the statement's step budget: a candidate tried in a block is one step (numpy, as compiled)
         self.spend = budget.current().spend
 
-    def run(self, roots: list, lo: int, hi: int) -> None:
-        """Every match whose last event has a composite key in [lo, hi)."""
+    def run(self, roots: list, lo: int, hi: int, threads: int = 1) -> None:
+        """Every match whose last event has a composite key in [lo, hi); with ``threads`` above one,
+        the range in parts run at once (see the module's docstring)."""
+        cuts = self._cuts(lo, hi, threads)
+        if len(cuts) <= 2:
+            self._run(roots, lo, hi)
+            return
+        stop = threading.Event()
+        lock = threading.Lock()
+        own = self.spend
+
+        def spend(steps: int, own=own) -> None:  # one budget for every part, and a stop for all
+            if stop.is_set():
+                raise _Stopped()
+            with lock:
+                own(steps)
+        forks = [self._fork(spend) for _ in cuts[2:]]
+        errors: list = []
+
+        def part(ev: "Evaluator", a: int, b: int) -> None:
+            try:
+                ev._run(roots, a, b)
+            except _Stopped:
+                pass
+            except BaseException as err:  # re-raised by the calling thread
+                errors.append(err)
+                stop.set()
+        workers = [threading.Thread(target=part, args=(f, a, b), name="matchrec-shared", daemon=True)
+                   for f, a, b in zip(forks, cuts[1:-1], cuts[2:])]
+        for t in workers:
+            t.start()
+        self.spend = spend
+        try:
+            self._run(roots, cuts[0], cuts[1])
+        except _Stopped:
+            pass
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            self.spend = own
+            for t in workers:  # also on an error: no part outlives the statement
+                t.join()
+        if errors:
+            raise errors[0]
+        for f in forks:
+            for mine, theirs in zip(self.sinks, f.sinks):
+                mine.merge(theirs)
+            for k, v in f.work.items():
+                self.work[k] += v
+
+    def _cuts(self, lo: int, hi: int, threads: int) -> list:
+        """The keys cutting [lo, hi) into at most ``threads`` parts of about equal rows, at least
+        ``PART_ROWS`` each: [lo, ..., hi]."""
+        s = self.s
+        if threads <= 1 or not s.ordered():
+            return [lo, hi]
+        i0, i1 = (int(i) for i in np.searchsorted(s.ck, [lo, hi], "left"))
+        parts = min(int(threads), (i1 - i0) // PART_ROWS)
+        if parts <= 1:
+            return [lo, hi]
+        inner = sorted({int(s.ck[i0 + (i1 - i0) * k // parts]) for k in range(1, parts)} - {lo})
+        return [lo] + inner + [hi]
+
+    def _fork(self, spend) -> "Evaluator":
+        """An evaluator of the same plan over the same stream with its own sinks, counters and
+        scratch; the caches of the plan's nodes, ranks and runs are shared (each entry is the same
+        whoever computes it)."""
+        other = Evaluator.__new__(Evaluator)
+        other.__dict__.update(self.__dict__)
+        other.sinks = [PatternSink(k.counting, k.max, k.shared) for k in self.sinks]
+        other.work = dict.fromkeys(self.work, 0)
+        other._scratch = None
+        other.spend = spend
+        return other
+
+    def _run(self, roots: list, lo: int, hi: int) -> None:
         self.lo, self.hi = lo, hi
         s = self.s
         self.cap_hi = [int(np.searchsorted(c, hi, "left")) for c in s.cks]

@@ -1,0 +1,110 @@
+"""The shared operator's parallel parts (``Evaluator.run`` with ``threads``): a range cut at keys and
+run by forks of the evaluator on threads gives the tables one thread gives, through ``run_many``
+and through a cursor; limits and failures in any part stop every part and raise as one thread
+does. ``PART_ROWS`` is lowered so that the small random tables are cut too."""
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+import matchrec
+from matchrec.operators import cer_shared as O
+from tests.test_multi_pattern import Workload, alone, make_table
+
+
+@pytest.fixture
+def parts(monkeypatch):
+    """Ranges cut into parts of at least 3 rows; counts the forks made."""
+    monkeypatch.setattr(O, "PART_ROWS", 3)
+    made = []
+    fork = O.Evaluator._fork
+
+    def spy(self, spend):
+        made.append(1)
+        return fork(self, spend)
+    monkeypatch.setattr(O.Evaluator, "_fork", spy)
+    return made
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_parts_on_threads_equal_the_statements_alone(parts, seed):
+    rng = random.Random(seed)
+    con = matchrec.connect()
+    try:
+        make_table(con, rng)
+        stmts = Workload(rng, rng.randint(8, 30)).statements()
+        want, kept = [], []
+        for s in stmts:
+            try:
+                want.append(alone(con, s))
+                kept.append(s)
+            except matchrec.Error:
+                continue
+        con.cursor().execute(f"SET threads = {rng.choice([2, 3, 4])}")
+        got = matchrec.run_many(con, kept, budget=0.02, slice_events=rng.choice([None, 9]))
+        for s, g, w in zip(kept, got.tables, want):
+            assert g.equals(w), f"seed {seed}\n{s}"
+        for s, w in zip(kept, want):  # the cursor's batch operator runs in parts as well
+            assert con.cursor().execute(s).fetch_arrow_table().equals(w), f"seed {seed}\n{s}"
+    finally:
+        con.close()
+    assert parts  # ranges were cut
+
+
+def _ticks(con, n: int = 400) -> None:
+    rng = random.Random(7)
+    rows = ", ".join(f"({i}, '{rng.choice('AB')}', {rng.randint(0, 9)})" for i in range(n))
+    con.cursor().execute(f"CREATE TABLE ev AS SELECT * FROM (VALUES {rows}) t(ts, type, price)")
+
+
+STMTS = ["PATTERN SEQ(A a, B b, A c) FROM ev TYPE type ORDER BY ts WITHIN 40 RETURN COUNT(*)",
+         "PATTERN SEQ(A a, B b) FROM ev TYPE type ORDER BY ts WHERE b.price > a.price WITHIN 30 "
+         "RETURN a.ts, b.ts AS last"]
+
+
+def _outcome(con, stmts):
+    try:
+        return matchrec.run_many(con, stmts).tables
+    except matchrec.Error as err:
+        return type(err), str(err)
+
+
+@pytest.mark.parametrize("setting, value", [("matchrec_max_steps", 2_000), ("matchrec_cer_max_matches", 1_000)])
+def test_a_limit_reached_in_any_part_raises_as_one_thread_does(parts, setting, value):
+    con = matchrec.connect()
+    try:
+        _ticks(con)
+        con.cursor().execute(f"SET {setting} = {value}")
+        con.cursor().execute("SET threads = 1")
+        one = _outcome(con, STMTS)
+        before = threading.active_count()
+        con.cursor().execute("SET threads = 4")
+        many = _outcome(con, STMTS)
+        assert isinstance(one, tuple) and many == one
+        assert parts and threading.active_count() == before  # every part joined
+    finally:
+        con.close()
+
+
+def test_a_failure_in_a_later_part_stops_the_others_and_reaches_the_caller(parts, monkeypatch):
+    run = O.Evaluator._run
+    started = []
+
+    def failing(self, roots, lo, hi):
+        started.append(lo)
+        if len(started) > 1 and lo == max(started):
+            raise matchrec.DataError("a part failed")
+        return run(self, roots, lo, hi)
+    monkeypatch.setattr(O.Evaluator, "_run", failing)
+    con = matchrec.connect()
+    try:
+        _ticks(con)
+        con.cursor().execute("SET threads = 3")
+        before = threading.active_count()
+        with pytest.raises(matchrec.DataError, match="a part failed"):
+            matchrec.run_many(con, STMTS)
+        assert threading.active_count() == before
+    finally:
+        con.close()
