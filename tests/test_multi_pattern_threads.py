@@ -1,7 +1,7 @@
-"""The shared operator's parallel parts (``Evaluator.run`` with ``threads``): a range cut at keys and
-run by forks of the evaluator on threads gives the tables one thread gives, through ``run_many``
-and through a cursor; limits and failures in any part stop every part and raise as one thread
-does. ``PART_ROWS`` is lowered so that the small random tables are cut too."""
+"""The shared operator on threads (``Evaluator.run`` with ``threads``): the roots' trees and the parts
+of a range cut at keys, run by forks of the evaluator, give the tables one thread gives, through
+``run_many`` and through a cursor; limits and failures in any thread stop every thread and raise
+as one thread does. ``PART_ROWS`` is lowered so that the small random tables are cut too."""
 from __future__ import annotations
 
 import random
@@ -88,15 +88,21 @@ def test_a_limit_reached_in_any_part_raises_as_one_thread_does(parts, setting, v
         con.close()
 
 
-def test_a_failure_in_a_later_part_stops_the_others_and_reaches_the_caller(parts, monkeypatch):
+def test_a_failure_in_another_thread_stops_the_others_and_reaches_the_caller(parts, monkeypatch):
     run = O.Evaluator._run
-    started = []
+    fork = O.Evaluator._fork
+    forks = []
+
+    def keep(self, spend):
+        got = fork(self, spend)
+        forks.append(got)
+        return got
 
     def failing(self, roots, lo, hi):
-        started.append(lo)
-        if len(started) > 1 and lo == max(started):
+        if any(self is f for f in forks):
             raise matchrec.DataError("a part failed")
         return run(self, roots, lo, hi)
+    monkeypatch.setattr(O.Evaluator, "_fork", keep)
     monkeypatch.setattr(O.Evaluator, "_run", failing)
     con = matchrec.connect()
     try:
@@ -105,6 +111,6 @@ def test_a_failure_in_a_later_part_stops_the_others_and_reaches_the_caller(parts
         before = threading.active_count()
         with pytest.raises(matchrec.DataError, match="a part failed"):
             matchrec.run_many(con, STMTS)
-        assert threading.active_count() == before
+        assert forks and threading.active_count() == before
     finally:
         con.close()

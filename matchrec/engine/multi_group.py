@@ -22,6 +22,7 @@ from matchrec.engine.multi_classes import ElementClasses, prepare
 from matchrec.engine.multi_eval import SLICE_EVENTS, evaluate_alone, evaluate_shared, threads_of
 from matchrec.engine.multi_read import read_group
 from matchrec.engine.multi_report import listed
+from matchrec.operators import cer_shared as O
 from matchrec.parser import sase as S
 from matchrec.planner import cer as P
 
@@ -79,7 +80,8 @@ class _Group:
         classes = ElementClasses(table, filter_cols, bool(p0.partition_column))
         prepare(self.items, classes)
         evaluate_alone(self.items, classes, self.settings, self.lines)
-        evaluate_shared(r, self.items, classes, self.settings, self.budget, self.lines, threads_of(self.duck))
+        threads = threads_of(self.duck) if len(table) >= 2 * O.PART_ROWS else 1  # no query for a short read
+        evaluate_shared(r, self.items, classes, self.settings, self.budget, self.lines, threads)
         r.stats["match_seconds"] += time.perf_counter() - t1
         r.report.extend(self.lines)
 
@@ -106,5 +108,6 @@ def evaluate_read(duck, settings: P.CerSettings, plan: P.CerPlan, table: pa.Tabl
                              bool(plan.partition_column))
     prepare(items, classes)
     evaluate_alone(items, classes, settings, lines)
-    evaluate_shared(_OneStatement(), items, classes, settings, budget, lines, threads_of(duck))
+    threads = threads_of(duck) if table.num_rows >= 2 * O.PART_ROWS else 1  # no query for a short read
+    evaluate_shared(_OneStatement(), items, classes, settings, budget, lines, threads)
     return item.count, item.matches, lines

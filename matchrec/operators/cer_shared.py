@@ -43,13 +43,15 @@ and the unit's matches need no check.
 
 ``Evaluator.run(roots, lo, hi)`` finds the matches whose last event has a composite key in
 ``[lo, hi)``; a workload may use a different plan for each such slice of the stream (re-planning)
-and still finds every match exactly once. The same holds for parts of one range: with ``threads``,
-a range is cut at keys into parts of about equal rows, each run by a fork of the evaluator (its
-own sinks and counters, the plan's caches shared) in a thread of its own - numpy and the compiled
-loops release the GIL for most of the work - and the forks' matches are merged in key order.
+and still finds every match exactly once. The same holds for parts of one range, and each root's
+tree finds its matches alone: with ``threads``, the roots' trees - over parts of the range cut at
+keys when it is long - are tasks that forks of the evaluator (each with its own sinks and counters,
+the plan's caches shared) take in threads of their own, the costliest first; numpy and the compiled
+loops release the GIL for much of the work. The forks' matches are merged into the evaluator's.
 """
 from __future__ import annotations
 
+import collections
 import math
 import threading
 from dataclasses import dataclass, field
@@ -70,7 +72,9 @@ LIMIT_KEY = 1 << 62
 STEP_CALLS = 256  # a binary search step's numpy calls cost about as much as comparing this many candidates
 LOOKUP_SHARE = 8  # a class's position table is built once its searches have looked up this share of the rows
 LOOKUP_ENTRIES = 1 << 24  # rows of position tables a stream keeps at most (4 bytes each)
-PART_ROWS = 50_000  # each thread of a parallel run takes at least this many rows of the range
+PART_ROWS = 200_000  # each thread of a parallel run takes at least this many rows of the range (below
+# about 150,000 rows a part, measured on flights-3m, two parts ran slower than one: twice the numpy
+# calls on arrays half as long, and the GIL held for each call's Python side)
 
 
 class Unshareable(Exception):
@@ -305,6 +309,14 @@ class Stream:
         return [int(np.searchsorted(c, hi, "left") - np.searchsorted(c, lo, "left")) for c in self.cks]
 
 
+def _subtree(node: Node):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.children)
+
+
 class _Stopped(BaseException):
     """A part of a parallel run stops because another part failed (``Evaluator.run``)."""
 
@@ -507,46 +519,48 @@ class Evaluator:
 
     def run(self, roots: list, lo: int, hi: int, threads: int = 1) -> None:
         """Every match whose last event has a composite key in [lo, hi); with ``threads`` above one,
-        the range in parts run at once (see the module's docstring)."""
-        cuts = self._cuts(lo, hi, threads)
-        if len(cuts) <= 2:
+        the roots' trees (and the parts of a long range) run at once (see the module's docstring)."""
+        tasks = self._tasks(roots, lo, hi, threads)
+        if len(tasks) <= 1:
             self._run(roots, lo, hi)
             return
         stop = threading.Event()
         lock = threading.Lock()
         own = self.spend
 
-        def spend(steps: int, own=own) -> None:  # one budget for every part, and a stop for all
+        def spend(steps: int, own=own) -> None:  # one budget for every thread, and a stop for all
             if stop.is_set():
                 raise _Stopped()
             with lock:
                 own(steps)
-        forks = [self._fork(spend) for _ in cuts[2:]]
+        queue = collections.deque(tasks)  # taken from by every thread: the costliest first
         errors: list = []
 
-        def part(ev: "Evaluator", a: int, b: int) -> None:
+        def take(ev: "Evaluator") -> None:
             try:
-                ev._run(roots, a, b)
+                while not stop.is_set():
+                    try:
+                        root, a, b = queue.popleft()
+                    except IndexError:
+                        return
+                    ev._run([root], a, b)
             except _Stopped:
                 pass
-            except BaseException as err:  # re-raised by the calling thread
+            except BaseException as err:  # re-raised by the calling thread once every thread ended
                 errors.append(err)
                 stop.set()
-        workers = [threading.Thread(target=part, args=(f, a, b), name="matchrec-shared", daemon=True)
-                   for f, a, b in zip(forks, cuts[1:-1], cuts[2:])]
+        forks = [self._fork(spend) for _ in range(min(threads, len(tasks)) - 1)]
+        workers = [threading.Thread(target=take, args=(f,), name="matchrec-shared", daemon=True) for f in forks]
         for t in workers:
             t.start()
         self.spend = spend
         try:
-            self._run(roots, cuts[0], cuts[1])
-        except _Stopped:
-            pass
-        except BaseException:
-            stop.set()
-            raise
+            take(self)
         finally:
             self.spend = own
-            for t in workers:  # also on an error: no part outlives the statement
+            if errors:
+                stop.set()
+            for t in workers:  # also on an error: no thread outlives the statement
                 t.join()
         if errors:
             raise errors[0]
@@ -556,18 +570,28 @@ class Evaluator:
             for k, v in f.work.items():
                 self.work[k] += v
 
-    def _cuts(self, lo: int, hi: int, threads: int) -> list:
-        """The keys cutting [lo, hi) into at most ``threads`` parts of about equal rows, at least
-        ``PART_ROWS`` each: [lo, ..., hi]."""
+    def _tasks(self, roots: list, lo: int, hi: int, threads: int) -> list:
+        """(root, lo, hi) per root's tree and part of [lo, hi), the costliest first (its class's
+        candidates in the range times its tree's nodes); a range is cut at keys into parts of
+        about equal rows, at least ``PART_ROWS`` each, only when it is long."""
         s = self.s
-        if threads <= 1 or not s.ordered():
-            return [lo, hi]
-        i0, i1 = (int(i) for i in np.searchsorted(s.ck, [lo, hi], "left"))
-        parts = min(int(threads), (i1 - i0) // PART_ROWS)
-        if parts <= 1:
-            return [lo, hi]
-        inner = sorted({int(s.ck[i0 + (i1 - i0) * k // parts]) for k in range(1, parts)} - {lo})
-        return [lo] + inner + [hi]
+        if threads <= 1:
+            return [(r, lo, hi) for r in roots]
+        cuts = [lo, hi]
+        if s.ordered():
+            i0, i1 = (int(i) for i in np.searchsorted(s.ck, [lo, hi], "left"))
+            parts = min(int(threads), (i1 - i0) // PART_ROWS)
+            if parts > 1:
+                cuts = [lo] + sorted({int(s.ck[i0 + (i1 - i0) * k // parts]) for k in range(1, parts)} - {lo}) + [hi]
+        tasks = []
+        for r in roots:
+            size = sum(1 for _ in _subtree(r))
+            ck = s.cks[r.cls]
+            w = s.clamp(r.window)
+            for a, b in zip(cuts, cuts[1:]):
+                n = int(np.searchsorted(ck, b, "left") - np.searchsorted(ck, a - w, "left"))
+                tasks.append((n * size, len(tasks), (r, a, b)))
+        return [t for _, _, t in sorted(tasks, key=lambda x: (-x[0], x[1]))]
 
     def _fork(self, spend) -> "Evaluator":
         """An evaluator of the same plan over the same stream with its own sinks, counters and
