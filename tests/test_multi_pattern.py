@@ -584,14 +584,17 @@ def test_a_count_past_bigint_is_a_data_error_in_both_paths(con):
 
 def test_tied_weights_of_many_ranges_at_once_equal_counting_each():
     """The vectorized count of a closure's sets over ranges of candidates with shared keys (runs,
-    a product of multiplicities) equals ``tied_subsets`` range by range, including counts past
-    2^60 (taken one range at a time, as Python integers) and empty ranges."""
+    a product of multiplicities, taken from prefix tables modulo 2^64) equals ``tied_subsets`` range
+    by range, including counts about and past 2^60 (taken one range at a time, as Python integers)
+    and empty ranges."""
     rng = np.random.default_rng(1)
     ev = O.Evaluator.__new__(O.Evaluator)
     for trial in range(200):
         ck = np.sort(rng.integers(0, rng.integers(2, 60), rng.integers(1, 80)))
         if trial % 10 == 0:
             ck = np.repeat(np.arange(120), 2)  # 3^120 sets over the whole range
+        elif trial % 10 == 5:  # runs of 1-7 equal keys: products of even and odd factors about 2^60
+            ck = np.repeat(np.arange(60), rng.integers(1, 8, 60))
         ev._runs, ev.s = {}, type("S", (), {"cks": [ck]})()
         a, b = rng.integers(0, len(ck) + 1, 50), rng.integers(0, len(ck) + 1, 50)
         if trial % 10 == 0:

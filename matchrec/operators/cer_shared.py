@@ -511,7 +511,7 @@ class Evaluator:
         self._weighed: dict = {}  # id(node) -> (node, whether they are counted with Kleene weights)
         self._rays: dict = {}  # id(node) -> (node, its conditions as rays or None: ``ray_spec``)
         self._ranks: dict = {}  # (class, column) -> (rank per candidate, a row per distinct value)
-        self._runs: dict = {}  # class -> its candidates' runs of equal keys (``_tied_weights``)
+        self._runs: dict = {}  # class -> its candidates' runs of equal keys (``_tied_arrays``)
         self._scratch = None  # a position per stream row (``_scattered_ids``)
         self._needs: dict = {}  # id(node) -> (node, the parent's slots it and the steps below read: ``_reads``)
         # the statement's step budget: a candidate tried in a block is one step (numpy, as compiled)
@@ -1376,11 +1376,11 @@ class Evaluator:
 
     def _tied_arrays(self, k: Kleene, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``tied_subsets`` of the candidates ``[a, b)`` of ``k``'s class, per range, as int64 where
-        it stays below 2^62 (elsewhere 0) and an upper bound of its log2 (62 or more: not in the
-        int64). Sets of any size (``+``) are the product of (multiplicity + 1) over the keys in the
-        range, less one: computed for all ranges at once from the class's runs of equal keys (the
-        middle runs' product by one ``multiply.reduceat``); bounded sizes one distinct range at a
-        time."""
+        it stays below 2^60 (elsewhere 0) and an upper bound of its log2 (infinite or 62 or more:
+        not in the int64). Sets of any size (``+``) are the product of (multiplicity + 1) over the
+        keys in the range, less one: per range a constant number of steps over prefix tables of
+        the class's runs of equal keys (``cer_shared_kernels.tied_any_size``, below 2^60); bounded
+        sizes one distinct range at a time."""
         ck = self.s.cks[k.cls]
         a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
         if k.lo > 1 or k.hi is not None or not len(a):
@@ -1390,31 +1390,15 @@ class Evaluator:
             return counts, bits
         runs = self._runs.get(k.cls)
         if runs is None:
-            starts = np.flatnonzero(np.r_[True, ck[1:] != ck[:-1]])
-            sizes = np.diff(np.r_[starts, len(ck)])
-            rid = np.repeat(np.arange(len(starts)), sizes)
-            logs = np.r_[0.0, np.cumsum(np.log2(sizes + 1.0))]
-            runs = self._runs[k.cls] = (starts, sizes, rid, logs, np.r_[sizes + 1, 1].astype(np.int64))
-        starts, sizes, rid, logs, factors = runs
-        out = np.zeros(len(a), np.int64)
-        bits = np.zeros(len(a), np.float64)
-        live = np.flatnonzero(b > a)
-        al, bl = a[live], b[live]
-        r0, r1 = rid[al], rid[bl - 1]
-        m0 = np.where(r0 == r1, bl - al, starts[r0] + sizes[r0] - al)
-        m1 = np.where(r0 == r1, 0, bl - starts[r1])
-        mid_lo, mid_hi = r0 + 1, np.maximum(r1, r0 + 1)  # the runs wholly inside, between the partial ends
-        # float rounding of the sum of logs is far below the margin of one bit kept here
-        got_bits = logs[mid_hi] - logs[mid_lo] + np.log2(m0 + 1.0) + np.log2(m1 + 1.0) + 1e-6
-        fit = got_bits < 61
-        mid = np.ones(len(r0), np.int64)
-        has = fit & (mid_hi > mid_lo)
-        if has.any():
-            pairs = np.stack([mid_lo[has], mid_hi[has]], axis=1).reshape(-1)
-            mid[has] = np.multiply.reduceat(factors, pairs)[::2]
-        got = (m0 + 1) * (m1 + 1) * mid - 1
-        out[live[fit]] = got[fit]
-        bits[live] = np.where(fit, got_bits, np.inf)
+            from matchrec.operators.cer_shared_kernels import tied_runs
+            starts = np.flatnonzero(np.r_[True, ck[1:] != ck[:-1]]).astype(np.int64)
+            sizes = np.diff(np.r_[starts, len(ck)]).astype(np.int64)
+            rid = np.repeat(np.arange(len(starts), dtype=np.int64), sizes)
+            runs = self._runs[k.cls] = (rid, starts, sizes) + tied_runs(sizes)
+        from matchrec.operators.cer_shared_kernels import tied_any_size
+        out = np.empty(len(a), np.int64)
+        bits = np.empty(len(a), np.float64)
+        tied_any_size(*runs, a, b, out, bits)
         return out, bits
 
     def tied(self, cls: int) -> bool:

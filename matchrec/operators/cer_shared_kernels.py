@@ -49,3 +49,74 @@ def _ranked(rank, a, b, which, lo, hi, parent, at, write, per_range=False):
         if per_range:
             parent[p] = n - n0
     return n
+
+
+def tied_runs(sizes):
+    """Prefix tables over a class's runs of equal keys (``sizes``: candidates per run) for
+    ``tied_any_size``: per prefix of runs, the exponent of 2 and the odd part (modulo 2^64) of the
+    product of (size + 1), the inverse of that odd part modulo 2^64, and the sum of log2 (size + 1)."""
+    n = sizes.shape[0]
+    twos = np.zeros(n + 1, np.int64)
+    odd = np.ones(n + 1, np.uint64)
+    inv = np.ones(n + 1, np.uint64)
+    logs = np.zeros(n + 1, np.float64)
+    _tied_runs(sizes, twos, odd, inv, logs)
+    return twos, odd, inv, logs
+
+
+@njit(nogil=True, cache=True)
+def _tied_runs(sizes, twos, odd, inv, logs):
+    two = np.uint64(2)
+    for r in range(sizes.shape[0]):
+        f = sizes[r] + 1
+        e = 0
+        while f % 2 == 0:
+            f //= 2
+            e += 1
+        o = np.uint64(f)
+        y = o  # an odd number is its own inverse modulo 8; each Newton step doubles the bits
+        for _ in range(5):
+            y = y * (two - o * y)
+        twos[r + 1] = twos[r] + e
+        odd[r + 1] = odd[r] * o
+        inv[r + 1] = inv[r] * y
+        logs[r + 1] = logs[r] + np.log2(sizes[r] + 1.0)
+
+
+def tied_any_size(rid, starts, sizes, twos, odd, inv, logs, a, b, out, bits):
+    """Sets of any size, at most one candidate per key, of each range ``[a[i], b[i])`` of a class's
+    candidates (``rid``: each candidate's run of equal keys; ``starts``, ``sizes``: the runs'; the
+    rest ``tied_runs``): the product over the runs the range meets of (its candidates in the range
+    + 1), less one, into ``out``, and an upper bound of its log2 into ``bits``. The runs wholly
+    inside the range are one product of prefixes: the powers of 2 by their exponents, the odd
+    parts by the inverse modulo 2^64 of the prefix before - exact, since only products below 2^60
+    (by the logs) are computed; elsewhere ``out`` 0 and ``bits`` infinity (the caller counts those
+    exactly)."""
+    _tied_any_size(rid, starts, sizes, twos, odd, inv, logs, a, b, out, bits)
+
+
+@njit(nogil=True, cache=True)
+def _tied_any_size(rid, starts, sizes, twos, odd, inv, logs, a, b, out, bits):
+    for i in range(a.shape[0]):
+        lo = a[i]
+        hi = b[i]
+        if hi <= lo:
+            out[i] = 0
+            bits[i] = 0.0
+            continue
+        r0 = rid[lo]
+        r1 = rid[hi - 1]
+        if r0 == r1:
+            out[i] = hi - lo
+            bits[i] = np.log2(hi - lo + 1.0) + 1e-6
+            continue
+        m0 = starts[r0] + sizes[r0] - lo + 1
+        m1 = hi - starts[r1] + 1
+        est = logs[r1] - logs[r0 + 1] + np.log2(m0 * 1.0) + np.log2(m1 * 1.0)
+        if est >= 60.0:
+            out[i] = 0
+            bits[i] = np.inf
+            continue
+        mid = np.int64(odd[r1] * inv[r0 + 1]) << (twos[r1] - twos[r0 + 1])
+        out[i] = m0 * m1 * mid - 1
+        bits[i] = est + 1e-6
