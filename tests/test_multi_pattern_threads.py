@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import pytest
 
@@ -112,5 +113,46 @@ def test_a_failure_in_another_thread_stops_the_others_and_reaches_the_caller(par
         with pytest.raises(matchrec.DataError, match="a part failed"):
             matchrec.run_many(con, STMTS)
         assert forks and threading.active_count() == before
+    finally:
+        con.close()
+
+
+def test_an_interrupt_of_the_calling_thread_stops_the_others(parts, monkeypatch):
+    """Ctrl-C reaches the calling thread's task: the other threads, still busy, are stopped at
+    their next step (not left running after the statement) and the interrupt reaches the caller."""
+    run = O.Evaluator._run
+    fork = O.Evaluator._fork
+    forks, stopped, entered = [], [], []
+
+    def keep(self, spend):
+        got = fork(self, spend)
+        forks.append(got)
+        return got
+
+    def busy(self, roots, lo, hi):
+        if not any(self is f for f in forks):
+            for _ in range(500):  # the interrupt once every other thread is inside a task
+                if len(entered) == len(forks):
+                    break
+                time.sleep(0.01)
+            raise KeyboardInterrupt()
+        entered.append(1)
+        for _ in range(5_000_000):  # a long task: steps until told to stop
+            try:
+                self.spend(1)
+            except BaseException:
+                stopped.append(1)
+                raise
+        return run(self, roots, lo, hi)
+    monkeypatch.setattr(O.Evaluator, "_fork", keep)
+    monkeypatch.setattr(O.Evaluator, "_run", busy)
+    con = matchrec.connect()
+    try:
+        _ticks(con)
+        con.cursor().execute("SET threads = 3")
+        before = threading.active_count()
+        with pytest.raises(KeyboardInterrupt):
+            matchrec.run_many(con, STMTS)
+        assert forks and len(stopped) == len(forks) and threading.active_count() == before
     finally:
         con.close()

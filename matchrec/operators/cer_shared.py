@@ -560,8 +560,14 @@ class Evaluator:
             self.spend = own
             if errors:
                 stop.set()
-            for t in workers:  # also on an error: no thread outlives the statement
-                t.join()
+            try:
+                for t in workers:  # also on an error: no thread outlives the statement
+                    t.join()
+            except BaseException:  # Ctrl-C (or the memory watcher) while waiting: stop them first
+                stop.set()
+                for t in workers:
+                    t.join()
+                raise
         if errors:
             raise errors[0]
         for f in forks:

@@ -63,8 +63,10 @@ class VectorColumns:
             else:
                 values, _ = python_column(arr)
             ok = values.dtype.kind in "if"
-            self.cache[name] = values if ok else None
+            # the mask first: a column present means its mask is (threads of the shared operator
+            # read the cache while another fills it)
             self.cache[("nulls", name)] = mask if ok else None
+            self.cache[name] = values if ok else None
         return self.cache[name]
 
     def nulls(self, name: str) -> np.ndarray | None:
