@@ -67,7 +67,8 @@ def evaluate_alone(items: list, classes: ElementClasses, settings: P.CerSettings
 def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSettings, budget: float,
                     lines: list, threads: int = 1) -> None:
     """The group's statements the shared operator takes (``item.shared``), in one pass over the stream:
-    plan, slices, re-plans after a rate drift; each range in parts on up to ``threads`` threads.
+    plan, slices, re-plans after a rate drift; the plan's trees (and a long range's parts) on up
+    to ``threads`` threads.
     ``run`` holds the options and the counters of the run."""
     group_items = items
     items = [i for i in group_items if i.shared]

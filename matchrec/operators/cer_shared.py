@@ -318,7 +318,7 @@ def _subtree(node: Node):
 
 
 class _Stopped(BaseException):
-    """A part of a parallel run stops because another part failed (``Evaluator.run``)."""
+    """A thread of a parallel run stops: another failed or was interrupted (``Evaluator.run``)."""
 
 
 class PatternSink:
@@ -358,8 +358,8 @@ class PatternSink:
         self.n += n
 
     def merge(self, other: "PatternSink") -> None:
-        """The matches ``other`` (a later part of the stream, same pattern) found, after this one's;
-        ``finish`` checks the limit on them all."""
+        """The matches ``other`` (another thread's sink of the same pattern) found, after this
+        one's; ``finish`` checks the limit on them all."""
         self.n += other.n
         for key, mats in other.blocks.items():
             self.blocks.setdefault(key, []).extend(mats)
