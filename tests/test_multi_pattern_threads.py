@@ -17,14 +17,15 @@ from tests.test_multi_pattern import Workload, alone, make_table
 
 @pytest.fixture
 def parts(monkeypatch):
-    """Ranges cut into parts of at least 3 rows; counts the forks made."""
+    """Ranges cut into parts of at least 3 rows; the forks made, in a list."""
     monkeypatch.setattr(O, "PART_ROWS", 3)
     made = []
     fork = O.Evaluator._fork
 
     def spy(self, spend):
-        made.append(1)
-        return fork(self, spend)
+        got = fork(self, spend)
+        made.append(got)
+        return got
     monkeypatch.setattr(O.Evaluator, "_fork", spy)
     return made
 
@@ -89,50 +90,41 @@ def test_a_limit_reached_in_any_part_raises_as_one_thread_does(parts, setting, v
         con.close()
 
 
-def test_a_failure_in_another_thread_stops_the_others_and_reaches_the_caller(parts, monkeypatch):
-    run = O.Evaluator._run
-    fork = O.Evaluator._fork
-    forks = []
-
-    def keep(self, spend):
-        got = fork(self, spend)
-        forks.append(got)
-        return got
-
-    def failing(self, roots, lo, hi):
-        if any(self is f for f in forks):
-            raise matchrec.DataError("a part failed")
-        return run(self, roots, lo, hi)
-    monkeypatch.setattr(O.Evaluator, "_fork", keep)
-    monkeypatch.setattr(O.Evaluator, "_run", failing)
+def _raises_on_three_threads(kind, match=None) -> bool:
+    """``run_many`` of ``STMTS`` on three threads raises ``kind``; whether every thread ended."""
     con = matchrec.connect()
     try:
         _ticks(con)
         con.cursor().execute("SET threads = 3")
         before = threading.active_count()
-        with pytest.raises(matchrec.DataError, match="a part failed"):
+        with pytest.raises(kind, match=match):
             matchrec.run_many(con, STMTS)
-        assert forks and threading.active_count() == before
+        return threading.active_count() == before
     finally:
         con.close()
+
+
+def test_a_failure_in_another_thread_stops_the_others_and_reaches_the_caller(parts, monkeypatch):
+    run = O.Evaluator._run
+
+    def failing(self, roots, lo, hi):
+        if any(self is f for f in parts):
+            raise matchrec.DataError("a part failed")
+        return run(self, roots, lo, hi)
+    monkeypatch.setattr(O.Evaluator, "_run", failing)
+    assert _raises_on_three_threads(matchrec.DataError, "a part failed") and parts
 
 
 def test_an_interrupt_of_the_calling_thread_stops_the_others(parts, monkeypatch):
     """Ctrl-C reaches the calling thread's task: the other threads, still busy, are stopped at
     their next step (not left running after the statement) and the interrupt reaches the caller."""
     run = O.Evaluator._run
-    fork = O.Evaluator._fork
-    forks, stopped, entered = [], [], []
-
-    def keep(self, spend):
-        got = fork(self, spend)
-        forks.append(got)
-        return got
+    stopped, entered = [], []
 
     def busy(self, roots, lo, hi):
-        if not any(self is f for f in forks):
+        if not any(self is f for f in parts):
             for _ in range(500):  # the interrupt once every other thread is inside a task
-                if len(entered) == len(forks):
+                if len(entered) == len(parts):
                     break
                 time.sleep(0.01)
             raise KeyboardInterrupt()
@@ -144,15 +136,5 @@ def test_an_interrupt_of_the_calling_thread_stops_the_others(parts, monkeypatch)
                 stopped.append(1)
                 raise
         return run(self, roots, lo, hi)
-    monkeypatch.setattr(O.Evaluator, "_fork", keep)
     monkeypatch.setattr(O.Evaluator, "_run", busy)
-    con = matchrec.connect()
-    try:
-        _ticks(con)
-        con.cursor().execute("SET threads = 3")
-        before = threading.active_count()
-        with pytest.raises(KeyboardInterrupt):
-            matchrec.run_many(con, STMTS)
-        assert forks and len(stopped) == len(forks) and threading.active_count() == before
-    finally:
-        con.close()
+    assert _raises_on_three_threads(KeyboardInterrupt) and parts and len(stopped) == len(parts)
