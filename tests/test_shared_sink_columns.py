@@ -1,7 +1,7 @@
-"""The shared operator's sink handing its matches over column-wise (``PatternSink.finish(True)``,
-what one statement's batch run gives the result builder) against the tuples it lists otherwise:
-random blocks of matches over several sets of variables, some deduplicated, and a table built from
-each through the same result builder."""
+"""The shared operator's sink handing its matches over column-wise (``PatternSink.finish``, what
+one statement's batch run gives the result builder) against matches listed one by one as they were
+added: random blocks of matches over several sets of variables, some deduplicated, and a table
+built from each through the same result builder."""
 from __future__ import annotations
 
 import random
@@ -14,36 +14,46 @@ from matchrec.operators import cer_shared as O
 from matchrec.operators.cer_columns import _lex_order, from_tuples
 
 
-def _sink(rng: random.Random, max_matches=None) -> O.PatternSink:
+def _sink(rng: random.Random, max_matches=None, counting=False) -> tuple[O.PatternSink, list]:
+    """A sink with random blocks added, and the matches it should hold: a tuple of (variable, row)
+    pairs per match, a varset bound by more than one unit listed once per distinct match."""
     varsets = [tuple(sorted(rng.sample("abcd", rng.randint(1, 3)))) for _ in range(rng.randint(1, 4))]
     shared = {frozenset(v) for v in varsets if rng.random() < 0.5}
-    sink = O.PatternSink(False, max_matches, shared)
+    sink = O.PatternSink(counting, max_matches, shared)
+    listed, seen = [], set()
     for _ in range(rng.randint(0, 8)):
         names = list(rng.choice(varsets))
         rng.shuffle(names)  # the units bind their variables in their own order
         m = rng.randint(0, 6)
-        sink.add(names, [[rng.randint(0, 9) for _ in range(m)] for _ in names])
-    return sink
+        rows = [[rng.randint(0, 9) for _ in range(m)] for _ in names]
+        sink.add(names, rows)
+        for i in range(m):
+            match = tuple(sorted(zip(names, (r[i] for r in rows))))
+            if frozenset(names) in shared:
+                if match in seen:
+                    continue
+                seen.add(match)
+            listed.append(match)
+    return sink, listed
 
 
-def test_columns_equal_the_tuples():
+def test_columns_equal_the_matches_added():
     for seed in range(400):
-        rng = random.Random(seed)
-        state = rng.getstate()
-        n_cols, cols = _sink(rng).finish(True)
-        rng.setstate(state)
-        n_tuples, tuples = _sink(rng).finish()
-        assert n_cols == n_tuples == len(cols), f"seed {seed}"
-        assert sorted(cols.tuples()) == sorted(tuples), f"seed {seed}"
-        a, b = cols.ordered(), from_tuples(tuples).ordered()
+        sink, listed = _sink(random.Random(seed))
+        n, cols = sink.finish()
+        assert n == len(listed) == len(cols), f"seed {seed}"
+        assert sorted(cols.tuples()) == sorted(listed), f"seed {seed}"
+        a, b = cols.ordered(), from_tuples(listed).ordered()
         assert a.variables == b.variables and a.tuples() == b.tuples(), f"seed {seed}"
+        counting, listed = _sink(random.Random(seed), counting=True)
+        assert counting.finish() == (len(listed), None), f"seed {seed}"
 
 
 def test_columns_keep_the_match_limit():
     sink = O.PatternSink(False, 3, set())
     sink.blocks[frozenset("ab")] = [np.arange(8, dtype=np.int64).reshape(4, 2)]
     with pytest.raises(OperationalError):
-        sink.finish(True)
+        sink.finish()
 
 
 def test_packed_match_order_equals_lexsort():

@@ -98,7 +98,7 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
     units, models = count_sequences(stream, units, models, sinks, items, lines)
     if not units:
         for item, sink in zip(items, sinks):
-            item.count, item.matches = sink.finish(columns=True)
+            item.count, item.matches = sink.finish()
         return
     estimate(stream, units, models)
     work = SH.Workload(models)
@@ -187,7 +187,7 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
     lines.append(f"  evaluation: {w['partial_matches']:,} partial matches{agg}, {w['searches']:,} searches, "
                       f"{w['candidates']:,} candidates examined, {w['matches']:,} unit matches")
     for item, sink in zip(items, sinks):  # column-wise: what the result builder reads
-        item.count, item.matches = sink.finish(columns=True)
+        item.count, item.matches = sink.finish()
 
 
 def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, items: list, lines: list):

@@ -364,28 +364,14 @@ class PatternSink:
         for key, mats in other.blocks.items():
             self.blocks.setdefault(key, []).extend(mats)
 
-    def finish(self, columns: bool = False) -> tuple[int, list | MatchColumns | None]:
-        """(number of matches, the matches in ``reference_matches``' format or None when counting);
-        ``columns``: the matches as ``MatchColumns`` instead (no tuple per match)."""
-        if columns and not self.counting:
-            return self._columns()
-        out = [] if not self.counting else None
-        n = 0 if not self.counting else self.n
-        for key, mats in self.blocks.items():
-            m = np.concatenate(mats) if len(mats) > 1 else mats[0]
-            if key in self.shared:
-                m = np.unique(m, axis=0)
-                if self.counting:
-                    n += len(m)
-                    continue
-            if not self.counting:
-                names = sorted(key)
-                out.extend(tuple(zip(names, r)) for r in m.tolist())
+    def finish(self) -> tuple[int, MatchColumns | None]:
+        """(number of matches, the matches as ``MatchColumns`` or None when counting)."""
         if not self.counting:
-            n = len(out)
-            if self.max is not None and n > self.max:
-                raise too_many(self.max)
-        return n, out
+            return self._columns()
+        n = self.n
+        for key, mats in self.blocks.items():  # only the shared varsets are kept when counting
+            n += len(np.unique(np.concatenate(mats), axis=0))
+        return n, None
 
     def _columns(self) -> tuple[int, MatchColumns]:
         parts = []  # (variables in order, a row of each per match)
