@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -590,3 +591,37 @@ def test_no_round_where_no_filtering_can_help(pair):
             else:
                 assert not pulled["dfs"][1] and pulled["dfs"][0] == pulled["push_down"][0], (case, sql,
                                                                                               pulled["dfs"][:2])
+
+
+@pytest.mark.parametrize("late_share, pays", [(0.0, False), (0.6, True)])
+def test_run_many_rounds_over_partitions_are_tried_on_a_sample_of_whole_partitions(pair, late_share, pays):
+    """The shared rounds of a ``run_many`` group judge a round over partitions as a statement alone
+    does: where every SCHEDULE follows its job's SUBMIT within the window, no round removes a row,
+    though the candidates look sparse on the jobs' time lines (a random spread would say the round
+    removes most of them); the nodes' sample of whole jobs shows it, and the round is skipped.
+    When most SCHEDULEs come too late, the same round pays and is made."""
+    rng = np.random.default_rng(3)
+    jobs = 12000
+    start = np.arange(jobs, dtype=np.int64) * 10
+    sched = start + np.where(rng.random(jobs) < late_share, 5000, 20)
+    pair.put("jobs", pa.table({"job": np.tile(np.arange(jobs, dtype=np.int64), 3),
+                               "ts": np.concatenate([start, sched, sched + 3000]),
+                               "type": np.repeat(["SUBMIT", "SCHEDULE", "FINISH"], jobs)}))
+    workload = ["PATTERN SEQ(SUBMIT s, SCHEDULE c) FROM jobs PARTITION BY job ORDER BY ts WITHIN 600 RETURN COUNT(*)",
+                "PATTERN SEQ(SUBMIT s, SCHEDULE c) FROM jobs PARTITION BY job ORDER BY ts WITHIN 600 "
+                "RETURN s.job, c.ts"]
+    link = pair.remote.session.remote
+    link.bandwidth, link.rtt, link.probed = 1.25e6, 0.0005, True  # 10 Mbit/s, not loopback
+    cur = pair.remote.cursor()
+    cur.execute("SET pull_strategy = dfs")
+    cur.execute("SET matchrec_round_trips = auto")
+    got = matchrec.run_many(pair.remote, workload)
+    want = matchrec.run_many(pair.local, workload)
+    for sql, g, w in zip(workload, got, want):
+        assert _multiset([tuple(r.values()) for r in g.to_pylist()]) == \
+            _multiset([tuple(r.values()) for r in w.to_pylist()]), sql
+    text = "\n".join(got.report)
+    made = "candidates per round:" in text
+    assert made == pays, text
+    pulled = int(text.split(" events pulled")[0].rsplit(" ", 1)[1])
+    assert pulled < 2 * jobs if pays else pulled == 2 * jobs, text  # push_down's rows: every SUBMIT and SCHEDULE
