@@ -283,3 +283,44 @@ def test_scattered_ids_number_the_distinct_rows():
         assert count == len(np.unique(x)) == len(first)
         np.testing.assert_array_equal(x[first][ids], x)
         assert sorted(set(ids.tolist())) == list(range(count))
+
+
+def test_a_condition_form_is_found_once_and_renamed_for_each_statement(monkeypatch):
+    """Statements holding one condition form under other variable names (``RayForms``' cache by
+    template) share its rays: found and compiled once, each statement's bindings renamed to the
+    first one's variables. Where the names are swapped (``a.x - b.x`` with ``a`` the later event),
+    the renamed rays must still read each statement's own events: equal to each alone."""
+    from matchrec.engine import multi_rays as R
+    found, asked = [], []
+    real, get = R._for_var, R.RayForms.get
+
+    def spy(expr, var, *args):
+        found.append(var)
+        return real(expr, var, *args)
+
+    def ask(self, var):
+        if var not in self.found:
+            asked.append(var)
+        return get(self, var)
+    monkeypatch.setattr(R, "_for_var", spy)
+    monkeypatch.setattr(R.RayForms, "get", ask)
+    monkeypatch.setattr(O.Evaluator, "ranks_pay", lambda self, *args: True)
+    con = matchrec.connect()
+    try:
+        _table(con, random.Random(5))
+        head = "FROM ev TYPE type ORDER BY ts WHERE"
+        # in the written order (no reordering), each statement's second variable is the one asked for
+        stmts = [f"PATTERN SEQ(A a, B b) {head} b.x - a.x > 1 WITHIN 20 RETURN COUNT(*)",
+                 f"PATTERN SEQ(A b, C a) {head} a.x - b.x > 1 WITHIN 20 RETURN COUNT(*)",  # names swapped
+                 f"PATTERN SEQ(B p, C q) {head} q.x - p.x > 1 WITHIN 20 RETURN COUNT(*)",
+                 f"PATTERN SEQ(C b, A a) {head} b.x - a.x > 1 WITHIN 20 RETURN COUNT(*)",  # the other variable
+                 f"PATTERN SEQ(A b, C a, B c) {head} b.x - a.x > 1 AND c.y - a.y > 0 WITHIN 20 RETURN COUNT(*)"]
+        want = [alone(con, s) for s in stmts]
+        found.clear()
+        got = matchrec.run_many(con, stmts, reorder=False, budget=0.02)
+        for s, g, w in zip(stmts, got.tables, want):
+            assert g.equals(w), s
+        # two forms, each found at most for its two variables, asked for by more statements
+        assert 0 < len(found) < len(asked) and len(found) <= 4, (asked, found)
+    finally:
+        con.close()

@@ -74,6 +74,7 @@ def prepare(items: list, classes: ElementClasses) -> None:
     table = classes.table
     vcols = VectorColumns(table)
     converted: dict = {}  # columns converted once for every statement's conditions
+    ray_forms: dict = {}  # conditions read as rays, per form (``RayForms``)
     for item in items:
         q, plan = item.query, item.plan
         item.class_of = {v: classes.class_id(e.type, plan.filter_sql.get(v)) for v, e in q.elements.items()}
@@ -86,10 +87,11 @@ def prepare(items: list, classes: ElementClasses) -> None:
         item.conds = []
         item.templates = []
         for i, (expr, vec) in enumerate(zip(q.conditions, vecs)):
-            rays = RayForms(expr, res.col, vcols, kleene) if vec is not None else {}
+            template = SH.condition_template(expr, res.col)
+            rays = RayForms(expr, res.col, vcols, kleene, template, ray_forms) if vec is not None else {}
             item.conds.append(O.Cond(frozenset(S.variables(expr)), item.py_conds.function(i), vec,
                                      q.text[expr.span[0]:expr.span[1]], rays))
-            item.templates.append(SH.condition_template(expr, res.col))
+            item.templates.append(template)
         if q.strategy != "any":
             item.why = f"{S.STRATEGY_NAMES[q.strategy]} decides each event as it arrives"
         elif any(q.elements[v].kleene for v in q.positive):

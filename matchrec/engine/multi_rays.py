@@ -60,20 +60,62 @@ class Rays:
 
 class RayForms:
     """A condition's ``Rays`` per variable, found and compiled when first asked for (most
-    conditions never decide a counted leaf): ``get(var)`` is the ``Rays`` or None."""
+    conditions never decide a counted leaf): ``get(var)`` is the ``Rays`` or None.
 
-    def __init__(self, expr: S.Expr, resolve, columns: VectorColumns, kleene: set):
+    ``shared`` (one dict for a workload's statements over one table) holds them by the
+    condition's ``template`` (``planner.sharing.condition_template``: resolved columns, variables
+    as placeholders) with its variables numbered in order of appearance: a workload's statements
+    repeat a few conditions under other variable names (a hundred statements of ``bench.multi``
+    hold 220-400 conditions read as rays but 12 forms), so each form is found and compiled once and
+    the others call it with their bindings renamed."""
+
+    def __init__(self, expr: S.Expr, resolve, columns: VectorColumns, kleene: set, template: tuple | None = None,
+                 shared: dict | None = None):
         self.args = (expr, resolve, columns, kleene)
         self.found: dict = {}
+        self.template, self.shared = template, shared
 
     def get(self, var: str):
         if var not in self.found:
-            expr, resolve, columns, kleene = self.args
-            try:
-                self.found[var] = None if var in kleene else _for_var(expr, var, resolve, columns, kleene)
-            except _No:
-                self.found[var] = None
+            self.found[var] = self._shared(var) if self.shared is not None and self.template is not None \
+                else self._find(var)
         return self.found[var]
+
+    def _find(self, var: str):
+        expr, resolve, columns, kleene = self.args
+        if var in kleene:
+            return None
+        try:
+            return _for_var(expr, var, resolve, columns, kleene)
+        except _No:
+            return None
+
+    def _shared(self, var: str):
+        names = list(dict.fromkeys(p[1] for p in self.template if not isinstance(p, str)))
+        if var not in names:
+            return self._find(var)
+        kleene = self.args[3]
+        number = {v: i for i, v in enumerate(names)}
+        key = (tuple(p if isinstance(p, str) else number[p[1]] for p in self.template),
+               tuple(v in kleene for v in names), number[var])
+        hit = self.shared.get(key)
+        if hit is None:
+            hit = self.shared[key] = (self._find(var), names)
+        found, first = hit
+        if found is None or first == names:
+            return found
+        return _renamed(found, var, [(o, n) for o, n in zip(first, names)])
+
+
+def _renamed(r: Rays, var: str, pairs: list) -> Rays:
+    """``r`` (found for another statement's condition of the same form) for this one: its
+    functions take this statement's bindings, renamed to the first one's variables."""
+    def call(fn):
+        def renamed(b, fn=fn):
+            return fn({old: b[new] for old, new in pairs if new in b} or b)
+        return renamed
+    return Rays(var, r.column, r.values, r.nulls, [(call(vec), up) for vec, up in r.rays],
+                None if r.guesses is None else [None if g is None else (call(g[0]), g[1]) for g in r.guesses])
 
 
 def rays_of(expr: S.Expr, resolve, columns: VectorColumns, kleene: set) -> dict:
