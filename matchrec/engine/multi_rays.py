@@ -38,6 +38,7 @@ import numpy as np
 
 from matchrec.parser import sase as S
 from matchrec.planner.cer_vector import VectorColumns, compile_condition
+from matchrec.planner.sharing import render
 
 __all__ = ["Rays", "RayForms", "rays_of"]
 
@@ -96,8 +97,7 @@ class RayForms:
             return self._find(var)
         kleene = self.args[3]
         number = {v: i for i, v in enumerate(names)}
-        key = (tuple(p if isinstance(p, str) else number[p[1]] for p in self.template),
-               tuple(v in kleene for v in names), number[var])
+        key = (render(self.template, number), tuple(v in kleene for v in names), number[var])
         hit = self.shared.get(key)
         if hit is None:
             hit = self.shared[key] = (self._find(var), names)
