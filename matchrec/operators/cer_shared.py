@@ -681,6 +681,8 @@ class Evaluator:
             return
         cum = np.cumsum(counts)
         bounds = self.rank_bounds(node, pm, int(cum[-1])) if node.conds else None
+        if bounds is not None and self.count_through(node, pm, a, counts, bounds):
+            return
         start = 0
         m = len(counts)
         while start < m:
@@ -971,6 +973,47 @@ class Evaluator:
             count_ranked(ranks, a.astype(np.int64), b.astype(np.int64), which, lows, highs, per)
             n = _exact_sum(per, pm.w[live])
         self.add_counted(node, n)
+        return True
+
+    def count_through(self, node: Node, pm: _PMs, a: np.ndarray, counts: np.ndarray, bounds) -> bool:
+        """A ranked step whose one child is a counted leaf without conditions or gates, reached from
+        the step's new event (``pred``) and ending at the window: the pairs (partial match, ranked
+        survivor) are never built - for each, the child's range [first candidate after the survivor,
+        end of the partial match's window) is its number of extensions, summed by a compiled loop
+        (``ranked_then_counted``; the bounds, slice and span checks as ``extend`` and
+        ``count_ranges`` make them on the built pairs). A sequence's last element after a condition
+        between the two before it costs one check per pair instead of building every pair. False
+        where the shape does not fit (nothing done)."""
+        if node.finishing or len(node.children) != 1 or node.pred is None:
+            return False
+        child = node.children[0]
+        if (child.conds or child.gates or child.succ is not None or child.pred != len(pm.rows)
+                or not self.counted_leaf(child)):
+            return False
+        s = self.s
+        ck, rows, ck2 = s.cks[node.cls], s.rows[node.cls], s.cks[child.cls]
+        w2 = s.clamp(child.window)
+        tried = int(counts.sum())
+        self.work["searches"] += len(pm)
+        self.work["candidates"] += tried
+        self.spend(tried)
+        a = a.astype(np.int64)
+        b = a + counts
+        first, last = int(a.min()), int(b.max())
+        # the child's range: from the first candidate after the new event (not before the slice's
+        # reach) to the end of the partial match's window, the new event never moving its start
+        # (it follows ``pred``, so the partial match's first key stays)
+        after = s.after(child.cls, rows[first:last])
+        np.maximum(after, int(np.searchsorted(ck2, self.lo - w2, "left")), out=after)
+        end = _search_runs(ck2, pm.lo, w2, "right")
+        np.minimum(end, self.cap_hi[child.cls], out=end)
+        ranks, lows, highs, which = bounds
+        from matchrec.operators.cer_shared_kernels import ranked_then_counted
+        per = np.empty(len(a), np.int64)
+        ranked_then_counted(ranks, a, b, which, lows, highs, ck, first, after.astype(np.int64),
+                            end.astype(np.int64), pm.lo.astype(np.int64), pm.hi.astype(np.int64), w2, self.lo,
+                            int(np.searchsorted(ck2, self.lo, "left")), per)
+        self.add_counted(child, _exact_sum(per) if pm.w is None else _exact_sum(per, pm.w))
         return True
 
     def rank_bounds(self, node: Node, pm: _PMs, candidates: int | None = None):

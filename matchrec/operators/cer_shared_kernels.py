@@ -51,6 +51,54 @@ def _ranked(rank, a, b, which, lo, hi, parent, at, write, per_range=False):
     return n
 
 
+def ranked_then_counted(rank, a, b, which, lo, hi, ck, first, after, end, pm_lo, pm_hi, window, slice_lo,
+                        slice_first, per):
+    """A ranked step followed by a counted last step, without building the pairs between them: per
+    partial match ``p``, over its candidates ``j`` in ``[a[p], b[p])`` whose ranks pass (as
+    ``count_ranked``), the last step's candidates ``[max(after[j - first], ...), end[p])`` - the
+    ones after ``j`` up to the end of ``p``'s window - summed into ``per[p]``. A pair whose span
+    (``pm_lo[p]`` to ``max(pm_hi[p], ck[j])``) exceeds ``window`` counts nothing; a pair ending
+    before ``slice_lo`` counts only candidates from ``slice_first`` on."""
+    _ranked_then_counted(rank, a, b, which, lo, hi, ck, first, after, end, pm_lo, pm_hi, np.int64(window),
+                         np.int64(slice_lo), np.int64(slice_first), per)
+
+
+@njit(nogil=True, cache=True)
+def _ranked_then_counted(rank, a, b, which, lo, hi, ck, first, after, end, pm_lo, pm_hi, window, slice_lo,
+                         slice_first, per):
+    k = rank.shape[0]
+    for p in range(a.shape[0]):
+        q = which[p]
+        total = 0
+        empty = False
+        for c in range(k):
+            if lo[c, q] >= hi[c, q]:
+                empty = True
+                break
+        if not empty:
+            stop = end[p]
+            low = pm_lo[p]
+            high = pm_hi[p]
+            for j in range(a[p], b[p]):
+                ok = True
+                for c in range(k):
+                    r = rank[c, j]
+                    if r < lo[c, q] or r >= hi[c, q]:
+                        ok = False
+                        break
+                if not ok:
+                    continue
+                h = ck[j] if ck[j] > high else high
+                if h - low > window:
+                    continue
+                start = after[j - first]
+                if h < slice_lo and start < slice_first:
+                    start = slice_first
+                if stop > start:
+                    total += stop - start
+        per[p] = total
+
+
 def tied_runs(sizes):
     """Prefix tables over a class's runs of equal keys (``sizes``: candidates per run) for
     ``tied_any_size``: per prefix of runs, the exponent of 2 and the odd part (modulo 2^64) of the
