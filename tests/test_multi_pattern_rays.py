@@ -328,23 +328,22 @@ def test_a_condition_form_is_found_once_and_renamed_for_each_statement(monkeypat
 
 
 def _through_statement(rng: random.Random) -> str:
-    """Three or four events, a condition read as rays between the first two (either way round), the
-    last event unconditioned: the shape ``count_through`` counts without building the pairs; now and
-    then a negation (before or after the ranked step) or a condition on the last event, which it
-    must leave to the other paths."""
-    first, second, last = (rng.choice("ABC") for _ in range(3))
+    """Three to five events, a condition read as rays between the first two (either way round), the
+    others unconditioned: the shapes ``count_through`` counts without building the pairs (one or
+    two plain steps after the ranked one); now and then a negation (before or after the ranked
+    step) or a condition on a later event, which it must leave to the other paths."""
+    names = ["v0", "v1", "v2", "v3", "v4"][:rng.choice([3, 4, 4, 5])]
     a, b = ("v0", "v1") if rng.random() < 0.7 else ("v1", "v0")
     where = [rng.choice(RAYS).format(a=a, b=b, k=rng.randint(0, 3))]
-    items = [f"{first} v0", f"{second} v1", f"{last} v2"]
+    items = [f"{rng.choice('ABC')} {v}" for v in names]
     r = rng.random()
-    if r < 0.15:
+    if r < 0.1:
         items.insert(1, f"~{rng.choice('ABC')} n")
+    elif r < 0.2:
+        items.insert(rng.randint(2, len(items) - 1), f"~{rng.choice('ABC')} n")
     elif r < 0.3:
-        items.insert(2, f"~{rng.choice('ABC')} n")
-    elif r < 0.4:
-        where.append(rng.choice(RAYS).format(a="v1", b="v2", k=rng.randint(0, 3)))
-    elif r < 0.5:
-        items.append(f"{rng.choice('ABC')} v3")
+        later = rng.randint(2, len(names) - 1)
+        where.append(rng.choice(RAYS).format(a=names[later - 1], b=names[later], k=rng.randint(0, 3)))
     text = f"PATTERN SEQ({', '.join(items)}) FROM ev TYPE type ORDER BY ts WHERE {' AND '.join(where)}"
     return text + f" WITHIN {rng.choice([3, 6, 12, 30])} RETURN COUNT(*)"
 
@@ -394,7 +393,9 @@ def _counted_through(monkeypatch, seeds) -> None:
 
 
 def test_pairs_before_a_counted_last_step_are_never_built(monkeypatch):
-    _counted_through(monkeypatch, range(4))
+    # seed 17 splits a stream where two plain steps' matches would lie before a range: the floored
+    # running sums (a mutation summing the raw starts there fails only on such seeds)
+    _counted_through(monkeypatch, [0, 1, 2, 17])
 
 
 @pytest.mark.slow

@@ -976,45 +976,99 @@ class Evaluator:
         return True
 
     def count_through(self, node: Node, pm: _PMs, a: np.ndarray, counts: np.ndarray, bounds) -> bool:
-        """A ranked step whose one child is a counted leaf without conditions or gates, reached from
-        the step's new event (``pred``) and ending at the window: the pairs (partial match, ranked
-        survivor) are never built - for each, the child's range [first candidate after the survivor,
-        end of the partial match's window) is its number of extensions, summed by a compiled loop
-        (``ranked_then_counted``; the bounds, slice and span checks as ``extend`` and
-        ``count_ranges`` make them on the built pairs). A sequence's last element after a condition
-        between the two before it costs one check per pair instead of building every pair. False
-        where the shape does not fit (nothing done)."""
-        if node.finishing or len(node.children) != 1 or node.pred is None:
-            return False
-        child = node.children[0]
-        if (child.conds or child.gates or child.succ is not None or child.pred != len(pm.rows)
-                or not self.counted_leaf(child)):
+        """A ranked step followed by one or two plain steps ending in a counted leaf: the pairs
+        (partial match, ranked survivor) and what follows them are never built. Each plain step has
+        no condition, gate or unit finishing at it, is reached from the step before (``pred`` the
+        new slot) and ends at the window. For one step, a pair's extensions are the child's range
+        [first candidate after the survivor, end of the partial match's window); for two, the sum
+        over the middle step's range of the last step's ranges, a difference of running sums (the
+        last step's range starts are monotone in the middle candidate). A compiled loop over the
+        survivors adds them up (``ranked_then_counted``; the bounds, slice and span checks as
+        ``extend`` and ``count_ranges`` make them on the built steps). A sequence's last elements
+        after a condition between the two before them cost one check per pair instead of building
+        every pair and every extension. False where the shape does not fit (nothing done)."""
+        chain = self._plain_chain(node, len(pm.rows))
+        if chain is None:
             return False
         s = self.s
-        ck, rows, ck2 = s.cks[node.cls], s.rows[node.cls], s.cks[child.cls]
-        w2 = s.clamp(child.window)
+        ck, rows = s.cks[node.cls], s.rows[node.cls]
+        wins = [s.clamp(c.window) for c in chain]
+        a = a.astype(np.int64)
+        b = a + counts
+        first, last = int(a.min()), int(b.max())
+        lo_keys = pm.lo.astype(np.int64)
+        # the first plain step's range: from the first candidate after the survivor (not before the
+        # slice's reach) to the end of the partial match's window; the survivor follows ``pred``,
+        # so the partial match's first key stays
+        c2 = chain[0]
+        ck2 = s.cks[c2.cls]
+        after = s.after(c2.cls, rows[first:last]).astype(np.int64)
+        np.maximum(after, int(np.searchsorted(ck2, self.lo - wins[0], "left")), out=after)
+        end = _search_runs(ck2, lo_keys, min(wins), "right").astype(np.int64)
+        np.minimum(end, self.cap_hi[c2.cls], out=end)
+        slice_first = int(np.searchsorted(s.cks[chain[-1].cls], self.lo, "left"))
+        none = np.zeros(1, np.int64)
+        if len(chain) == 1:
+            bound = counts.astype(np.float64) * np.maximum(end - int(after.min()), 0)
+            starts = floored = sums = floored_sums = cut = floored_cut = stop = none
+            base = 0
+        else:
+            c3 = chain[1]
+            ck3 = s.cks[c3.cls]
+            base, top = int(after.min()), int(end.max())
+            if top <= base:
+                self._spent_through(pm, counts)
+                return True
+            # per middle candidate, where the last step's range starts: raw, and where the whole
+            # match would otherwise lie before the slice (it counts only last events inside it)
+            starts = s.after(c3.cls, s.rows[c2.cls][base:top]).astype(np.int64)
+            np.maximum(starts, int(np.searchsorted(ck3, self.lo - wins[1], "left")), out=starts)
+            floored = np.maximum(starts, slice_first)
+            sums, floored_sums = np.zeros(top - base + 1, np.int64), np.zeros(top - base + 1, np.int64)
+            np.cumsum(starts, out=sums[1:])
+            np.cumsum(floored, out=floored_sums[1:])
+            stop = _search_runs(ck3, lo_keys, wins[1], "right").astype(np.int64)
+            np.minimum(stop, self.cap_hi[c3.cls], out=stop)
+            # middle candidates whose last-step range is empty (it starts at or past the end) end
+            # the sum: the starts do not decrease
+            cut = np.searchsorted(starts, stop, "left").astype(np.int64) + base
+            floored_cut = np.searchsorted(floored, stop, "left").astype(np.int64) + base
+            bound = (counts.astype(np.float64) * np.maximum(end - base, 0)
+                     * np.maximum(stop - int(starts[0]), 0))
+        if len(bound) and float(bound.max()) >= 2.0 ** 62:
+            return False  # a range's count might not fit in int64: the steps are built instead
+        self._spent_through(pm, counts)
+        ranks, lows, highs, which = bounds
+        from matchrec.operators.cer_shared_kernels import ranked_then_counted
+        per = np.empty(len(a), np.int64)
+        ranked_then_counted(ranks, a, b, which, lows, highs, ck, first, after, end, lo_keys, pm.hi.astype(np.int64),
+                            min(wins), self.lo, slice_first, len(chain), base, sums, floored_sums, cut,
+                            floored_cut, stop, per)
+        self.add_counted(chain[-1], _exact_sum(per) if pm.w is None else _exact_sum(per, pm.w))
+        return True
+
+    def _spent_through(self, pm: _PMs, counts: np.ndarray) -> None:
         tried = int(counts.sum())
         self.work["searches"] += len(pm)
         self.work["candidates"] += tried
         self.spend(tried)
-        a = a.astype(np.int64)
-        b = a + counts
-        first, last = int(a.min()), int(b.max())
-        # the child's range: from the first candidate after the new event (not before the slice's
-        # reach) to the end of the partial match's window, the new event never moving its start
-        # (it follows ``pred``, so the partial match's first key stays)
-        after = s.after(child.cls, rows[first:last])
-        np.maximum(after, int(np.searchsorted(ck2, self.lo - w2, "left")), out=after)
-        end = _search_runs(ck2, pm.lo, w2, "right")
-        np.minimum(end, self.cap_hi[child.cls], out=end)
-        ranks, lows, highs, which = bounds
-        from matchrec.operators.cer_shared_kernels import ranked_then_counted
-        per = np.empty(len(a), np.int64)
-        ranked_then_counted(ranks, a, b, which, lows, highs, ck, first, after.astype(np.int64),
-                            end.astype(np.int64), pm.lo.astype(np.int64), pm.hi.astype(np.int64), w2, self.lo,
-                            int(np.searchsorted(ck2, self.lo, "left")), per)
-        self.add_counted(child, _exact_sum(per) if pm.w is None else _exact_sum(per, pm.w))
-        return True
+
+    def _plain_chain(self, node: Node, slot: int) -> list | None:
+        """The one or two plain steps below ``node`` (whose new event takes ``slot``) that
+        ``count_through`` counts without building, the last a counted leaf; None if there are none."""
+        if node.finishing or len(node.children) != 1 or node.pred is None:
+            return None
+        chain = []
+        step = node
+        while len(chain) < 2 and not step.finishing and len(step.children) == 1:
+            child = step.children[0]
+            if child.conds or child.gates or child.succ is not None or child.pred != slot + len(chain):
+                return None
+            chain.append(child)
+            if self.counted_leaf(child):
+                return chain
+            step = child
+        return None
 
     def rank_bounds(self, node: Node, pm: _PMs, candidates: int | None = None):
         """When every condition of ``node`` is rays of a column of its new variable (``Cond.rays``):

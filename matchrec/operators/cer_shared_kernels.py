@@ -52,20 +52,25 @@ def _ranked(rank, a, b, which, lo, hi, parent, at, write, per_range=False):
 
 
 def ranked_then_counted(rank, a, b, which, lo, hi, ck, first, after, end, pm_lo, pm_hi, window, slice_lo,
-                        slice_first, per):
-    """A ranked step followed by a counted last step, without building the pairs between them: per
-    partial match ``p``, over its candidates ``j`` in ``[a[p], b[p])`` whose ranks pass (as
-    ``count_ranked``), the last step's candidates ``[max(after[j - first], ...), end[p])`` - the
-    ones after ``j`` up to the end of ``p``'s window - summed into ``per[p]``. A pair whose span
-    (``pm_lo[p]`` to ``max(pm_hi[p], ck[j])``) exceeds ``window`` counts nothing; a pair ending
-    before ``slice_lo`` counts only candidates from ``slice_first`` on."""
+                        slice_first, steps, base, sums, floored_sums, cut, floored_cut, stop, per):
+    """A ranked step followed by ``steps`` (1 or 2) plain steps ending in a counted leaf, without
+    building what follows the partial matches: per partial match ``p``, over its candidates ``j`` in
+    ``[a[p], b[p])`` whose ranks pass (as ``count_ranked``), the next step's candidates from
+    ``after[j - first]`` to ``end[p]`` - counted (one step), or each weighed by the last step's
+    candidates from its own start to ``stop[p]`` (two steps: ``sums`` are running sums of those
+    starts over the middle candidates from ``base`` on, ``cut[p]`` the first middle candidate whose
+    range is empty; ``floored_*`` the same with the starts not before ``slice_first``) - summed into
+    ``per[p]``. A pair whose span (``pm_lo[p]`` to ``max(pm_hi[p], ck[j])``) exceeds ``window``
+    counts nothing; a pair ending before ``slice_lo`` counts only last events from ``slice_first``
+    on (one step: the floor; two: the floored sums)."""
     _ranked_then_counted(rank, a, b, which, lo, hi, ck, first, after, end, pm_lo, pm_hi, np.int64(window),
-                         np.int64(slice_lo), np.int64(slice_first), per)
+                         np.int64(slice_lo), np.int64(slice_first), steps, np.int64(base), sums, floored_sums,
+                         cut, floored_cut, stop, per)
 
 
 @njit(nogil=True, cache=True)
 def _ranked_then_counted(rank, a, b, which, lo, hi, ck, first, after, end, pm_lo, pm_hi, window, slice_lo,
-                         slice_first, per):
+                         slice_first, steps, base, sums, floored_sums, cut, floored_cut, stop, per):
     k = rank.shape[0]
     for p in range(a.shape[0]):
         q = which[p]
@@ -76,7 +81,7 @@ def _ranked_then_counted(rank, a, b, which, lo, hi, ck, first, after, end, pm_lo
                 empty = True
                 break
         if not empty:
-            stop = end[p]
+            e = end[p]
             low = pm_lo[p]
             high = pm_hi[p]
             for j in range(a[p], b[p]):
@@ -92,10 +97,19 @@ def _ranked_then_counted(rank, a, b, which, lo, hi, ck, first, after, end, pm_lo
                 if h - low > window:
                     continue
                 start = after[j - first]
-                if h < slice_lo and start < slice_first:
-                    start = slice_first
-                if stop > start:
-                    total += stop - start
+                if steps == 1:
+                    if h < slice_lo and start < slice_first:
+                        start = slice_first
+                    if e > start:
+                        total += e - start
+                elif h < slice_lo:
+                    t = floored_cut[p] if floored_cut[p] < e else e
+                    if t > start:
+                        total += (t - start) * stop[p] - (floored_sums[t - base] - floored_sums[start - base])
+                else:
+                    t = cut[p] if cut[p] < e else e
+                    if t > start:
+                        total += (t - start) * stop[p] - (sums[t - base] - sums[start - base])
         per[p] = total
 
 
