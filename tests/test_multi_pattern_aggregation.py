@@ -247,6 +247,33 @@ def test_closed_form_is_exact_past_2_to_the_53_and_leaves_a_count_past_bigint_to
         con.close()
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_closed_form_equals_counting_every_chain(seed):
+    """The running sums over each element's candidates against every chain enumerated: random
+    streams with equal keys, partitions, an event a candidate of several elements, the same class
+    at several elements, windows from nothing to the whole stream."""
+    from matchrec.operators import cer_sequences
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(12, 32))
+    pid = np.sort(rng.integers(0, int(rng.integers(1, 4)), n))
+    key = np.concatenate([np.sort(rng.integers(0, n // 2, int((pid == p).sum()))) for p in np.unique(pid)])
+    masks = [rng.random(n) < share for share in (0.3, 0.5, 0.7)]
+    stream = O.Stream(key, pid, masks, 20)
+    for _ in range(12):
+        k = int(rng.integers(2, 5))
+        classes = [int(c) for c in rng.integers(0, 3, k)]
+        w = int(rng.integers(0, 21))
+        got = cer_sequences.count(stream, classes, w)
+        ck = stream.ck
+        want = 0
+        # a match: one candidate per element, composite keys strictly increasing, within the window
+        for rows in __import__("itertools").product(*[np.flatnonzero(masks[c]) for c in classes]):
+            keys = [int(ck[r]) for r in rows]
+            if all(x < y for x, y in zip(keys, keys[1:])) and keys[-1] - keys[0] <= stream.clamp(w):
+                want += 1
+        assert got == want, (classes, w)
+
+
 def test_closed_form_leaves_patterns_with_few_matches_for_their_events_to_the_nodes():
     """Short partitions (a job's few events) hold few matches for many events: the running sums
     over every group would cost more than the nodes, so ``cheaper`` declines; the count itself

@@ -3,30 +3,35 @@ RETURN COUNT(*)`` under skip-till-any-match, with no condition between elements,
 no Kleene closure (the elements' types and filters are their classes).
 
 This module owns that count, used by the shared operator's caller (``engine.multi_eval``) for
-such units instead of a plan of nodes. The events of the pattern's classes are grouped by
-composite key (``cer_shared.Stream``; a match takes at most one event per key, its keys strictly
-increasing). Reading the groups in order, a chain is a walk through the states 0..k (elements
-matched so far); a group moves a walk from state j to j+1 in as many ways as it holds candidates
-of element j, or leaves it. ``P[a][b][x]``, the walks from state a to state b over the first x
-groups, are running sums (one per pair a <= b); they are unit upper-triangular matrices, so the
-walks over the groups ``[x0, x1)`` are ``inverse(P[x0]) @ P[x1]``, and the inverse's first row
-follows from ``P[x0]`` alone. A match is counted at its last event e: the walks from state 0 to
-k-1 over the groups with a key in ``[key(e) - w, key(e))``. Every pattern costs a few passes
-over its classes' events, whatever the window holds.
+such units instead of a plan of nodes. The events lie on the composite key axis
+(``cer_shared.Stream``); a match takes at most one event per composite key, its keys strictly
+increasing. A chain is a walk through the states 0..k (elements matched so far). ``P[a, b](x)``,
+the walks from state a to state b over the events with a key below x, are the chains of elements
+a..b-1 below x; they form unit upper-triangular matrices, and the walks over the keys in
+``[x0, x1)`` are ``inverse(P(x0)) @ P(x1)``, whose first row follows from ``P(x0)`` alone. A match
+is counted at its last event e: the walks from state 0 to k-1 over the keys in
+``[key(e) - w, key(e))``.
+
+``P[a, b]`` is held over the candidates of element b-1 (its events in key order): running sums of
+``P[a, b-1]`` at each candidate's key, read at x by a binary search. Each pattern costs a few passes
+over its elements' candidates and binary searches of its last element's, whatever the window holds
+and however many other events the stream has.
 
 The counts are computed in int64 arithmetic, which numpy wraps modulo 2^64: sums and products of
 the ring are exact there, so the total is exact when it is below 2^63. A bound certifies that
-first (per last event, the product of the other elements' candidates in its window); where it
-cannot, ``count`` returns None and the caller evaluates the pattern by nodes (which raises the
-BIGINT error of a count past it).
+first (per last event, the product of the other elements' candidates in its window; the product
+of the classes' sizes when that alone is small enough); where it cannot, ``count`` returns None
+and the caller evaluates the pattern by nodes (which raises the BIGINT error of a count past it).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 __all__ = ["count", "MAX_ELEMENTS"]
 
-MAX_ELEMENTS = 6  # running sums per pattern: k(k+1)/2 arrays the length of its events
+MAX_ELEMENTS = 6  # running sums per pattern: k(k-1)/2 arrays the length of an element's candidates
 LIMIT = 2.0 ** 62
 SAMPLE = 2048  # last events whose bound estimates whether the nodes would cost less
 
@@ -41,55 +46,50 @@ def count(stream, classes: list, w: int, cheaper: bool = False) -> int | None:
     if not 1 <= k <= MAX_ELEMENTS or not stream.ordered():
         return None
     w = stream.clamp(w)  # a wider window would reach into the next partition on the composite axis
-    last = stream.cks[classes[-1]]
+    cks = [stream.cks[c] for c in classes]
+    last = cks[-1]
     if k == 1:
         return int(len(last))
-    if cheaper and len(last) > SAMPLE:  # (the events of the classes: at least their groups)
-        pick = np.linspace(0, len(last) - 1, SAMPLE).astype(np.int64)
-        events = sum(len(stream.cks[c]) for c in set(classes))
-        if float(_bound(stream, classes, last[pick], w).mean()) * len(last) < events * k * (k - 1) / 2:
-            return None  # few matches for many events: see below
-    gid, keys = stream.key_groups()
-    # the groups (the stream's runs of equal composite keys) holding a candidate of some element
-    mark = np.zeros(len(keys), bool)
-    for c in set(classes):
-        mark[gid[stream.rows[c]]] = True
-    at = np.cumsum(mark) - 1
-    keys = keys[mark]
-    g = len(keys)
-    # certified below 2^63 first: a match at e takes, for each class, as many distinct candidates
-    # of it among those in [key(e) - w, key(e)) as elements before e have that class (in key
-    # order), so the product of those binomials bounds e's matches
-    most = float(_bound(stream, classes, last, w).sum())
-    if most * (1 + 1e-9) >= LIMIT:
-        return None
-    if cheaper and most < g * k * (k - 1) / 2:
+    events = sum(len(stream.cks[c]) for c in set(classes))
+    if cheaper:
         # few matches for many events (short partitions, narrow windows): the nodes, which build
         # about as many partial matches as there are matches, cost less than the running sums
+        pick = np.linspace(0, len(last) - 1, SAMPLE).astype(np.int64) if len(last) > SAMPLE else slice(None)
+        if float(_bound(stream, classes, last[pick], w).mean() if len(last) else 0.0) * len(last) \
+                < events * k * (k - 1) / 2:
+            return None
+    # certified below 2^63 first: a match at e takes, for each class, as many distinct candidates
+    # of it among those in [key(e) - w, key(e)) as elements before e have that class (in key
+    # order), so the product of those binomials bounds e's matches; the classes' whole sizes
+    # bound them too, and cost nothing to check
+    crude = float(len(last))
+    for c in set(classes[:-1]):
+        crude *= math.comb(len(stream.cks[c]), classes[:-1].count(c))
+    if crude * (1 + 1e-9) >= LIMIT and float(_bound(stream, classes, last, w).sum()) * (1 + 1e-9) >= LIMIT:
         return None
-    # cnt[j][x]: candidates of element j in group x
-    cnt = [np.bincount(at[gid[stream.rows[c]]], minlength=g).astype(np.int64) for c in classes]
-    # P[a, b]: walks from state a to state b (a < b <= k - 1) over the first x groups, x = 0..g
-    P: dict = {}
     with np.errstate(over="ignore"):  # int64 wraps modulo 2^64: exact in the ring
+        # per element b >= 1: how many candidates of element b-1 lie below each of element b's
+        below = [None] + [np.searchsorted(cks[b - 1], cks[b], "left") for b in range(1, k - 1)]
+        # F[a, b]: P[a, b] over element b-1's candidates, F[a, b][i] the walks below its i-th
+        F: dict = {}
         for a in range(k - 1):
-            prev = np.ones(g + 1, np.int64)
-            for b in range(a + 1, k):
-                cur = np.zeros(g + 1, np.int64)
-                np.cumsum(cnt[b - 1] * prev[:-1], out=cur[1:])
-                P[a, b] = prev = cur
-        x0 = np.searchsorted(keys, last - w, "left")  # the first group inside the window
-        x1 = at[gid[stream.rows[classes[-1]]]]  # the groups before the last event's
-        # the first row of inverse(P[x0]): q[0] = 1, q[b] = -sum over m < b of q[m] P[m, b]
+            F[a, a + 1] = np.arange(len(cks[a]) + 1, dtype=np.int64)
+            for b in range(a + 2, k):
+                F[a, b] = cur = np.zeros(len(cks[b - 1]) + 1, np.int64)
+                np.cumsum(F[a, b - 1][below[b - 1]], out=cur[1:])
+        start = last - w
+        at0 = [None] + [np.searchsorted(cks[b - 1], start, "left") for b in range(1, k)]
+        at1 = np.searchsorted(cks[k - 2], last, "left")  # element k-2's candidates below each last event
+        # the first row of inverse(P(x0)): q[0] = 1, q[b] = -sum over m < b of q[m] P[m, b](x0)
         q = [np.ones(len(last), np.int64)]
         for b in range(1, k):
             s = np.zeros(len(last), np.int64)
             for m in range(b):
-                s -= q[m] * P[m, b][x0]
+                s -= q[m] * F[m, b][at0[b]]
             q.append(s)
         total = q[k - 1].copy()
         for m in range(k - 1):
-            total += q[m] * P[m, k - 1][x1]
+            total += q[m] * F[m, k - 1][at1]
         return int(total.sum())
 
 
