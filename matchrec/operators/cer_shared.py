@@ -30,7 +30,11 @@ column's distinct values per distinct binding of the other events gives an inter
 and a compiled loop (``cer_shared_kernels``) counts the candidates of each range inside it. A node
 whose extensions are built (inner nodes; leaves finishing a counted Kleene closure, a negation or
 rows to return) and whose conditions are all such rays lists its surviving candidates the same
-way when the binary searches cost less than evaluating the conditions on every candidate.
+way when the binary searches cost less than evaluating the conditions on every candidate. Such a
+node followed by one or two plain steps (no condition, gate or unit of their own) that end in a
+counted leaf builds neither its pairs nor their extensions (``Evaluator.count_through``): a
+compiled loop over the survivors adds up each one's extensions, the next step's range or a
+difference of running sums of the last step's range starts.
 
 Where every unit below a node only counts its matches, the partial matches are aggregated
 (``Evaluator.aggregate_extend``): a step that extends the bound events at one end of the sequence
