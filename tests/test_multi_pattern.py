@@ -438,6 +438,25 @@ def test_best_order_alone_is_the_cheapest_permutation(size):
         assert cost(got) == pytest.approx(cost(best))
 
 
+def test_best_order_of_a_counted_unit_sees_the_aggregation_of_the_written_order():
+    """A counted SEQ(A, B, C, D) with a condition between A and B only: the written order builds B
+    and then aggregates C and D (one partial match per first key and candidate), which the dynamic
+    programme over sets of elements cannot see; ``best_order`` must still return an order no
+    costlier, by the model's own node costs, than the written one and its reverse."""
+    t = (("var", 1), ".distance > ", ("var", 0), ".distance")
+    unit = SH.UnitModel([0, 1, 2, 3], [SH.CondModel(frozenset({0, 1}), t, 0.5)], 933, counting=True)
+    work = SH.Workload([unit])
+    model = SH.CostModel(work, SH.Rates([2300.0, 2900.0, 2500.0, 1700.0], 48000.0))
+
+    def cost(order):
+        return sum(model.node_cost(0, order[:k], unit.window, unit.window) for k in range(1, 5))
+    got = SH.best_order(work, model, 0)
+    assert cost(got) <= min(cost((0, 1, 2, 3)), cost((3, 2, 1, 0)))
+    # the sets alone pick another order, several times costlier here
+    plain = SH.best_order(SH.Workload([SH.UnitModel(unit.classes, unit.conds, unit.window)]), model, 0)
+    assert cost(plain) > 2 * cost(got)
+
+
 def test_canonical_forms():
     # SEQ(A a, B b | b - a > 1) as prefixes in two units with other positions and extra elements
     t = (("var", 1), ".price - ", ("var", 0), ".price > 1")

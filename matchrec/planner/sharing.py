@@ -458,7 +458,19 @@ def best_order(work: Workload, model: CostModel, u: int) -> tuple:
             if choice is None or c < choice[0]:
                 choice = (c, order + (p,))
         best[mask] = choice
-    return best[full - 1][1]
+    found = best[full - 1][1]
+    if not unit.counting or k < 3:
+        return found
+    # The sets above do not see aggregation (``CostModel.effective``: a counted unit's steps that
+    # extend the sequence at one end keep one partial match per group), which depends on the order
+    # the elements were bound in, not only on the set; the orders it helps most are the written one
+    # and its reverse. The cheapest of the three by the model's own node costs.
+    costs = {}
+    for order in (found, tuple(range(k)), tuple(range(k - 1, -1, -1))):
+        if order not in costs:
+            costs[order] = sum(model.node_cost(u, order[:i + 1], unit.window, unit.window if i else 0)
+                               for i in range(k))
+    return min(costs, key=lambda o: (costs[o], o != found))
 
 
 def start_plan(work: Workload, model: CostModel, *, share: bool, reorder: bool) -> Plan:
