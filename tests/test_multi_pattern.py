@@ -549,12 +549,14 @@ def test_kleene_closures_between_two_events_are_counted_in_the_shared_pass(ticks
              "PATTERN SEQ(A a, D+{2,} k, C c) FROM ticks WITHIN 40 RETURN COUNT(*)",
              "PATTERN SEQ(A a, B+ k, C c) FROM ticks WHERE c.price > a.price WITHIN 20",  # matches: enumerated
              "PATTERN SEQ(A a, B+ k, C c) FROM ticks WHERE avg(k.price) > a.price WITHIN 20 RETURN COUNT(*)",
-             "PATTERN SEQ(A a, B+ k) FROM ticks WITHIN 9 RETURN COUNT(*)"]
+             "PATTERN SEQ(A a, B+ k) FROM ticks WITHIN 9 RETURN COUNT(*)",  # in closed form
+             "PATTERN SEQ(A a, C c, B+ k) FROM ticks WHERE c.price > a.price WITHIN 9 RETURN COUNT(*)"]
     *_, (_, r) = in_every_mode(ticks, stmts, 0.1)
     text = "\n".join(r.report)
     assert text.count("Kleene closure counted between") == 3, text
     assert "Kleene closure (its events returned)" in text and "Kleene closure read by a condition" in text
-    assert "Kleene closure counted after a (ending the match)" in text
+    assert "Kleene closure counted after c (ending the match)" in text
+    assert "those ending in one closure" in text and "statements 5;" in text
     assert r.tables[2].column(0)[0].as_py() > 5 * 10 ** 4  # sums of binomials per (a, c) pair
     assert O.subsets(5, 2, 3) == 20 and O.subsets(4, 0, None) == 15 and O.subsets(3, 4, None) == 0
 

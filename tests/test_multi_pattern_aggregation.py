@@ -199,10 +199,15 @@ def plain_statement(rng: random.Random) -> str:
     where = []
     if rng.random() < 0.4:  # a filter on one element: its own class
         where.append(f"e{rng.randrange(k)}.price {rng.choice(['<', '>='])} {rng.randint(5, 35)}")
+    windows = [5, 12, 30, 80]
+    if k < 6 and rng.random() < 0.35:  # a closure at the end: counted with the sequence before it
+        parts.append(f"{rng.choice(TYPES)}{rng.choice(['+', '+', '+{2,}'])} k")
+        k += 1
+        windows = [5, 8, 12]  # the single-statement mechanisms enumerate the closures' sets
     w = f" WHERE {' AND '.join(where)}" if where else ""
     part = " PARTITION BY p" if rng.random() < 0.3 else ""
     pattern = parts[0] if k == 1 else f"SEQ({', '.join(parts)})"
-    return (f"PATTERN {pattern} FROM ev TYPE type{part} ORDER BY ts{w} WITHIN {rng.choice([5, 12, 30, 80])} "
+    return (f"PATTERN {pattern} FROM ev TYPE type{part} ORDER BY ts{w} WITHIN {rng.choice(windows)} "
             "RETURN COUNT(*)")
 
 
@@ -260,7 +265,7 @@ def test_closed_form_equals_counting_every_chain(seed):
     masks = [rng.random(n) < share for share in (0.3, 0.5, 0.7)]
     stream = O.Stream(key, pid, masks, 20)
     for _ in range(12):
-        k = int(rng.integers(2, 5))
+        k = int(rng.integers(1, 5))
         classes = [int(c) for c in rng.integers(0, 3, k)]
         w = int(rng.integers(0, 21))
         got = cer_sequences.count(stream, classes, w)
@@ -272,6 +277,38 @@ def test_closed_form_equals_counting_every_chain(seed):
             if all(x < y for x, y in zip(keys, keys[1:])) and keys[-1] - keys[0] <= stream.clamp(w):
                 want += 1
         assert got == want, (classes, w)
+        # the same chains followed by a closure: one or more candidates of its class after the last
+        # event and within the window of the first, at most one per key
+        closure = int(rng.integers(0, 3))
+        got = cer_sequences.count_closure(stream, classes, closure, w)
+        inside = ck[masks[closure]]
+        want = 0
+        for rows in __import__("itertools").product(*[np.flatnonzero(masks[c]) for c in classes]):
+            keys = [int(ck[r]) for r in rows]
+            if all(x < y for x, y in zip(keys, keys[1:])) and keys[-1] - keys[0] <= stream.clamp(w):
+                _, mult = np.unique(inside[(inside > keys[-1]) & (inside <= keys[0] + stream.clamp(w))],
+                                    return_counts=True)
+                want += math.prod(int(x) + 1 for x in mult) - 1
+        assert got == want, ("closure", classes, closure, w)
+
+
+def test_closed_form_of_a_closure_is_exact_far_past_one_prime():
+    """Counts of a closure at the end far above the primes its residues are taken modulo (and
+    above 2^53) come out exact; past the certified bound the nodes take the pattern."""
+    from matchrec.operators import cer_sequences
+    key = np.arange(120, dtype=np.int64)
+    stream = O.Stream(key, None, [np.ones(120, bool)], 120)
+    # SEQ(A a, K+ k) WITHIN 50: each a at x stands for 2^(closure events in (x, x + 50]) - 1
+    want = sum(2 ** min(50, 119 - x) - 1 for x in range(120))
+    assert want > 2 ** 55 and cer_sequences.count_closure(stream, [0], 0, 50) == want
+    # SEQ(A a, A b, K+ k) WITHIN 40
+    want = sum(2 ** (min(x + 40, 119) - y) - 1 for x in range(120) for y in range(x + 1, min(x + 40, 119) + 1))
+    assert want > 2 ** 40 and cer_sequences.count_closure(stream, [0, 0], 0, 40) == want
+    # about 2^59 matches, where the bound (each pair's closure as long as its last event's window)
+    # says about 2^64: the residues still give it exactly
+    want = sum(2 ** (min(x + 53, 119) - y) - 1 for x in range(120) for y in range(x + 1, min(x + 53, 119) + 1))
+    assert 2 ** 59 < want < 2 ** 62 and cer_sequences.count_closure(stream, [0, 0], 0, 53) == want
+    assert cer_sequences.count_closure(stream, [0], 0, 70) is None  # about 50 * 2^70: past 2^62, to the nodes
 
 
 def test_closed_form_leaves_patterns_with_few_matches_for_their_events_to_the_nodes():

@@ -192,15 +192,21 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
 
 def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, items: list, lines: list):
     """The counted units that are plain sequences (no condition between elements, no negation, no
-    Kleene closure, no other alternative to deduplicate against) counted in closed form
-    (``operators.cer_sequences``); returns the other units and their models, for the plan."""
+    Kleene closure but one ``K+`` at the end, no other alternative to deduplicate against) counted
+    in closed form (``operators.cer_sequences``); returns the other units and their models, for the
+    plan."""
     done, n_done = [], 0
     for i, unit in enumerate(units):
         sink = sinks[unit.pattern]
-        if (unit.conds or unit.negs or unit.gates or unit.kleene or not sink.counting
+        if (unit.conds or unit.negs or unit.gates or not sink.counting
                 or frozenset(unit.vars) in sink.shared):
             continue
-        n = cer_sequences.count(stream, unit.classes, unit.window, cheaper=True)
+        if not unit.kleene:
+            n = cer_sequences.count(stream, unit.classes, unit.window, cheaper=True)
+        elif len(unit.kleene) == 1 and _trailing_closure(unit.kleene[0], len(unit.classes)):
+            n = cer_sequences.count_closure(stream, unit.classes, unit.kleene[0].cls, unit.window, cheaper=True)
+        else:
+            continue
         if n is None:
             continue
         sink.add_count(n)
@@ -209,11 +215,18 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
     if not done:
         return units, models
     said = sorted({items[units[i].pattern].index for i in done})
-    lines.append(f"  counted in closed form (plain sequences: running sums over the stream, no partial matches): "
+    lines.append(f"  counted in closed form (plain sequences, and those ending in one closure: running sums over "
+                 f"the elements' candidates, no partial matches): "
                  f"statements {', '.join(map(str, said))}; {n_done:,} matches")
     gone = set(done)
     keep = [i for i in range(len(units)) if i not in gone]
     return [units[i] for i in keep], [models[i] for i in keep]
+
+
+def _trailing_closure(k, positives: int) -> bool:
+    """A closure ``K+`` (one or more, no upper bound, no negation beside it) after the last
+    positive element: ``cer_sequences.count_closure`` counts it with the sequence before it."""
+    return k.next is None and k.prev == positives - 1 and k.lo <= 1 and k.hi is None and not k.gate
 
 
 def threads_of(duck) -> int:

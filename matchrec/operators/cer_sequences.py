@@ -29,11 +29,16 @@ import math
 
 import numpy as np
 
-__all__ = ["count", "MAX_ELEMENTS"]
+__all__ = ["count", "count_closure", "MAX_ELEMENTS"]
 
 MAX_ELEMENTS = 6  # running sums per pattern: k(k-1)/2 arrays the length of an element's candidates
 LIMIT = 2.0 ** 62
 SAMPLE = 2048  # last events whose bound estimates whether the nodes would cost less
+# odd primes below 2^31 (products of two residues fit in int64): a closure's weights are ratios of
+# products of (multiplicity + 1), invertible modulo each; the residues give a sum below their
+# product, about 2^124, exactly (Chinese remainders)
+PRIMES = (2147483647, 2147483629, 2147483587, 2147483579)
+MODULUS = math.prod(PRIMES)
 
 
 def count(stream, classes: list, w: int, cheaper: bool = False) -> int | None:
@@ -91,6 +96,98 @@ def count(stream, classes: list, w: int, cheaper: bool = False) -> int | None:
         for m in range(k - 1):
             total += q[m] * F[m, k - 1][at1]
         return int(total.sum())
+
+
+def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = False) -> int | None:
+    """The matches of ``SEQ(e0, ..., ek-1, K+)``: the plain sequence of ``classes`` (as ``count``)
+    followed by a Kleene closure of one or more candidates of class ``closure``, at most one per
+    composite key, all after ``ek-1`` and at most ``w`` after ``e0``. A prefix match (first key
+    ``x``, last key ``y``) stands for ``R(x + w) / R(y) - 1`` matches, ``R(z)`` the product of
+    (multiplicity + 1) over the closure's keys up to ``z``: a weight of its first event times a
+    weight of its last, so the sum over prefix matches is ``count``'s walks with the first step
+    weighed, in the integers modulo a prime (where those weights are invertible), for each of
+    ``PRIMES``, exact once a bound puts the sum below their product (per last prefix event, the
+    bound of its prefix matches times ``R(y + w) / R(y)``). None where ``count`` declines the
+    prefix, that bound does not hold, or the count is 2^62 or more (the nodes then count it, or
+    raise the BIGINT error)."""
+    k = len(classes)
+    if not 1 <= k < MAX_ELEMENTS or not stream.ordered():
+        return None
+    plain = count(stream, classes, w, cheaper)
+    if plain is None:
+        return None
+    w = stream.clamp(w)
+    first, last = stream.cks[classes[0]], stream.cks[classes[-1]]
+    ck = stream.cks[closure]
+    starts = np.flatnonzero(np.r_[True, ck[1:] != ck[:-1]]) if len(ck) else np.zeros(0, np.int64)
+    keys = ck[starts]
+    factors = np.diff(np.r_[starts, len(ck)]).astype(np.int64) + 1
+    logs = np.zeros(len(keys) + 1)
+    np.cumsum(np.log2(factors.astype(np.float64)), out=logs[1:])
+    to_last = np.searchsorted(keys, last, "right")  # the closure's keys up to each last prefix event
+    gain = logs[np.searchsorted(keys, last + w, "right")] - logs[to_last]
+    prefixes = _bound(stream, classes, last, w) if k > 1 else np.ones(len(last))
+    with np.errstate(over="ignore"):
+        most = float((prefixes * np.exp2(np.minimum(gain, 1024.0))).sum())
+    if not most * (1 + 1e-9) < float(MODULUS):
+        return None
+    from matchrec.operators.cer_shared_kernels import prefix_products
+    to_end = np.searchsorted(keys, first + w, "right")  # the closure's keys up to each first event's reach
+    residues = []
+    for m in PRIMES:
+        inverse = {int(f): pow(int(f), m - 2, m) for f in np.unique(factors)}
+        products, inverses = prefix_products(factors, np.array([inverse[int(f)] for f in factors], np.int64), m)
+        reach = products[to_end]
+        back = inverses[to_last]
+        walks = reach if k == 1 else _weighted_walks(stream, classes, w, reach, m)
+        residues.append(int(((walks * back) % m).sum()) % m)
+    total = _chinese(residues) - plain
+    return total if total < LIMIT else None
+
+
+def _weighted_walks(stream, classes: list, w: int, weights: np.ndarray, m: int) -> np.ndarray:
+    """Per candidate e of the last element, the chains of the elements before it with keys in
+    ``[key(e) - w, key(e))``, each weighed by ``weights`` of its first event, modulo ``m``
+    (``count``'s running sums with the first step weighed)."""
+    k = len(classes)
+    cks = [stream.cks[c] for c in classes]
+    last = cks[-1]
+    below = [None] + [np.searchsorted(cks[b - 1], cks[b], "left") for b in range(1, k - 1)]
+    F: dict = {}
+    for a in range(k - 1):
+        if a == 0:
+            F[0, 1] = cur = np.zeros(len(cks[0]) + 1, np.int64)
+            np.cumsum(weights, out=cur[1:])  # below 2^31 each: no overflow for 2^32 events
+            cur %= m
+        else:
+            F[a, a + 1] = np.arange(len(cks[a]) + 1, dtype=np.int64) % m
+        for b in range(a + 2, k):
+            F[a, b] = cur = np.zeros(len(cks[b - 1]) + 1, np.int64)
+            np.cumsum(F[a, b - 1][below[b - 1]], out=cur[1:])
+            cur %= m
+    start = last - w
+    at0 = [None] + [np.searchsorted(cks[b - 1], start, "left") for b in range(1, k)]
+    at1 = np.searchsorted(cks[k - 2], last, "left")
+    q = [np.ones(len(last), np.int64)]
+    for b in range(1, k):
+        s = np.zeros(len(last), np.int64)
+        for j in range(b):
+            s = (s - (q[j] * F[j, b][at0[b]]) % m) % m
+        q.append(s)
+    total = q[k - 1].copy()
+    for j in range(k - 1):
+        total = (total + (q[j] * F[j, k - 1][at1]) % m) % m
+    return total
+
+
+def _chinese(residues: list) -> int:
+    """The integer below the product of ``PRIMES`` with these residues."""
+    x, mod = 0, 1
+    for r, m in zip(residues, PRIMES):
+        t = ((r - x) * pow(mod, -1, m)) % m
+        x += mod * t
+        mod *= m
+    return x
 
 
 def _bound(stream, classes: list, last: np.ndarray, w: int) -> np.ndarray:

@@ -113,6 +113,23 @@ def _ranked_then_counted(rank, a, b, which, lo, hi, ck, first, after, end, pm_lo
         per[p] = total
 
 
+def prefix_products(factors, inverses, m):
+    """Running products modulo ``m`` of ``factors`` and of their ``inverses`` (modulo ``m``), each
+    starting at 1: both arrays one longer than ``factors``."""
+    n = factors.shape[0]
+    products = np.ones(n + 1, np.int64)
+    back = np.ones(n + 1, np.int64)
+    _prefix_products(factors, inverses, np.int64(m), products, back)
+    return products, back
+
+
+@njit(nogil=True, cache=True)
+def _prefix_products(factors, inverses, m, products, back):
+    for i in range(factors.shape[0]):
+        products[i + 1] = products[i] * (factors[i] % m) % m
+        back[i + 1] = back[i] * inverses[i] % m
+
+
 def tied_runs(sizes):
     """Prefix tables over a class's runs of equal keys (``sizes``: candidates per run) for
     ``tied_any_size``: per prefix of runs, the exponent of 2 and the odd part (modulo 2^64) of the
