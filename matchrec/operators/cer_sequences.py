@@ -133,26 +133,41 @@ def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = F
         return None
     from matchrec.operators.cer_shared_kernels import prefix_products
     to_end = np.searchsorted(keys, first + w, "right")  # the closure's keys up to each first event's reach
+    distinct, which = np.unique(factors, return_inverse=True)  # most keys hold one event: factor 2
+    at = _walk_positions(stream, classes, w) if k > 1 else None
     residues = []
     for m in PRIMES:
-        inverse = {int(f): pow(int(f), m - 2, m) for f in np.unique(factors)}
-        products, inverses = prefix_products(factors, np.array([inverse[int(f)] for f in factors], np.int64), m)
+        inverse = np.array([pow(int(f), m - 2, m) for f in distinct], np.int64)[which]
+        products, inverses = prefix_products(factors, inverse, m)
         reach = products[to_end]
         back = inverses[to_last]
-        walks = reach if k == 1 else _weighted_walks(stream, classes, w, reach, m)
+        walks = reach if k == 1 else _weighted_walks(stream, classes, at, reach, m)
         residues.append(int(((walks * back) % m).sum()) % m)
     total = _chinese(residues) - plain
     return total if total < LIMIT else None
 
 
-def _weighted_walks(stream, classes: list, w: int, weights: np.ndarray, m: int) -> np.ndarray:
-    """Per candidate e of the last element, the chains of the elements before it with keys in
-    ``[key(e) - w, key(e))``, each weighed by ``weights`` of its first event, modulo ``m``
-    (``count``'s running sums with the first step weighed)."""
+def _walk_positions(stream, classes: list, w: int) -> tuple:
+    """``count``'s binary searches for ``_weighted_walks``: per element b from 1, the candidates of
+    element b-1 below each of element b's (``below``), below each last event's window (``at0``),
+    and element k-2's below each last event (``at1``)."""
     k = len(classes)
     cks = [stream.cks[c] for c in classes]
     last = cks[-1]
     below = [None] + [np.searchsorted(cks[b - 1], cks[b], "left") for b in range(1, k - 1)]
+    start = last - w
+    at0 = [None] + [np.searchsorted(cks[b - 1], start, "left") for b in range(1, k)]
+    return below, at0, np.searchsorted(cks[k - 2], last, "left")
+
+
+def _weighted_walks(stream, classes: list, at: tuple, weights: np.ndarray, m: int) -> np.ndarray:
+    """Per candidate e of the last element, the chains of the elements before it with keys in
+    ``[key(e) - w, key(e))``, each weighed by ``weights`` of its first event, modulo ``m``
+    (``count``'s running sums with the first step weighed; ``at``: ``_walk_positions``)."""
+    k = len(classes)
+    cks = [stream.cks[c] for c in classes]
+    last = cks[-1]
+    below, at0, at1 = at
     F: dict = {}
     for a in range(k - 1):
         if a == 0:
@@ -165,9 +180,6 @@ def _weighted_walks(stream, classes: list, w: int, weights: np.ndarray, m: int) 
             F[a, b] = cur = np.zeros(len(cks[b - 1]) + 1, np.int64)
             np.cumsum(F[a, b - 1][below[b - 1]], out=cur[1:])
             cur %= m
-    start = last - w
-    at0 = [None] + [np.searchsorted(cks[b - 1], start, "left") for b in range(1, k)]
-    at1 = np.searchsorted(cks[k - 2], last, "left")
     q = [np.ones(len(last), np.int64)]
     for b in range(1, k):
         s = np.zeros(len(last), np.int64)
