@@ -383,7 +383,9 @@ def _counted_through(monkeypatch, seeds) -> None:
                 m.setattr(O.Evaluator, "count_through", spy)
                 if ranges:
                     m.setattr(O.Evaluator, "run", in_ranges)
-                got = matchrec.run_many(con, stmts, budget=0.02).tables
+                # the written orders and no search: the same plan whatever the machine's load (a
+                # timed search finds other plans, where the path is taken more or less often)
+                got = matchrec.run_many(con, stmts, budget=0, reorder=False).tables
             for s, g, b in zip(stmts, got, built):
                 assert g.equals(b), f"seed {seed} ranges={ranges}\n{s}"
                 assert g.equals(alone(con, s)), f"seed {seed} ranges={ranges}\n{s}"

@@ -22,26 +22,33 @@ def list_ranked(rank, a, b, which, lo, hi, parent, at):
 
 
 @njit(nogil=True, cache=True)
+def _empty(lo, hi, q):
+    """Whether binding ``q``'s rank interval is empty in some column."""
+    for c in range(lo.shape[0]):
+        if lo[c, q] >= hi[c, q]:
+            return True
+    return False
+
+
+@njit(nogil=True, cache=True)
+def _inside(rank, lo, hi, q, j):
+    """Whether candidate ``j``'s ranks lie in binding ``q``'s intervals in every column."""
+    for c in range(rank.shape[0]):
+        r = rank[c, j]
+        if r < lo[c, q] or r >= hi[c, q]:
+            return False
+    return True
+
+
+@njit(nogil=True, cache=True)
 def _ranked(rank, a, b, which, lo, hi, parent, at, write, per_range=False):
     n = 0
-    k = rank.shape[0]
     for p in range(a.shape[0]):
         q = which[p]
         n0 = n
-        empty = False
-        for c in range(k):
-            if lo[c, q] >= hi[c, q]:
-                empty = True
-                break
-        if not empty:
+        if not _empty(lo, hi, q):
             for j in range(a[p], b[p]):
-                ok = True
-                for c in range(k):
-                    r = rank[c, j]
-                    if r < lo[c, q] or r >= hi[c, q]:
-                        ok = False
-                        break
-                if ok:
+                if _inside(rank, lo, hi, q, j):
                     if write and not per_range:
                         parent[n] = p
                         at[n] = j
@@ -71,27 +78,15 @@ def ranked_then_counted(rank, a, b, which, lo, hi, ck, first, after, end, pm_lo,
 @njit(nogil=True, cache=True)
 def _ranked_then_counted(rank, a, b, which, lo, hi, ck, first, after, end, pm_lo, pm_hi, window, slice_lo,
                          slice_first, steps, base, sums, floored_sums, cut, floored_cut, stop, per):
-    k = rank.shape[0]
     for p in range(a.shape[0]):
         q = which[p]
         total = 0
-        empty = False
-        for c in range(k):
-            if lo[c, q] >= hi[c, q]:
-                empty = True
-                break
-        if not empty:
+        if not _empty(lo, hi, q):
             e = end[p]
             low = pm_lo[p]
             high = pm_hi[p]
             for j in range(a[p], b[p]):
-                ok = True
-                for c in range(k):
-                    r = rank[c, j]
-                    if r < lo[c, q] or r >= hi[c, q]:
-                        ok = False
-                        break
-                if not ok:
+                if not _inside(rank, lo, hi, q, j):
                     continue
                 h = ck[j] if ck[j] > high else high
                 if h - low > window:
