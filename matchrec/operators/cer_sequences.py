@@ -73,29 +73,7 @@ def count(stream, classes: list, w: int, cheaper: bool = False) -> int | None:
     if crude * (1 + 1e-9) >= LIMIT and float(_bound(stream, classes, last, w).sum()) * (1 + 1e-9) >= LIMIT:
         return None
     with np.errstate(over="ignore"):  # int64 wraps modulo 2^64: exact in the ring
-        # per element b >= 1: how many candidates of element b-1 lie below each of element b's
-        below = [None] + [np.searchsorted(cks[b - 1], cks[b], "left") for b in range(1, k - 1)]
-        # F[a, b]: P[a, b] over element b-1's candidates, F[a, b][i] the walks below its i-th
-        F: dict = {}
-        for a in range(k - 1):
-            F[a, a + 1] = np.arange(len(cks[a]) + 1, dtype=np.int64)
-            for b in range(a + 2, k):
-                F[a, b] = cur = np.zeros(len(cks[b - 1]) + 1, np.int64)
-                np.cumsum(F[a, b - 1][below[b - 1]], out=cur[1:])
-        start = last - w
-        at0 = [None] + [np.searchsorted(cks[b - 1], start, "left") for b in range(1, k)]
-        at1 = np.searchsorted(cks[k - 2], last, "left")  # element k-2's candidates below each last event
-        # the first row of inverse(P(x0)): q[0] = 1, q[b] = -sum over m < b of q[m] P[m, b](x0)
-        q = [np.ones(len(last), np.int64)]
-        for b in range(1, k):
-            s = np.zeros(len(last), np.int64)
-            for m in range(b):
-                s -= q[m] * F[m, b][at0[b]]
-            q.append(s)
-        total = q[k - 1].copy()
-        for m in range(k - 1):
-            total += q[m] * F[m, k - 1][at1]
-        return int(total.sum())
+        return int(_walks(stream, classes, _walk_positions(stream, classes, w)).sum())
 
 
 def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = False) -> int | None:
@@ -141,14 +119,14 @@ def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = F
         products, inverses = prefix_products(factors, inverse, m)
         reach = products[to_end]
         back = inverses[to_last]
-        walks = reach if k == 1 else _weighted_walks(stream, classes, at, reach, m)
+        walks = reach if k == 1 else _walks(stream, classes, at, reach, m)
         residues.append(int(((walks * back) % m).sum()) % m)
     total = _chinese(residues) - plain
     return total if total < LIMIT else None
 
 
 def _walk_positions(stream, classes: list, w: int) -> tuple:
-    """``count``'s binary searches for ``_weighted_walks``: per element b from 1, the candidates of
+    """The binary searches ``_walks`` reads: per element b from 1, the candidates of
     element b-1 below each of element b's (``below``), below each last event's window (``at0``),
     and element k-2's below each last event (``at1``)."""
     k = len(classes)
@@ -160,36 +138,45 @@ def _walk_positions(stream, classes: list, w: int) -> tuple:
     return below, at0, np.searchsorted(cks[k - 2], last, "left")
 
 
-def _weighted_walks(stream, classes: list, at: tuple, weights: np.ndarray, m: int) -> np.ndarray:
+def _walks(stream, classes: list, at: tuple, weights: np.ndarray | None = None, m: int | None = None) -> np.ndarray:
     """Per candidate e of the last element, the chains of the elements before it with keys in
-    ``[key(e) - w, key(e))``, each weighed by ``weights`` of its first event, modulo ``m``
-    (``count``'s running sums with the first step weighed; ``at``: ``_walk_positions``)."""
+    ``[key(e) - w, key(e))`` (``at``: ``_walk_positions`` for the window ``w``): the walks from state
+    0 to k-1 over those keys, ``inverse(P(x0)) @ P(x1)``'s first row read at k-1. ``P[a, b]`` is held
+    over element b-1's candidates (``F[a, b][i]``: the walks below its i-th), running sums of
+    ``P[a, b-1]`` at each candidate's key. In int64 wrapping modulo 2^64 (the caller certifies the
+    total below 2^63), or with ``weights`` (per candidate of the first element, below 2^31: each
+    chain weighed by its first event's) modulo ``m``."""
     k = len(classes)
     cks = [stream.cks[c] for c in classes]
-    last = cks[-1]
     below, at0, at1 = at
+
+    def mod(x):
+        if m is not None:
+            x %= m
+        return x
     F: dict = {}
     for a in range(k - 1):
-        if a == 0:
-            F[0, 1] = cur = np.zeros(len(cks[0]) + 1, np.int64)
+        F[a, a + 1] = cur = np.zeros(len(cks[a]) + 1, np.int64)
+        if a == 0 and weights is not None:
             np.cumsum(weights, out=cur[1:])  # below 2^31 each: no overflow for 2^32 events
-            cur %= m
         else:
-            F[a, a + 1] = np.arange(len(cks[a]) + 1, dtype=np.int64) % m
+            cur[1:] = np.arange(1, len(cks[a]) + 1)
+        mod(cur)
         for b in range(a + 2, k):
             F[a, b] = cur = np.zeros(len(cks[b - 1]) + 1, np.int64)
             np.cumsum(F[a, b - 1][below[b - 1]], out=cur[1:])
-            cur %= m
-    q = [np.ones(len(last), np.int64)]
+            mod(cur)
+    # the first row of inverse(P(x0)): q[0] = 1, q[b] = -sum over j < b of q[j] P[j, b](x0)
+    q = [np.ones(len(cks[-1]), np.int64)]
     for b in range(1, k):
-        s = np.zeros(len(last), np.int64)
+        s = np.zeros(len(cks[-1]), np.int64)
         for j in range(b):
-            s = (s - (q[j] * F[j, b][at0[b]]) % m) % m
-        q.append(s)
+            s -= mod(q[j] * F[j, b][at0[b]])
+        q.append(mod(s))
     total = q[k - 1].copy()
     for j in range(k - 1):
-        total = (total + (q[j] * F[j, k - 1][at1]) % m) % m
-    return total
+        total += mod(q[j] * F[j, k - 1][at1])
+    return mod(total)
 
 
 def _chinese(residues: list) -> int:

@@ -410,7 +410,9 @@ def best_order(work: Workload, model: CostModel, u: int) -> tuple:
     sets of bound elements (a node's cost depends on its set, its parent's set and its last
     element); the greedy order for units of more than ``EXACT_MAX`` elements. The costs are
     ``CostModel.node_cost``'s, computed per set of elements once (a workload's start plan runs this
-    for every unit, so it must not go through the model's per-prefix caches)."""
+    for every unit, so it must not go through the model's per-prefix caches). For a counted unit,
+    whose steps at one end of the sequence may aggregate (which the sets do not see), the cheapest
+    by the model's node costs of that order, the written one and its reverse."""
     unit = work.units[u]
     k = len(unit.classes)
     if k > EXACT_MAX:
