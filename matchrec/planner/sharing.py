@@ -243,6 +243,7 @@ class CostModel:
         self._node: dict = {}
         self._conds: dict = {}
         self._effective: dict = {}
+        self._aggregates: dict = {}
 
     def base(self, u: int, prefix: tuple) -> tuple[float, float]:
         """(partial matches per window^(k-1), selectivity of the conditions the last element adds)."""
@@ -298,6 +299,18 @@ class CostModel:
                 value *= sel
         return min(full, value * min(float(w), self.span) ** (len(kept) - 1))
 
+    def aggregates(self, u: int) -> bool:
+        """Whether some step of unit ``u`` may aggregate (``effective``): a step aggregates only next
+        to its neighbour (else the neighbour borders a gap) and with no condition between them;
+        most units have none such, and their prefixes are kept whole."""
+        got = self._aggregates.get(u)
+        if got is None:
+            unit = self.work.units[u]
+            conds = self.conds(u)
+            got = self._aggregates[u] = unit.counting and any(
+                not any(cm >> i & 3 == 3 for cm, _ in conds) for i in range(len(unit.classes) - 1))
+        return got
+
     def effective(self, u: int, prefix: tuple) -> tuple[tuple, bool]:
         """The positions whose bindings tell the partial matches of ``prefix`` apart, as the shared
         operator aggregates them (``Evaluator.aggregate_extend``), and whether its last step
@@ -313,10 +326,7 @@ class CostModel:
         unit = self.work.units[u]
         n = len(unit.classes)
         conds = self.conds(u)
-        # a step aggregates only next to its neighbour (else the neighbour borders a gap) and with
-        # no condition between them: most units have none such, and their prefixes are kept whole
-        free = unit.counting and any(not any(cm >> i & 3 == 3 for cm, _ in conds) for i in range(n - 1))
-        if not free:
+        if not self.aggregates(u):
             got = self._effective[k] = (prefix, False)
             return got
         kept, aggregated = {prefix[0]}, False
@@ -461,7 +471,7 @@ def best_order(work: Workload, model: CostModel, u: int) -> tuple:
                 choice = (c, order + (p,))
         best[mask] = choice
     found = best[full - 1][1]
-    if not unit.counting or k < 3:
+    if k < 3 or not model.aggregates(u):
         return found
     # The sets above do not see aggregation (``CostModel.effective``: a counted unit's steps that
     # extend the sequence at one end keep one partial match per group), which depends on the order
