@@ -57,15 +57,18 @@ def _statement(rng: random.Random) -> str:
     return text + f" WITHIN {rng.choice([4, 8, 20])} RETURN COUNT(*)"
 
 
+def _recording(method, log: list):
+    """``method`` wrapped to append each call's answer to ``log`` (which paths were taken)."""
+    def spy(self, *args):
+        got = method(self, *args)
+        log.append(got)
+        return got
+    return spy
+
+
 def test_counted_by_ranks_equal_statements_run_alone(monkeypatch):
     taken = []
-    ranked = O.Evaluator.count_ranked
-
-    def spy(self, *args):
-        got = ranked(self, *args)
-        taken.append(got)
-        return got
-    monkeypatch.setattr(O.Evaluator, "count_ranked", spy)
+    monkeypatch.setattr(O.Evaluator, "count_ranked", _recording(O.Evaluator.count_ranked, taken))
     for seed in range(3):
         rng = random.Random(seed)
         con = matchrec.connect()
@@ -355,17 +358,13 @@ def _counted_through(monkeypatch, seeds) -> None:
     under different windows, over the whole stream or in three ranges (as after a re-plan: each
     range counts the matches whose last event lies in it)."""
     used = []
-    through, run = O.Evaluator.count_through, O.Evaluator.run
+    run = O.Evaluator.run
+    spy = _recording(O.Evaluator.count_through, used)
 
     def in_ranges(self, roots, lo, hi, threads=1):
         cuts = sorted({lo, hi, lo + (hi - lo) // 3, lo + 2 * (hi - lo) // 3})
         for a, b in zip(cuts, cuts[1:]):
             run(self, roots, a, b, threads)
-
-    def spy(self, *args):
-        got = through(self, *args)
-        used.append(got)
-        return got
     for seed in seeds:
         rng = random.Random(seed)
         con = matchrec.connect()

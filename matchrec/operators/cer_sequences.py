@@ -41,12 +41,13 @@ PRIMES = (2147483647, 2147483629, 2147483587, 2147483579)
 MODULUS = math.prod(PRIMES)
 
 
-def count(stream, classes: list, w: int, cheaper: bool = False) -> int | None:
+def count(stream, classes: list, w: int, cheaper: bool = False, at: tuple | None = None) -> int | None:
     """The matches of the sequence whose element j takes the candidates of class ``classes[j]`` of
     ``stream`` (``cer_shared.Stream``; an event may be a candidate of several elements), the last
     event at most ``w`` after the first; None when the count cannot be certified below 2^63 here
     (or the stream's keys are not in row order), or, with ``cheaper``, when the pattern has so few
-    matches for its events that evaluating it by nodes should cost less."""
+    matches for its events that evaluating it by nodes should cost less. ``at``: the binary
+    searches of ``_walk_positions`` for this window, when the caller has them."""
     k = len(classes)
     if not 1 <= k <= MAX_ELEMENTS or not stream.ordered():
         return None
@@ -73,7 +74,7 @@ def count(stream, classes: list, w: int, cheaper: bool = False) -> int | None:
     if crude * (1 + 1e-9) >= LIMIT and float(_bound(stream, classes, last, w).sum()) * (1 + 1e-9) >= LIMIT:
         return None
     with np.errstate(over="ignore"):  # int64 wraps modulo 2^64: exact in the ring
-        return int(_walks(stream, classes, _walk_positions(stream, classes, w)).sum())
+        return int(_walks(stream, classes, at or _walk_positions(stream, classes, w)).sum())
 
 
 def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = False) -> int | None:
@@ -91,10 +92,11 @@ def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = F
     k = len(classes)
     if not 1 <= k < MAX_ELEMENTS or not stream.ordered():
         return None
-    plain = count(stream, classes, w, cheaper)
+    w = stream.clamp(w)
+    at = _walk_positions(stream, classes, w) if k > 1 else None  # searched once for both sums
+    plain = count(stream, classes, w, cheaper, at)
     if plain is None:
         return None
-    w = stream.clamp(w)
     first, last = stream.cks[classes[0]], stream.cks[classes[-1]]
     ck = stream.cks[closure]
     starts = np.flatnonzero(np.r_[True, ck[1:] != ck[:-1]]) if len(ck) else np.zeros(0, np.int64)
@@ -112,7 +114,6 @@ def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = F
     from matchrec.operators.cer_shared_kernels import prefix_products
     to_end = np.searchsorted(keys, first + w, "right")  # the closure's keys up to each first event's reach
     distinct, which = np.unique(factors, return_inverse=True)  # most keys hold one event: factor 2
-    at = _walk_positions(stream, classes, w) if k > 1 else None
     residues = []
     for m in PRIMES:
         inverse = np.array([pow(int(f), m - 2, m) for f in distinct], np.int64)[which]
