@@ -175,6 +175,12 @@ class Workload:
                 f"C AS type = '{t[2]}')")
 
 
+def by_nodes(monkeypatch) -> None:
+    """Every unit to the plan's nodes: none counted in closed form (``multi_eval.count_sequences``),
+    for the tests of what the nodes share."""
+    monkeypatch.setattr(multi_eval, "count_sequences", lambda stream, units, models, *rest: (units, models))
+
+
 def alone(con, sql):
     """The statement through a cursor, evaluated by the NFA mechanisms (lazy chain, recomputation for
     Kleene closures, eager NFA), not by the batch operator the cursor picks by default: that is
@@ -278,7 +284,8 @@ def ticks(con):
     return con
 
 
-def test_equal_sub_patterns_are_shared_under_other_names(ticks):
+def test_equal_sub_patterns_are_shared_under_other_names(ticks, monkeypatch):
+    by_nodes(monkeypatch)
     stmts = ["PATTERN SEQ(A a, B b, C c) FROM ticks WHERE a.price > 3 AND b.price - a.price > 2 WITHIN 20 "
              "RETURN COUNT(*)",
              "PATTERN SEQ(A x, B y, D z) FROM ticks WHERE x.price > 3 AND y.price - x.price > 2 WITHIN 30 "
@@ -328,7 +335,8 @@ def test_other_sources_and_strategies_are_not_merged(ticks):
     assert r.tables[6].equals(r.tables[0]) and r.tables[0].to_pylist() == [{"count": 199}]
 
 
-def test_report_shows_groups_orders_sharing_and_the_optimiser(ticks):
+def test_report_shows_groups_orders_sharing_and_the_optimiser(ticks, monkeypatch):
+    by_nodes(monkeypatch)
     stmts = [f"PATTERN SEQ(A a, B b, C c, D d) FROM ticks WHERE b.price > a.price WITHIN {w} RETURN COUNT(*)"
              for w in (10, 20, 40)]
     r = matchrec.run_many(ticks, stmts, budget=0.2)

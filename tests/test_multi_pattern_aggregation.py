@@ -21,7 +21,7 @@ import pytest
 import matchrec
 from matchrec.engine import multi_eval
 from matchrec.operators import cer_shared as O
-from tests.test_multi_pattern import alone
+from tests.test_multi_pattern import alone, by_nodes
 
 TYPES = "ABCDE"
 
@@ -30,7 +30,7 @@ TYPES = "ABCDE"
 def nodes_only(request, monkeypatch):
     """Every test but the closed form's evaluates plain sequences by nodes too."""
     if "closed_form" not in request.node.name:
-        monkeypatch.setattr(multi_eval, "count_sequences", lambda stream, units, models, *rest: (units, models))
+        by_nodes(monkeypatch)
 
 
 def dense_table(con, rng: random.Random) -> None:
@@ -204,6 +204,17 @@ def plain_statement(rng: random.Random) -> str:
         parts.append(f"{rng.choice(TYPES)}{rng.choice(['+', '+', '+{2,}'])} k")
         k += 1
         windows = [5, 8, 12]  # the single-statement mechanisms enumerate the closures' sets
+    plain = len([p for p in parts if not p.endswith(" k")])
+    if plain >= 2 and rng.random() < 0.4:  # a condition between the first two or the last two
+        a, b = rng.choice([(0, 1), (plain - 2, plain - 1)])
+        where.append(rng.choice(["b.price > a.price", "b.price <= a.price", "b.price = a.price",
+                                 "b.price - a.price > 6", "abs(b.price - a.price) < 5",
+                                 "b.price BETWEEN a.price - 8 AND a.price + 2", "a.price * 2 < b.price",
+                                 "a.price > b.price"]).replace("a.", f"e{a}.").replace("b.", f"e{b}."))
+        if rng.random() < 0.3:
+            where.append(f"e{b}.price < 30")
+    if plain >= 2 and rng.random() < 0.35:  # a negation between two events: the first or last two's is counted
+        parts.insert(rng.choice([1, plain - 1, rng.randrange(1, plain)]), f"~{rng.choice(TYPES)} n")
     w = f" WHERE {' AND '.join(where)}" if where else ""
     part = " PARTITION BY p" if rng.random() < 0.3 else ""
     pattern = parts[0] if k == 1 else f"SEQ({', '.join(parts)})"
@@ -223,7 +234,21 @@ def test_closed_form_counts_of_plain_sequences_equal_the_nfa_mechanisms_and_the_
         want = [alone(con, s) for s in stmts]
         for s, g, x in zip(stmts, got.tables, want):
             assert g.equals(x), f"{s}\ngot {g.to_pylist()} want {x.to_pylist()}"
-        monkeypatch.setattr(multi_eval, "count_sequences", lambda stream, units, models, *rest: (units, models))
+        # the closed forms on every statement they can count, not only where they should cost less
+        # than the nodes (on these small tables, few)
+        from matchrec.operators import cer_sequences
+        taken = []
+        for name in ("count_closure", "count_ranked_pair"):
+            def every(*args, _fn=getattr(cer_sequences, name), _name=name, **kw):
+                n = _fn(*args, **{**kw, "cheaper": False})
+                taken.append((_name, n is not None))
+                return n
+            monkeypatch.setattr(cer_sequences, name, every)
+        forced = matchrec.run_many(con, stmts)
+        assert [t.to_pylist() for t in forced.tables] == [t.to_pylist() for t in want]
+        assert ("count_ranked_pair", True) in taken
+        monkeypatch.undo()
+        by_nodes(monkeypatch)
         nodes = matchrec.run_many(con, stmts)
         assert [t.to_pylist() for t in nodes.tables] == [t.to_pylist() for t in want]
     finally:
@@ -286,6 +311,61 @@ def test_closed_form_equals_counting_every_chain(seed):
         for rows in __import__("itertools").product(*[np.flatnonzero(masks[c]) for c in classes]):
             keys = [int(ck[r]) for r in rows]
             if all(x < y for x, y in zip(keys, keys[1:])) and keys[-1] - keys[0] <= stream.clamp(w):
+                _, mult = np.unique(inside[(inside > keys[-1]) & (inside <= keys[0] + stream.clamp(w))],
+                                    return_counts=True)
+                want += math.prod(int(x) + 1 for x in mult) - 1
+        assert got == want, ("closure", classes, closure, w)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_closed_form_of_a_ranked_first_pair_equals_counting_every_chain(seed):
+    """The sweep over the pairs of the first two elements whose condition is an interval of ranks
+    (``count_ranked_pair``) against every chain enumerated, on the streams of the test above:
+    random intervals (empty ones too) and ranks (-1 among them), negated classes between the two,
+    equal keys, partitions; then the same chains followed by a closure."""
+    import itertools
+
+    from matchrec.operators import cer_sequences
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(12, 32))
+    pid = np.sort(rng.integers(0, int(rng.integers(1, 4)), n))
+    key = np.concatenate([np.sort(rng.integers(0, n // 2, int((pid == p).sum()))) for p in np.unique(pid)])
+    masks = [rng.random(n) < share for share in (0.3, 0.5, 0.7)]
+    stream = O.Stream(key, pid, masks, 20)
+    ck = stream.ck
+    for _ in range(16):
+        k = int(rng.integers(2, 6))
+        classes = [int(c) for c in rng.integers(0, 3, k)]
+        w = int(rng.integers(0, 21))
+        distinct = int(rng.integers(1, 6))
+        first, second = stream.rows[classes[0]], stream.rows[classes[1]]
+        rank = rng.integers(-1, distinct, len(second))
+        low, high = rng.integers(0, distinct + 1, len(first)), rng.integers(0, distinct + 1, len(first))
+        gates = tuple(int(g) for g in rng.integers(0, 3, int(rng.integers(0, 3))))  # no event of them between e0, e1
+        got = cer_sequences.count_ranked_pair(stream, classes, w, low, high, rank, distinct, gates=gates)
+        at0 = {int(r): i for i, r in enumerate(first)}
+        at1 = {int(r): i for i, r in enumerate(second)}
+        negated = np.concatenate([ck[masks[g]] for g in gates] + [np.zeros(0, np.int64)])
+
+        def holds(rows, keys):
+            x, y = at0[int(rows[0])], at1[int(rows[1])]
+            return (all(a < b for a, b in zip(keys, keys[1:])) and keys[-1] - keys[0] <= stream.clamp(w)
+                    and low[x] <= rank[y] < high[x] and not ((negated > keys[0]) & (negated < keys[1])).any())
+        want = 0
+        for rows in itertools.product(*[np.flatnonzero(masks[c]) for c in classes]):
+            if holds(rows, [int(ck[r]) for r in rows]):
+                want += 1
+        assert got == want, (classes, w, gates)
+        if k == 5:
+            continue
+        closure = int(rng.integers(0, 3))
+        got = cer_sequences.count_ranked_pair(stream, classes, w, low, high, rank, distinct, closure=closure,
+                                              gates=gates)
+        inside = ck[masks[closure]]
+        want = 0
+        for rows in itertools.product(*[np.flatnonzero(masks[c]) for c in classes]):
+            keys = [int(ck[r]) for r in rows]
+            if holds(rows, keys):
                 _, mult = np.unique(inside[(inside > keys[-1]) & (inside <= keys[0] + stream.clamp(w))],
                                     return_counts=True)
                 want += math.prod(int(x) + 1 for x in mult) - 1

@@ -191,17 +191,22 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
 
 
 def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, items: list, lines: list):
-    """The counted units that are plain sequences (no condition between elements, no negation, no
-    Kleene closure but one ``K+`` at the end, no other alternative to deduplicate against) counted
-    in closed form (``operators.cer_sequences``); returns the other units and their models, for the
+    """The counted units that are plain sequences (no condition between elements, or only between
+    the first two or the last two and read as rays; no negation but between those two, no Kleene
+    closure but one ``K+`` at the end, no other alternative to deduplicate against) counted in
+    closed form (``operators.cer_sequences``); returns the other units and their models, for the
     plan."""
     done, n_done = [], 0
+    ranker = None  # an evaluator for its ranks of a class's values (cached per class and column)
+    backwards = cer_sequences.Reversed(stream)
     for i, unit in enumerate(units):
         sink = sinks[unit.pattern]
-        if (unit.conds or unit.negs or unit.gates or not sink.counting
-                or frozenset(unit.vars) in sink.shared):
+        if unit.negs or not sink.counting or frozenset(unit.vars) in sink.shared:
             continue
-        if not unit.kleene:
+        if unit.conds or unit.gates:
+            ranker = ranker or O.Evaluator(stream, units, sinks)
+            n = _count_pair(stream, backwards, unit, ranker)
+        elif not unit.kleene:
             n = cer_sequences.count(stream, unit.classes, unit.window, cheaper=True)
         elif len(unit.kleene) == 1 and _trailing_closure(unit.kleene[0], len(unit.classes)):
             n = cer_sequences.count_closure(stream, unit.classes, unit.kleene[0].cls, unit.window, cheaper=True)
@@ -215,12 +220,81 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
     if not done:
         return units, models
     said = sorted({items[units[i].pattern].index for i in done})
-    lines.append(f"  counted in closed form (plain sequences, and those ending in one closure: running sums over "
-                 f"the elements' candidates, no partial matches): "
+    lines.append(f"  counted in closed form (plain sequences, those ending in one closure, and those whose conditions "
+                 f"and negations lie between the first two or the last two elements: running sums over the elements' candidates, no partial matches): "
                  f"statements {', '.join(map(str, said))}; {n_done:,} matches")
     gone = set(done)
     keep = [i for i in range(len(units)) if i not in gone]
     return [units[i] for i in keep], [models[i] for i in keep]
+
+
+def _count_pair(stream: O.Stream, backwards: cer_sequences.Reversed, unit, ranker: O.Evaluator) -> int | None:
+    """A unit whose conditions and negations (gates) all lie between its first two variables, or
+    (with no closure) its last two, counted by ``cer_sequences.count_ranked_pair``: the last two
+    as the first two of the sequence read backwards (a match's events in reverse key order are a
+    match of the reversed sequence over the negated keys, with the same span and the same events
+    between each pair; ``backwards``: ``stream`` so read). None where the unit is not of that shape
+    or the count declines."""
+    k = len(unit.classes)
+    closing = bool(unit.kleene) and len(unit.kleene) == 1 and _trailing_closure(unit.kleene[0], k)
+    if k < 2 or (unit.kleene and not closing):
+        return None
+    spots = {frozenset(c.vars) for c in unit.conds} | {frozenset((unit.vars[g.prev], unit.vars[g.next]))
+                                                       for g in unit.gates if g.prev is not None and g.next is not None}
+    if len(unit.gates) != sum(g.prev is not None and g.next is not None for g in unit.gates) or len(spots) != 1:
+        return None
+    spot = next(iter(spots))
+    gates = tuple(g.cls for g in unit.gates)
+    if spot == {unit.vars[0], unit.vars[1]}:
+        pair = _pair_intervals(stream, unit, ranker, 0, 1)
+        if pair is None:
+            return None
+        return cer_sequences.count_ranked_pair(stream, unit.classes, unit.window, *pair, cheaper=True,
+                                               closure=unit.kleene[0].cls if closing else None, gates=gates)
+    if closing or spot != {unit.vars[-2], unit.vars[-1]}:
+        return None
+    pair = _pair_intervals(stream, unit, ranker, k - 1, k - 2)
+    if pair is None:
+        return None
+    low, high, rank, distinct = pair
+    return cer_sequences.count_ranked_pair(backwards, unit.classes[::-1], unit.window,
+                                           low[::-1], high[::-1], rank[::-1], distinct, cheaper=True, gates=gates)
+
+
+def _pair_intervals(stream: O.Stream, unit, ranker: O.Evaluator, bound: int, ranked: int):
+    """When every condition of ``unit`` reads its variables ``bound`` and ``ranked`` only and is
+    rays of one column of ``ranked`` (``engine.multi_rays``): per candidate of ``bound``, the
+    interval of ranks of that column's values where the conditions hold (found as
+    ``Evaluator.rank_bounds`` finds them), the rank of each candidate of ``ranked``, and how many
+    ranks there are - what ``cer_sequences.count_ranked_pair`` reads; with no condition, one rank
+    that every pair takes. Else None."""
+    first, second = unit.vars[bound], unit.vars[ranked]
+    rows = stream.rows[unit.classes[bound]]
+    u = len(rows)
+    if not unit.conds:
+        return (np.zeros(u, np.int64), np.ones(u, np.int64),
+                np.zeros(len(stream.rows[unit.classes[ranked]]), np.int64), 1)
+    found = []
+    for c in unit.conds:
+        r = c.rays.get(second) if c.vars == {first, second} and c.vec is not None else None
+        if r is None or (found and r.column != found[0].column):
+            return None
+        found.append(r)
+    rank, rep = ranker.ranks(unit.classes[ranked], found[0])
+    low, high = np.zeros(u, np.int64), np.full(u, len(rep), np.int64)
+    repv = None
+    for r in found:
+        for (vec, up), guess in zip(r.rays, r.guesses or [None] * len(r.rays)):
+            if guess is not None and repv is None:
+                repv = r.values[rep].astype(np.float64)
+            k = O.Evaluator.first_flip(vec, up, second, rep, {first: rows}, u, guess, repv)
+            if k is None:
+                return None
+            if up:
+                np.maximum(low, k, out=low)
+            else:
+                np.minimum(high, k, out=high)
+    return low, high, rank, len(rep)
 
 
 def _trailing_closure(k, positives: int) -> bool:

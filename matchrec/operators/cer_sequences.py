@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-__all__ = ["count", "count_closure", "MAX_ELEMENTS"]
+__all__ = ["count", "count_closure", "count_ranked_pair", "Reversed", "MAX_ELEMENTS"]
 
 MAX_ELEMENTS = 6  # running sums per pattern: k(k-1)/2 arrays the length of an element's candidates
 LIMIT = 2.0 ** 62
@@ -98,32 +98,49 @@ def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = F
     if plain is None:
         return None
     first, last = stream.cks[classes[0]], stream.cks[classes[-1]]
-    ck = stream.cks[closure]
-    starts = np.flatnonzero(np.r_[True, ck[1:] != ck[:-1]]) if len(ck) else np.zeros(0, np.int64)
-    keys = ck[starts]
-    factors = np.diff(np.r_[starts, len(ck)]).astype(np.int64) + 1
-    logs = np.zeros(len(keys) + 1)
-    np.cumsum(np.log2(factors.astype(np.float64)), out=logs[1:])
+    keys, logs, tables = _closure_factors(stream, closure)
     to_last = np.searchsorted(keys, last, "right")  # the closure's keys up to each last prefix event
     gain = logs[np.searchsorted(keys, last + w, "right")] - logs[to_last]
     prefixes = _bound(stream, classes, last, w) if k > 1 else np.ones(len(last))
-    with np.errstate(over="ignore"):
-        most = float((prefixes * np.exp2(np.minimum(gain, 1024.0))).sum())
-    if not most * (1 + 1e-9) < float(MODULUS):
+    if not _below_modulus(prefixes, gain):
         return None
-    from matchrec.operators.cer_shared_kernels import prefix_products
     to_end = np.searchsorted(keys, first + w, "right")  # the closure's keys up to each first event's reach
-    distinct, which = np.unique(factors, return_inverse=True)  # most keys hold one event: factor 2
     residues = []
-    for m in PRIMES:
-        inverse = np.array([pow(int(f), m - 2, m) for f in distinct], np.int64)[which]
-        products, inverses = prefix_products(factors, inverse, m)
+    for m, (products, inverses) in zip(PRIMES, tables()):
         reach = products[to_end]
         back = inverses[to_last]
         walks = reach if k == 1 else _walks(stream, classes, at, reach, m)
         residues.append(int(((walks * back) % m).sum()) % m)
     total = _chinese(residues) - plain
     return total if total < LIMIT else None
+
+
+def _closure_factors(stream, closure: int):
+    """A closure's keys (distinct, in order), the running sums of log2 (multiplicity + 1) over them,
+    and a function giving, per prime of ``PRIMES``, the running products of (multiplicity + 1) and
+    of their inverses modulo it (``R`` of ``count_closure`` and its inverse, after each key)."""
+    ck = stream.cks[closure]
+    starts = np.flatnonzero(np.r_[True, ck[1:] != ck[:-1]]) if len(ck) else np.zeros(0, np.int64)
+    keys = ck[starts]
+    factors = np.diff(np.r_[starts, len(ck)]).astype(np.int64) + 1
+    logs = np.zeros(len(keys) + 1)
+    np.cumsum(np.log2(factors.astype(np.float64)), out=logs[1:])
+
+    def tables():
+        from matchrec.operators.cer_shared_kernels import prefix_products
+        distinct, which = np.unique(factors, return_inverse=True)  # most keys hold one event: factor 2
+        for m in PRIMES:
+            inverse = np.array([pow(int(f), m - 2, m) for f in distinct], np.int64)[which]
+            yield prefix_products(factors, inverse, m)
+    return keys, logs, tables
+
+
+def _below_modulus(prefixes: np.ndarray, gain: np.ndarray) -> bool:
+    """Whether the prefix bounds times 2^gain (the closure's largest factor per prefix) sum below
+    the primes' product: the residues then give the sum exactly."""
+    with np.errstate(over="ignore"):
+        most = float((prefixes * np.exp2(np.minimum(gain, 1024.0))).sum())
+    return most * (1 + 1e-9) < float(MODULUS)
 
 
 def _walk_positions(stream, classes: list, w: int) -> tuple:
@@ -155,18 +172,7 @@ def _walks(stream, classes: list, at: tuple, weights: np.ndarray | None = None, 
         if m is not None:
             x %= m
         return x
-    F: dict = {}
-    for a in range(k - 1):
-        F[a, a + 1] = cur = np.zeros(len(cks[a]) + 1, np.int64)
-        if a == 0 and weights is not None:
-            np.cumsum(weights, out=cur[1:])  # below 2^31 each: no overflow for 2^32 events
-        else:
-            cur[1:] = np.arange(1, len(cks[a]) + 1)
-        mod(cur)
-        for b in range(a + 2, k):
-            F[a, b] = cur = np.zeros(len(cks[b - 1]) + 1, np.int64)
-            np.cumsum(F[a, b - 1][below[b - 1]], out=cur[1:])
-            mod(cur)
+    F = _running_sums(cks, below, k - 1, weights, m)
     # the first row of inverse(P(x0)): q[0] = 1, q[b] = -sum over j < b of q[j] P[j, b](x0)
     q = [np.ones(len(cks[-1]), np.int64)]
     for b in range(1, k):
@@ -178,6 +184,179 @@ def _walks(stream, classes: list, at: tuple, weights: np.ndarray | None = None, 
     for j in range(k - 1):
         total += mod(q[j] * F[j, k - 1][at1])
     return mod(total)
+
+
+def _running_sums(cks: list, below: list, top: int, weights: np.ndarray | None = None,
+                  m: int | None = None, last_weights: np.ndarray | None = None) -> dict:
+    """``F[a, b]`` for ``0 <= a < b <= top``: the walks from state a to b below each candidate of
+    element b-1 and past the last (``F[a, b][i]``: below its i-th), held over those candidates as
+    running sums of ``F[a, b-1]`` at each of them (``below[b]``: element b-1's candidates below each
+    of element b's). With ``weights`` (per candidate of element 0) each walk is weighed by its first
+    event's, with ``last_weights`` (per candidate of element ``top - 1``) by its last event's, modulo
+    ``m``."""
+    F: dict = {}
+    for a in range(top):
+        F[a, a + 1] = cur = np.zeros(len(cks[a]) + 1, np.int64)
+        if a == 0 and weights is not None:
+            np.cumsum(weights, out=cur[1:])  # below 2^31 each: no overflow for 2^32 events
+        elif a == top - 1 and last_weights is not None:
+            np.cumsum(last_weights, out=cur[1:])
+        else:
+            cur[1:] = np.arange(1, len(cks[a]) + 1)
+        if m is not None:
+            cur %= m
+        for b in range(a + 2, top + 1):
+            F[a, b] = cur = np.zeros(len(cks[b - 1]) + 1, np.int64)
+            steps = F[a, b - 1][below[b - 1]]
+            if b == top and last_weights is not None:
+                steps = steps * last_weights % m  # both below m < 2^31
+            np.cumsum(steps, out=cur[1:])
+            if m is not None:
+                cur %= m
+    return F
+
+
+def count_ranked_pair(stream, classes: list, w: int, low: np.ndarray, high: np.ndarray, rank: np.ndarray,
+                      distinct: int, cheaper: bool = False, closure: int | None = None,
+                      gates: tuple = ()) -> int | None:
+    """The matches of ``SEQ(e0, ..., ek-1)`` (as ``count``) with a condition between ``e0`` and
+    ``e1`` read as an interval of ranks: the pair holds where the rank of ``e1``'s value
+    (``rank``, per candidate of ``classes[1]``; -1 never holds; ``distinct`` ranks in all) lies in
+    ``[low, high)`` of ``e0`` (per candidate of ``classes[0]``).
+
+    A pair (x, y) with keys ``x < y <= x + w`` stands for the chains of ``e2..ek-1`` with keys in
+    ``(y, x + w]``: the walks from state 2 over ``[y + 1, x + w + 1)``, which the running sums give
+    as ``sum over j of q_j(y) p_j(x)`` (``q`` the first row of ``inverse(P(y + 1))``, ``p_j`` the
+    column ``P[j, k](x + w + 1)``). So the count is a sum over the pairs of products of a weight of
+    each event, found by one sweep in key order: each ``e0`` candidate, while in the window of the
+    ``e1`` candidates, adds its weights to the ranks of its interval in a Fenwick tree, and each
+    ``e1`` candidate reads the sums at its rank. No pair is built, whatever the window holds.
+    int64 wrapping as ``count``: None when no bound certifies the count below 2^63, or (with
+    ``cheaper``) when the nodes should cost less.
+
+    With a ``closure`` class, the matches of the sequence followed by ``K+`` as ``count_closure``
+    counts them: the same sweep with each ``e0`` candidate's weights times ``R(x + w)`` and each
+    chain's last event's times ``1 / R``, modulo each of ``PRIMES``; None where ``count_closure``
+    declines.
+
+    ``gates``: the classes of negated elements between ``e0`` and ``e1`` (no event of them with a
+    key strictly between the pair's, as ``Node.gates`` reads them): ``x`` not before the last
+    such event before ``y``. That bound, like ``y - w``, does not decrease along ``y``, so the
+    sweep drops the ``e0`` candidates below it as it goes."""
+    k = len(classes)
+    if not 2 <= k <= MAX_ELEMENTS - (closure is not None) or not stream.ordered():
+        return None
+    w = stream.clamp(w)
+    kx, ky = stream.cks[classes[0]], stream.cks[classes[1]]
+    if not len(kx) or not len(ky):
+        return 0
+    floor = ky - w
+    for g in gates:  # the last negated event before each y (at y's own key: not between)
+        gk = stream.cks[g]
+        at = np.searchsorted(gk, ky, "left")
+        np.maximum(floor, np.where(at > 0, gk[np.maximum(at - 1, 0)], floor), out=floor)
+    if closure is not None:
+        plain = count_ranked_pair(stream, classes, w, low, high, rank, distinct, cheaper=cheaper, gates=gates)
+        if plain is None:
+            return None
+        return _ranked_pair_closure(stream, classes, w, low, high, rank, distinct, closure, plain, floor)
+    rest = classes[1:]
+    events = sum(len(stream.cks[c]) for c in set(classes))
+    if cheaper:
+        pick = np.linspace(0, len(kx) - 1, SAMPLE).astype(np.int64) if len(kx) > SAMPLE else slice(None)
+        if float(_bound_after(stream, rest, kx[pick], w).mean()) * len(kx) < events * k * (k - 1) / 2:
+            return None
+    crude = float(len(kx))
+    for c in set(rest):
+        crude *= math.comb(len(stream.cks[c]), rest.count(c))
+    if crude * (1 + 1e-9) >= LIMIT and float(_bound_after(stream, rest, kx, w).sum()) * (1 + 1e-9) >= LIMIT:
+        return None
+    with np.errstate(over="ignore"):
+        return _pair_sums(stream, classes, w, low, high, rank, distinct, floor)
+
+
+def _pair_sums(stream, classes: list, w: int, low, high, rank, distinct: int, floor: np.ndarray,
+               first_weights=None, last_weights=None, m: int = 0) -> int:
+    """``count_ranked_pair``'s sum: with ``first_weights`` (per ``e0`` candidate) and
+    ``last_weights`` (per candidate of the last element) each chain weighed by both, modulo ``m``
+    (0: int64 wrapping)."""
+    kx, ky = stream.cks[classes[0]], stream.cks[classes[1]]
+    mod = m or None
+    n = len(classes) - 2  # the elements after the pair
+    cks = [stream.cks[c] for c in classes[2:]]
+    below = [None] + [np.searchsorted(cks[b - 1], cks[b], "left") for b in range(1, n)]
+    F = _running_sums(cks, below, n, None, mod, last_weights if n else None)
+    # with no element after the pair, its second event is the chain's last
+    q = [last_weights if not n and last_weights is not None else np.ones(len(ky), np.int64)]
+    for b in range(1, n + 1):
+        at = np.searchsorted(cks[b - 1], ky, "right")  # below y + 1
+        s = np.zeros(len(ky), np.int64)
+        for j in range(b):
+            s -= q[j] * F[j, b][at]
+            if m:
+                s %= m
+        q.append(s)
+    end = np.searchsorted(cks[n - 1], kx + w, "right") if n else None  # below x + w + 1
+    p = [F[j, n][end] for j in range(n)] + [np.ones(len(kx), np.int64)]
+    if first_weights is not None:
+        p = [x * first_weights % m if m else x * first_weights for x in p]
+    from matchrec.operators.cer_shared_kernels import pair_sweep
+    return pair_sweep(kx, low.astype(np.int64), high.astype(np.int64), np.stack(p, axis=1), ky,
+                      rank.astype(np.int64), np.stack(q, axis=1), floor, distinct, m)
+
+
+def _ranked_pair_closure(stream, classes: list, w: int, low, high, rank, distinct: int, closure: int,
+                         plain: int, floor: np.ndarray) -> int | None:
+    """``count_ranked_pair`` with a closure after the sequence (``plain``: the count without it)."""
+    kx = stream.cks[classes[0]]
+    last = stream.cks[classes[-1]]
+    keys, logs, tables = _closure_factors(stream, closure)
+    # per e0 candidate, its prefix matches' bound times the closure's largest factor after it
+    gain = logs[np.searchsorted(keys, kx + w, "right")] - logs[np.searchsorted(keys, kx, "right")]
+    if not _below_modulus(_bound_after(stream, classes[1:], kx, w), gain):
+        return None
+    to_end = np.searchsorted(keys, kx + w, "right")
+    to_last = np.searchsorted(keys, last, "right")
+    residues = []
+    for m, (products, inverses) in zip(PRIMES, tables()):
+        residues.append(_pair_sums(stream, classes, w, low, high, rank, distinct, floor, products[to_end],
+                                   inverses[to_last], m))
+    total = _chinese(residues) - plain
+    return total if total < LIMIT else None
+
+
+class Reversed:
+    """``stream`` read backwards, for the counts here: each class's composite keys negated, in
+    reverse order (its candidates' order reversed). A match of ``SEQ(e0, ..., ek-1)`` is, its
+    events taken in reverse, a match of ``SEQ(ek-1, ..., e0)`` here: keys strictly increasing,
+    the same span, the same events strictly between each pair."""
+
+    class _Keys(dict):
+        def __init__(self, cks):
+            super().__init__()
+            self.cks = cks
+
+        def __missing__(self, c):
+            got = self[c] = -self.cks[c][::-1]
+            return got
+
+    def __init__(self, stream):
+        self.cks = self._Keys(stream.cks)  # each class's when first read
+        self.clamp = stream.clamp
+        self.ordered = stream.ordered
+
+
+def _bound_after(stream, classes: list, first: np.ndarray, w: int) -> np.ndarray:
+    """Per first event (its composite key), the product over ``classes`` (the elements after it)
+    of the binomial (candidates of the class in ``(key, key + w]``, elements of that class)."""
+    bound = np.ones(len(first), np.float64)
+    for c in set(classes):
+        r = classes.count(c)
+        n = (np.searchsorted(stream.cks[c], first + w, "right")
+             - np.searchsorted(stream.cks[c], first, "right")).astype(np.float64)
+        for i in range(r):
+            bound *= np.maximum(n - i, 0.0) / (r - i)
+    return bound
 
 
 def _chinese(residues: list) -> int:

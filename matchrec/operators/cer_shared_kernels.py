@@ -194,3 +194,59 @@ def _tied_any_size(rid, starts, sizes, twos, odd, inv, logs, a, b, out, bits):
         mid = np.int64(odd[r1] * inv[r0 + 1]) << (twos[r1] - twos[r0 + 1])
         out[i] = m0 * m1 * mid - 1
         bits[i] = est + 1e-6
+
+
+def pair_sweep(kx, low, high, bw, ky, rank, aw, floor, distinct, m=0):
+    """The sum over pairs (x, y) - ``x`` a candidate with key ``kx[x]`` and rank interval
+    ``[low[x], high[x])``, ``y`` one with key ``ky[y]`` and rank ``rank[y]`` (-1: none) - with
+    ``floor[y] <= kx[x] < ky[y]`` (``floor`` not decreasing) and ``rank[y]`` in x's interval, of
+    ``sum over c of bw[x, c] *
+    aw[y, c]``, in int64 wrapping: one pass in key order, the x in the window of the current y
+    held in a Fenwick tree over the ranks (``distinct`` of them) as their weights added at
+    ``low`` and taken back at ``high``. With ``m`` (below 2^31, the weights reduced modulo it), the
+    sum modulo ``m``."""
+    return int(_pair_sweep(kx, low, high, bw, ky, rank, aw, floor, np.int64(distinct), np.int64(m)))
+
+
+@njit(nogil=True, cache=True)
+def _fenwick_add(tree, at, weights, x, sign, size, m):
+    i = at + 1
+    while i <= size:
+        for c in range(weights.shape[1]):
+            tree[i, c] += sign * weights[x, c]
+            if m:
+                tree[i, c] %= m
+        i += i & -i
+
+
+@njit(nogil=True, cache=True)
+def _pair_sweep(kx, low, high, bw, ky, rank, aw, floor, distinct, m):
+    tree = np.zeros((distinct + 1, bw.shape[1]), np.int64)
+    nx = kx.shape[0]
+    entered = 0
+    left = 0
+    total = 0
+    for j in range(ky.shape[0]):
+        y = ky[j]
+        while entered < nx and kx[entered] < y:
+            if low[entered] < high[entered]:
+                _fenwick_add(tree, low[entered], bw, entered, 1, distinct, m)
+                _fenwick_add(tree, high[entered], bw, entered, -1, distinct, m)
+            entered += 1
+        while left < entered and kx[left] < floor[j]:
+            if low[left] < high[left]:
+                _fenwick_add(tree, low[left], bw, left, -1, distinct, m)
+                _fenwick_add(tree, high[left], bw, left, 1, distinct, m)
+            left += 1
+        r = rank[j]
+        if r < 0:
+            continue
+        i = r + 1
+        while i > 0:
+            for c in range(aw.shape[1]):
+                if m:
+                    total = (total + tree[i, c] * aw[j, c]) % m
+                else:
+                    total += tree[i, c] * aw[j, c]
+            i -= i & -i
+    return total
