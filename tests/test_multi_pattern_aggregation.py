@@ -330,7 +330,7 @@ def test_closed_form_of_a_ranked_first_pair_equals_counting_every_chain(seed):
     n = int(rng.integers(12, 32))
     pid = np.sort(rng.integers(0, int(rng.integers(1, 4)), n))
     key = np.concatenate([np.sort(rng.integers(0, n // 2, int((pid == p).sum()))) for p in np.unique(pid)])
-    masks = [rng.random(n) < share for share in (0.3, 0.5, 0.7)]
+    masks = [rng.random(n) < share for share in (0.3, 0.5, 0.7)] + [np.zeros(n, bool)]
     stream = O.Stream(key, pid, masks, 20)
     ck = stream.ck
     for _ in range(16):
@@ -341,7 +341,8 @@ def test_closed_form_of_a_ranked_first_pair_equals_counting_every_chain(seed):
         first, second = stream.rows[classes[0]], stream.rows[classes[1]]
         rank = rng.integers(-1, distinct, len(second))
         low, high = rng.integers(0, distinct + 1, len(first)), rng.integers(0, distinct + 1, len(first))
-        gates = tuple(int(g) for g in rng.integers(0, 3, int(rng.integers(0, 3))))  # no event of them between e0, e1
+        # no event of them between e0 and e1; class 3 has no events
+        gates = tuple(int(g) for g in rng.integers(0, 4, int(rng.integers(0, 3))))
         got = cer_sequences.count_ranked_pair(stream, classes, w, low, high, rank, distinct, gates=gates)
         at0 = {int(r): i for i, r in enumerate(first)}
         at1 = {int(r): i for i, r in enumerate(second)}

@@ -253,6 +253,8 @@ def count_ranked_pair(stream, classes: list, w: int, low: np.ndarray, high: np.n
     floor = ky - w
     for g in gates:  # the last negated event before each y (at y's own key: not between)
         gk = stream.cks[g]
+        if not len(gk):
+            continue
         at = np.searchsorted(gk, ky, "left")
         np.maximum(floor, np.where(at > 0, gk[np.maximum(at - 1, 0)], floor), out=floor)
     if closure is not None:
