@@ -215,6 +215,8 @@ def plain_statement(rng: random.Random) -> str:
             where.append(f"e{b}.price < 30")
     if plain >= 2 and rng.random() < 0.35:  # a negation between two events: the first or last two's is counted
         parts.insert(rng.choice([1, plain - 1, rng.randrange(1, plain)]), f"~{rng.choice(TYPES)} n")
+    elif plain < len(parts) and rng.random() < 0.4:  # a negation before the closure
+        parts.insert(len(parts) - 1, f"~{rng.choice(TYPES)} n")
     w = f" WHERE {' AND '.join(where)}" if where else ""
     part = " PARTITION BY p" if rng.random() < 0.3 else ""
     pattern = parts[0] if k == 1 else f"SEQ({', '.join(parts)})"
@@ -277,7 +279,7 @@ def test_closed_form_is_exact_past_2_to_the_53_and_leaves_a_count_past_bigint_to
         con.close()
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(12))
 def test_closed_form_equals_counting_every_chain(seed):
     """The running sums over each element's candidates against every chain enumerated: random
     streams with equal keys, partitions, an event a candidate of several elements, the same class
@@ -315,6 +317,21 @@ def test_closed_form_equals_counting_every_chain(seed):
                                     return_counts=True)
                 want += math.prod(int(x) + 1 for x in mult) - 1
         assert got == want, ("closure", classes, closure, w)
+        # negated classes before the closure: no event of them between the last event and the set's
+        # first candidate (one at the first candidate's key is not between)
+        gates = tuple(int(g) for g in rng.integers(0, 3, int(rng.integers(1, 3))))
+        got = cer_sequences.count_closure(stream, classes, closure, w, gates=gates)
+        negated = np.concatenate([ck[masks[g]] for g in gates])
+        want = 0
+        for rows in __import__("itertools").product(*[np.flatnonzero(masks[c]) for c in classes]):
+            keys = [int(ck[r]) for r in rows]
+            if all(x < y for x, y in zip(keys, keys[1:])) and keys[-1] - keys[0] <= stream.clamp(w):
+                at, mult = np.unique(inside[(inside > keys[-1]) & (inside <= keys[0] + stream.clamp(w))],
+                                     return_counts=True)
+                for i, first in enumerate(at.tolist()):  # sets by their first key
+                    if not ((negated > keys[-1]) & (negated < first)).any():
+                        want += int(mult[i]) * math.prod(int(x) + 1 for x in mult[i + 1:])
+        assert got == want, ("gated closure", classes, closure, gates, w)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -341,6 +358,8 @@ def test_closed_form_of_a_ranked_first_pair_equals_counting_every_chain(seed):
         first, second = stream.rows[classes[0]], stream.rows[classes[1]]
         rank = rng.integers(-1, distinct, len(second))
         low, high = rng.integers(0, distinct + 1, len(first)), rng.integers(0, distinct + 1, len(first))
+        if rng.random() < 0.4:  # one rank or none each, as an equality gives them
+            high = low + rng.integers(0, 2, len(first))
         # no event of them between e0 and e1; class 3 has no events
         gates = tuple(int(g) for g in rng.integers(0, 4, int(rng.integers(0, 3))))
         got = cer_sequences.count_ranked_pair(stream, classes, w, low, high, rank, distinct, gates=gates)

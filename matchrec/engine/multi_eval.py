@@ -208,8 +208,9 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
             n = _count_pair(stream, backwards, unit, ranker)
         elif not unit.kleene:
             n = cer_sequences.count(stream, unit.classes, unit.window, cheaper=True)
-        elif len(unit.kleene) == 1 and _trailing_closure(unit.kleene[0], len(unit.classes)):
-            n = cer_sequences.count_closure(stream, unit.classes, unit.kleene[0].cls, unit.window, cheaper=True)
+        elif len(unit.kleene) == 1 and _trailing_closure(unit.kleene[0], len(unit.classes), gated=True):
+            n = cer_sequences.count_closure(stream, unit.classes, unit.kleene[0].cls, unit.window, cheaper=True,
+                                            gates=unit.kleene[0].gate)
         else:
             continue
         if n is None:
@@ -297,10 +298,12 @@ def _pair_intervals(stream: O.Stream, unit, ranker: O.Evaluator, bound: int, ran
     return low, high, rank, len(rep)
 
 
-def _trailing_closure(k, positives: int) -> bool:
-    """A closure ``K+`` (one or more, no upper bound, no negation beside it) after the last
-    positive element: ``cer_sequences.count_closure`` counts it with the sequence before it."""
-    return k.next is None and k.prev == positives - 1 and k.lo <= 1 and k.hi is None and not k.gate
+def _trailing_closure(k, positives: int, gated: bool = False) -> bool:
+    """A closure ``K+`` (one or more, no upper bound, no negation beside it; with ``gated``,
+    negations between it and the last positive element allowed) after the last positive element:
+    ``cer_sequences.count_closure`` counts it with the sequence before it."""
+    return (k.next is None and k.prev == positives - 1 and k.lo <= 1 and k.hi is None
+            and (not k.gate or (gated and not k.gate_after)))
 
 
 def threads_of(duck) -> int:

@@ -33,12 +33,35 @@ __all__ = ["count", "count_closure", "count_ranked_pair", "Reversed", "MAX_ELEME
 
 MAX_ELEMENTS = 6  # running sums per pattern: k(k-1)/2 arrays the length of an element's candidates
 LIMIT = 2.0 ** 62
-SAMPLE = 2048  # last events whose bound estimates whether the nodes would cost less
 # odd primes below 2^31 (products of two residues fit in int64): a closure's weights are ratios of
 # products of (multiplicity + 1), invertible modulo each; the residues give a sum below their
 # product, about 2^124, exactly (Chinese remainders)
 PRIMES = (2147483647, 2147483629, 2147483587, 2147483579)
 MODULUS = math.prod(PRIMES)
+
+
+SEARCHED_MAX = 1 << 23  # positions kept per stream (64 MB): the searches of a workload's statements
+
+
+def search(stream, into, of: int, offset: int = 0, side: str = "left") -> np.ndarray:
+    """``np.searchsorted(stream.cks[into], stream.cks[of] + offset, side)``: the candidates of class
+    ``into`` below (or up to) each candidate of class ``of`` moved by ``offset``. Kept on the
+    stream: a workload's statements repeat the same classes and windows, so most of their binary
+    searches were made by a statement before (``run_many`` counts many statements over one
+    stream; a single statement gains nothing and loses nothing). ``into`` may also be a closure's
+    class as ``("runs", class)``: its distinct keys (``_closure_factors``)."""
+    kept = getattr(stream, "_searched", None)
+    if kept is None:
+        kept = stream._searched = {}
+    key = (into, of, offset, side)
+    got = kept.get(key)
+    if got is None:
+        keys = _closure_factors(stream, into[1])[0] if isinstance(into, tuple) else stream.cks[into]
+        got = np.searchsorted(keys, stream.cks[of] + offset if offset else stream.cks[of], side)
+        if sum(len(v) for v in kept.values()) + len(got) <= SEARCHED_MAX:
+            got.flags.writeable = False  # read by later statements: no caller may write into it
+            kept[key] = got
+    return got
 
 
 def count(stream, classes: list, w: int, cheaper: bool = False, at: tuple | None = None) -> int | None:
@@ -60,8 +83,7 @@ def count(stream, classes: list, w: int, cheaper: bool = False, at: tuple | None
     if cheaper:
         # few matches for many events (short partitions, narrow windows): the nodes, which build
         # about as many partial matches as there are matches, cost less than the running sums
-        pick = np.linspace(0, len(last) - 1, SAMPLE).astype(np.int64) if len(last) > SAMPLE else slice(None)
-        if float(_bound(stream, classes, last[pick], w).mean() if len(last) else 0.0) * len(last) \
+        if float(_bound(stream, classes, w).mean() if len(last) else 0.0) * len(last) \
                 < events * k * (k - 1) / 2:
             return None
     # certified below 2^63 first: a match at e takes, for each class, as many distinct candidates
@@ -71,13 +93,14 @@ def count(stream, classes: list, w: int, cheaper: bool = False, at: tuple | None
     crude = float(len(last))
     for c in set(classes[:-1]):
         crude *= math.comb(len(stream.cks[c]), classes[:-1].count(c))
-    if crude * (1 + 1e-9) >= LIMIT and float(_bound(stream, classes, last, w).sum()) * (1 + 1e-9) >= LIMIT:
+    if crude * (1 + 1e-9) >= LIMIT and float(_bound(stream, classes, w).sum()) * (1 + 1e-9) >= LIMIT:
         return None
     with np.errstate(over="ignore"):  # int64 wraps modulo 2^64: exact in the ring
         return int(_walks(stream, classes, at or _walk_positions(stream, classes, w)).sum())
 
 
-def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = False) -> int | None:
+def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = False,
+                  gates: tuple = ()) -> int | None:
     """The matches of ``SEQ(e0, ..., ek-1, K+)``: the plain sequence of ``classes`` (as ``count``)
     followed by a Kleene closure of one or more candidates of class ``closure``, at most one per
     composite key, all after ``ek-1`` and at most ``w`` after ``e0``. A prefix match (first key
@@ -88,7 +111,14 @@ def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = F
     ``PRIMES``, exact once a bound puts the sum below their product (per last prefix event, the
     bound of its prefix matches times ``R(y + w) / R(y)``). None where ``count`` declines the
     prefix, that bound does not hold, or the count is 2^62 or more (the nodes then count it, or
-    raise the BIGINT error)."""
+    raise the BIGINT error).
+
+    ``gates``: the classes of negated elements between ``ek-1`` and the closure (``Kleene.gate``):
+    a set whose first candidate lies after the first of their events after ``ek-1`` (key ``c``,
+    strictly after the prefix's last key ``y``) is no match. Those are the sets of the closure's
+    keys in ``(c, x + w]``, ``R(x + w) / R(c) - 1`` of them where ``c < x + w``: the same sums over
+    the prefix matches whose first key is at least ``c - w``, with ``c`` for the last event's
+    weight, subtracted (the walks over ``[c - w, y)`` instead of ``[y - w, y)``)."""
     k = len(classes)
     if not 1 <= k < MAX_ELEMENTS or not stream.ordered():
         return None
@@ -97,50 +127,105 @@ def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = F
     plain = count(stream, classes, w, cheaper, at)
     if plain is None:
         return None
-    first, last = stream.cks[classes[0]], stream.cks[classes[-1]]
-    keys, logs, tables = _closure_factors(stream, closure)
-    to_last = np.searchsorted(keys, last, "right")  # the closure's keys up to each last prefix event
-    gain = logs[np.searchsorted(keys, last + w, "right")] - logs[to_last]
-    prefixes = _bound(stream, classes, last, w) if k > 1 else np.ones(len(last))
-    if not _below_modulus(prefixes, gain):
+    last = stream.cks[classes[-1]]
+    _, logs, tables = _closure_factors(stream, closure)
+    runs = ("runs", closure)
+    to_last = search(stream, runs, classes[-1], 0, "right")  # the closure's keys up to each last prefix event
+    gain = logs[search(stream, runs, classes[-1], w, "right")] - logs[to_last]
+    prefixes = _bound(stream, classes, w) if k > 1 else np.ones(len(last))
+    primes = _primes_for(prefixes, gain)
+    if not primes:
         return None
-    to_end = np.searchsorted(keys, first + w, "right")  # the closure's keys up to each first event's reach
+    to_end = search(stream, runs, classes[0], w, "right")  # the closure's keys up to each first event's reach
+    cut = _gated(stream, classes, closure, w, at, gates) if gates else None
     residues = []
-    for m, (products, inverses) in zip(PRIMES, tables()):
+    for m, (products, inverses) in zip(primes, tables(len(primes))):
         reach = products[to_end]
         back = inverses[to_last]
         walks = reach if k == 1 else _walks(stream, classes, at, reach, m)
-        residues.append(int(((walks * back) % m).sum()) % m)
+        r = int(((walks * back) % m).sum()) % m
+        if cut is not None:
+            at_c, to_c, has, lost = cut
+            walks = reach * has if k == 1 else _walks(stream, classes, at_c, reach, m)
+            r = (r - int(((walks * inverses[to_c]) % m * has).sum()) + lost) % m
+        residues.append(r)
     total = _chinese(residues) - plain
     return total if total < LIMIT else None
 
 
+def _gated(stream, classes: list, closure: int, w: int, at: tuple | None, gates: tuple):
+    """``count_closure``'s negated events before the closure: per last prefix event, the walks'
+    positions over ``[c - w, y)`` (``c`` the first negated event after it; none where there is no
+    such ``c`` or, for a single element, where ``c`` is past the window), the closure's keys up to
+    ``c``, whether ``c`` counts, and how many prefix matches have one (each loses 1 from its
+    subtracted ``R(x + w) / R(c) - 1``)."""
+    last = stream.cks[classes[-1]]
+    c = np.full(len(last), np.iinfo(np.int64).max, np.int64)
+    for g in gates:
+        gk = stream.cks[g]
+        if len(gk):
+            i = search(stream, g, classes[-1], 0, "right")
+            np.minimum(c, np.where(i < len(gk), gk[np.minimum(i, len(gk) - 1)], c), out=c)
+    has = c != np.iinfo(np.int64).max
+    keys = _closure_factors(stream, closure)[0]
+    to_c = np.searchsorted(keys, np.where(has, c, last), "right")
+    if len(classes) == 1:  # the prefix is its one event: x = y
+        has &= c <= last + w
+        return None, to_c, has.astype(np.int64), int(has.sum())
+    # no c, or c - w past y (no first event can reach c): an empty range, no walks
+    start = np.where(has, np.minimum(c - w, last), last)
+    cks = [stream.cks[x] for x in classes]
+    at0 = [None] + [np.searchsorted(cks[b - 1], start, "left") for b in range(1, len(classes))]
+    at_c = (at[0], at0, at[2])
+    with np.errstate(over="ignore"):
+        lost = int(_walks(stream, classes, at_c).sum())  # at most the prefix matches: below 2^63
+    return at_c, to_c, has.astype(np.int64), lost
+
+
 def _closure_factors(stream, closure: int):
     """A closure's keys (distinct, in order), the running sums of log2 (multiplicity + 1) over them,
-    and a function giving, per prime of ``PRIMES``, the running products of (multiplicity + 1) and
-    of their inverses modulo it (``R`` of ``count_closure`` and its inverse, after each key)."""
-    ck = stream.cks[closure]
+    and a function giving, for the first r of ``PRIMES``, the running products of (multiplicity +
+    1) and of their inverses modulo each (``R`` of ``count_closure`` and its inverse, after each
+    key). Kept on the stream, as ``search``'s positions."""
+    kept = getattr(stream, "_closures", None)
+    if kept is None:
+        kept = stream._closures = {}
+    if closure not in kept:
+        kept[closure] = _factors(stream.cks[closure])
+    return kept[closure]
+
+
+def _factors(ck: np.ndarray):
+    """``_closure_factors`` of the composite keys ``ck``."""
     starts = np.flatnonzero(np.r_[True, ck[1:] != ck[:-1]]) if len(ck) else np.zeros(0, np.int64)
     keys = ck[starts]
     factors = np.diff(np.r_[starts, len(ck)]).astype(np.int64) + 1
     logs = np.zeros(len(keys) + 1)
     np.cumsum(np.log2(factors.astype(np.float64)), out=logs[1:])
 
-    def tables():
+    made: list = []
+
+    def tables(r: int) -> list:
         from matchrec.operators.cer_shared_kernels import prefix_products
-        distinct, which = np.unique(factors, return_inverse=True)  # most keys hold one event: factor 2
-        for m in PRIMES:
-            inverse = np.array([pow(int(f), m - 2, m) for f in distinct], np.int64)[which]
-            yield prefix_products(factors, inverse, m)
+        if len(made) < r:
+            distinct, which = np.unique(factors, return_inverse=True)  # most keys hold one event: factor 2
+            for m in PRIMES[len(made):r]:
+                inverse = np.array([pow(int(f), m - 2, m) for f in distinct], np.int64)[which]
+                made.append(prefix_products(factors, inverse, m))
+        return made[:r]
     return keys, logs, tables
 
 
-def _below_modulus(prefixes: np.ndarray, gain: np.ndarray) -> bool:
-    """Whether the prefix bounds times 2^gain (the closure's largest factor per prefix) sum below
-    the primes' product: the residues then give the sum exactly."""
+def _primes_for(prefixes: np.ndarray, gain: np.ndarray) -> tuple:
+    """The first of ``PRIMES`` whose product exceeds the prefix bounds times 2^gain (the closure's
+    largest factor per prefix), summed: their residues give the sum exactly (most counts need two).
+    Empty when all four do not suffice."""
     with np.errstate(over="ignore"):
-        most = float((prefixes * np.exp2(np.minimum(gain, 1024.0))).sum())
-    return most * (1 + 1e-9) < float(MODULUS)
+        most = float((prefixes * np.exp2(np.minimum(gain, 1024.0))).sum()) * (1 + 1e-9)
+    for r in range(1, len(PRIMES) + 1):
+        if most < float(math.prod(PRIMES[:r])):
+            return PRIMES[:r]
+    return ()
 
 
 def _walk_positions(stream, classes: list, w: int) -> tuple:
@@ -148,12 +233,9 @@ def _walk_positions(stream, classes: list, w: int) -> tuple:
     element b-1 below each of element b's (``below``), below each last event's window (``at0``),
     and element k-2's below each last event (``at1``)."""
     k = len(classes)
-    cks = [stream.cks[c] for c in classes]
-    last = cks[-1]
-    below = [None] + [np.searchsorted(cks[b - 1], cks[b], "left") for b in range(1, k - 1)]
-    start = last - w
-    at0 = [None] + [np.searchsorted(cks[b - 1], start, "left") for b in range(1, k)]
-    return below, at0, np.searchsorted(cks[k - 2], last, "left")
+    below = [None] + [search(stream, classes[b - 1], classes[b]) for b in range(1, k - 1)]
+    at0 = [None] + [search(stream, classes[b - 1], classes[-1], -w) for b in range(1, k)]
+    return below, at0, search(stream, classes[k - 2], classes[-1])
 
 
 def _walks(stream, classes: list, at: tuple, weights: np.ndarray | None = None, m: int | None = None) -> np.ndarray:
@@ -255,7 +337,7 @@ def count_ranked_pair(stream, classes: list, w: int, low: np.ndarray, high: np.n
         gk = stream.cks[g]
         if not len(gk):
             continue
-        at = np.searchsorted(gk, ky, "left")
+        at = search(stream, g, classes[1])
         np.maximum(floor, np.where(at > 0, gk[np.maximum(at - 1, 0)], floor), out=floor)
     if closure is not None:
         plain = count_ranked_pair(stream, classes, w, low, high, rank, distinct, cheaper=cheaper, gates=gates)
@@ -265,13 +347,12 @@ def count_ranked_pair(stream, classes: list, w: int, low: np.ndarray, high: np.n
     rest = classes[1:]
     events = sum(len(stream.cks[c]) for c in set(classes))
     if cheaper:
-        pick = np.linspace(0, len(kx) - 1, SAMPLE).astype(np.int64) if len(kx) > SAMPLE else slice(None)
-        if float(_bound_after(stream, rest, kx[pick], w).mean()) * len(kx) < events * k * (k - 1) / 2:
+        if float(_bound_after(stream, classes[0], rest, w).mean()) * len(kx) < events * k * (k - 1) / 2:
             return None
     crude = float(len(kx))
     for c in set(rest):
         crude *= math.comb(len(stream.cks[c]), rest.count(c))
-    if crude * (1 + 1e-9) >= LIMIT and float(_bound_after(stream, rest, kx, w).sum()) * (1 + 1e-9) >= LIMIT:
+    if crude * (1 + 1e-9) >= LIMIT and float(_bound_after(stream, classes[0], rest, w).sum()) * (1 + 1e-9) >= LIMIT:
         return None
     with np.errstate(over="ignore"):
         return _pair_sums(stream, classes, w, low, high, rank, distinct, floor)
@@ -286,19 +367,19 @@ def _pair_sums(stream, classes: list, w: int, low, high, rank, distinct: int, fl
     mod = m or None
     n = len(classes) - 2  # the elements after the pair
     cks = [stream.cks[c] for c in classes[2:]]
-    below = [None] + [np.searchsorted(cks[b - 1], cks[b], "left") for b in range(1, n)]
+    below = [None] + [search(stream, classes[b + 1], classes[b + 2]) for b in range(1, n)]
     F = _running_sums(cks, below, n, None, mod, last_weights if n else None)
     # with no element after the pair, its second event is the chain's last
     q = [last_weights if not n and last_weights is not None else np.ones(len(ky), np.int64)]
     for b in range(1, n + 1):
-        at = np.searchsorted(cks[b - 1], ky, "right")  # below y + 1
+        at = search(stream, classes[b + 1], classes[1], 0, "right")  # below y + 1
         s = np.zeros(len(ky), np.int64)
         for j in range(b):
             s -= q[j] * F[j, b][at]
             if m:
                 s %= m
         q.append(s)
-    end = np.searchsorted(cks[n - 1], kx + w, "right") if n else None  # below x + w + 1
+    end = search(stream, classes[-1], classes[0], w, "right") if n else None  # below x + w + 1
     p = [F[j, n][end] for j in range(n)] + [np.ones(len(kx), np.int64)]
     if first_weights is not None:
         p = [x * first_weights % m if m else x * first_weights for x in p]
@@ -310,17 +391,17 @@ def _pair_sums(stream, classes: list, w: int, low, high, rank, distinct: int, fl
 def _ranked_pair_closure(stream, classes: list, w: int, low, high, rank, distinct: int, closure: int,
                          plain: int, floor: np.ndarray) -> int | None:
     """``count_ranked_pair`` with a closure after the sequence (``plain``: the count without it)."""
-    kx = stream.cks[classes[0]]
-    last = stream.cks[classes[-1]]
-    keys, logs, tables = _closure_factors(stream, closure)
+    _, logs, tables = _closure_factors(stream, closure)
+    runs = ("runs", closure)
     # per e0 candidate, its prefix matches' bound times the closure's largest factor after it
-    gain = logs[np.searchsorted(keys, kx + w, "right")] - logs[np.searchsorted(keys, kx, "right")]
-    if not _below_modulus(_bound_after(stream, classes[1:], kx, w), gain):
+    to_end = search(stream, runs, classes[0], w, "right")
+    gain = logs[to_end] - logs[search(stream, runs, classes[0], 0, "right")]
+    primes = _primes_for(_bound_after(stream, classes[0], classes[1:], w), gain)
+    if not primes:
         return None
-    to_end = np.searchsorted(keys, kx + w, "right")
-    to_last = np.searchsorted(keys, last, "right")
+    to_last = search(stream, runs, classes[-1], 0, "right")
     residues = []
-    for m, (products, inverses) in zip(PRIMES, tables()):
+    for m, (products, inverses) in zip(primes, tables(len(primes))):
         residues.append(_pair_sums(stream, classes, w, low, high, rank, distinct, floor, products[to_end],
                                    inverses[to_last], m))
     total = _chinese(residues) - plain
@@ -348,21 +429,22 @@ class Reversed:
         self.ordered = stream.ordered
 
 
-def _bound_after(stream, classes: list, first: np.ndarray, w: int) -> np.ndarray:
-    """Per first event (its composite key), the product over ``classes`` (the elements after it)
-    of the binomial (candidates of the class in ``(key, key + w]``, elements of that class)."""
-    bound = np.ones(len(first), np.float64)
+def _bound_after(stream, of: int, classes: list, w: int) -> np.ndarray:
+    """Per candidate of class ``of`` (a first event), the product over ``classes`` (the elements
+    after it) of the binomial (candidates of the class in ``(key, key + w]``, elements of that
+    class)."""
+    bound = np.ones(len(stream.cks[of]), np.float64)
     for c in set(classes):
         r = classes.count(c)
-        n = (np.searchsorted(stream.cks[c], first + w, "right")
-             - np.searchsorted(stream.cks[c], first, "right")).astype(np.float64)
+        n = (search(stream, c, of, w, "right") - search(stream, c, of, 0, "right")).astype(np.float64)
         for i in range(r):
             bound *= np.maximum(n - i, 0.0) / (r - i)
     return bound
 
 
 def _chinese(residues: list) -> int:
-    """The integer below the product of ``PRIMES`` with these residues."""
+    """The integer below the product of the first ``len(residues)`` of ``PRIMES`` with these
+    residues."""
     x, mod = 0, 1
     for r, m in zip(residues, PRIMES):
         t = ((r - x) * pow(mod, -1, m)) % m
@@ -371,14 +453,14 @@ def _chinese(residues: list) -> int:
     return x
 
 
-def _bound(stream, classes: list, last: np.ndarray, w: int) -> np.ndarray:
-    """Per last event (its composite key), the product over the other elements' classes of the
-    binomial (candidates of the class in its window before it, elements of that class)."""
-    bound = np.ones(len(last), np.float64)
+def _bound(stream, classes: list, w: int) -> np.ndarray:
+    """Per candidate of the last element's class (a last event), the product over the other
+    elements' classes of the binomial (candidates of the class in its window before it, elements of
+    that class)."""
+    bound = np.ones(len(stream.cks[classes[-1]]), np.float64)
     for c in set(classes[:-1]):
         r = classes[:-1].count(c)
-        n = (np.searchsorted(stream.cks[c], last, "left")
-             - np.searchsorted(stream.cks[c], last - w, "left")).astype(np.float64)
+        n = (search(stream, c, classes[-1]) - search(stream, c, classes[-1], -w)).astype(np.float64)
         for i in range(r):
             bound *= np.maximum(n - i, 0.0) / (r - i)
     return bound

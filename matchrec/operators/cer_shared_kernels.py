@@ -200,27 +200,31 @@ def pair_sweep(kx, low, high, bw, ky, rank, aw, floor, distinct, m=0):
     """The sum over pairs (x, y) - ``x`` a candidate with key ``kx[x]`` and rank interval
     ``[low[x], high[x])``, ``y`` one with key ``ky[y]`` and rank ``rank[y]`` (-1: none) - with
     ``floor[y] <= kx[x] < ky[y]`` (``floor`` not decreasing) and ``rank[y]`` in x's interval, of
-    ``sum over c of bw[x, c] *
-    aw[y, c]``, in int64 wrapping: one pass in key order, the x in the window of the current y
+    ``sum over c of bw[x, c] * aw[y, c]``, in int64 wrapping: one pass in key order, the x in the window of the current y
     held in a Fenwick tree over the ranks (``distinct`` of them) as their weights added at
     ``low`` and taken back at ``high``. With ``m`` (below 2^31, the weights reduced modulo it), the
-    sum modulo ``m``."""
-    return int(_pair_sweep(kx, low, high, bw, ky, rank, aw, floor, np.int64(distinct), np.int64(m)))
+    sum modulo ``m``: the tree's sums stay below 2^62 unreduced (fewer than 2^31 weights below
+    2^31), so only each read is reduced. Where every interval holds one rank at most (an
+    equality), the tree is a plain array: one add and one read each."""
+    point = bool(((high - low) <= 1).all())
+    return int(_pair_sweep(kx, low, high, bw, ky, rank, aw, floor, np.int64(distinct), np.int64(m), point))
 
 
 @njit(nogil=True, cache=True)
-def _fenwick_add(tree, at, weights, x, sign, size, m):
+def _fenwick_add(tree, at, weights, x, sign, size, point):
+    if point:
+        for c in range(weights.shape[1]):
+            tree[at + 1, c] += sign * weights[x, c]
+        return
     i = at + 1
     while i <= size:
         for c in range(weights.shape[1]):
             tree[i, c] += sign * weights[x, c]
-            if m:
-                tree[i, c] %= m
         i += i & -i
 
 
 @njit(nogil=True, cache=True)
-def _pair_sweep(kx, low, high, bw, ky, rank, aw, floor, distinct, m):
+def _pair_sweep(kx, low, high, bw, ky, rank, aw, floor, distinct, m, point):
     tree = np.zeros((distinct + 1, bw.shape[1]), np.int64)
     nx = kx.shape[0]
     entered = 0
@@ -230,23 +234,30 @@ def _pair_sweep(kx, low, high, bw, ky, rank, aw, floor, distinct, m):
         y = ky[j]
         while entered < nx and kx[entered] < y:
             if low[entered] < high[entered]:
-                _fenwick_add(tree, low[entered], bw, entered, 1, distinct, m)
-                _fenwick_add(tree, high[entered], bw, entered, -1, distinct, m)
+                _fenwick_add(tree, low[entered], bw, entered, 1, distinct, point)
+                if not point:
+                    _fenwick_add(tree, high[entered], bw, entered, -1, distinct, point)
             entered += 1
         while left < entered and kx[left] < floor[j]:
             if low[left] < high[left]:
-                _fenwick_add(tree, low[left], bw, left, -1, distinct, m)
-                _fenwick_add(tree, high[left], bw, left, 1, distinct, m)
+                _fenwick_add(tree, low[left], bw, left, -1, distinct, point)
+                if not point:
+                    _fenwick_add(tree, high[left], bw, left, 1, distinct, point)
             left += 1
         r = rank[j]
         if r < 0:
             continue
-        i = r + 1
-        while i > 0:
-            for c in range(aw.shape[1]):
-                if m:
-                    total = (total + tree[i, c] * aw[j, c]) % m
-                else:
-                    total += tree[i, c] * aw[j, c]
-            i -= i & -i
+        for c in range(aw.shape[1]):
+            if point:
+                s = tree[r + 1, c]
+            else:
+                s = 0
+                i = r + 1
+                while i > 0:
+                    s += tree[i, c]
+                    i -= i & -i
+            if m:
+                total = (total + (s % m) * aw[j, c]) % m
+            else:
+                total += s * aw[j, c]
     return total
