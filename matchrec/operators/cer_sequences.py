@@ -32,6 +32,7 @@ import numpy as np
 __all__ = ["count", "count_closure", "count_ranked_pair", "Reversed", "MAX_ELEMENTS"]
 
 MAX_ELEMENTS = 6  # running sums per pattern: k(k-1)/2 arrays the length of an element's candidates
+SAMPLE = 2048  # first or last events whose bound estimates whether the nodes would cost less
 LIMIT = 2.0 ** 62
 # odd primes below 2^31 (products of two residues fit in int64): a closure's weights are ratios of
 # products of (multiplicity + 1), invertible modulo each; the residues give a sum below their
@@ -52,15 +53,16 @@ def search(stream, into, of: int, offset: int = 0, side: str = "left") -> np.nda
     class as ``("runs", class)``: its distinct keys (``_closure_factors``)."""
     kept = getattr(stream, "_searched", None)
     if kept is None:
-        kept = stream._searched = {}
+        kept = stream._searched = {"size": 0}
     key = (into, of, offset, side)
     got = kept.get(key)
     if got is None:
         keys = _closure_factors(stream, into[1])[0] if isinstance(into, tuple) else stream.cks[into]
         got = np.searchsorted(keys, stream.cks[of] + offset if offset else stream.cks[of], side)
-        if sum(len(v) for v in kept.values()) + len(got) <= SEARCHED_MAX:
+        if kept["size"] + len(got) <= SEARCHED_MAX:
             got.flags.writeable = False  # read by later statements: no caller may write into it
             kept[key] = got
+            kept["size"] += len(got)
     return got
 
 
@@ -83,7 +85,7 @@ def count(stream, classes: list, w: int, cheaper: bool = False, at: tuple | None
     if cheaper:
         # few matches for many events (short partitions, narrow windows): the nodes, which build
         # about as many partial matches as there are matches, cost less than the running sums
-        if float(_bound(stream, classes, w).mean() if len(last) else 0.0) * len(last) \
+        if float(_bound(stream, classes, w, _sample(len(last))).mean() if len(last) else 0.0) * len(last) \
                 < events * k * (k - 1) / 2:
             return None
     # certified below 2^63 first: a match at e takes, for each class, as many distinct candidates
@@ -347,7 +349,8 @@ def count_ranked_pair(stream, classes: list, w: int, low: np.ndarray, high: np.n
     rest = classes[1:]
     events = sum(len(stream.cks[c]) for c in set(classes))
     if cheaper:
-        if float(_bound_after(stream, classes[0], rest, w).mean()) * len(kx) < events * k * (k - 1) / 2:
+        if float(_bound_after(stream, classes[0], rest, w, _sample(len(kx))).mean()) * len(kx) \
+                < events * k * (k - 1) / 2:
             return None
     crude = float(len(kx))
     for c in set(rest):
@@ -429,14 +432,24 @@ class Reversed:
         self.ordered = stream.ordered
 
 
-def _bound_after(stream, of: int, classes: list, w: int) -> np.ndarray:
-    """Per candidate of class ``of`` (a first event), the product over ``classes`` (the elements
-    after it) of the binomial (candidates of the class in ``(key, key + w]``, elements of that
-    class)."""
-    bound = np.ones(len(stream.cks[of]), np.float64)
+def _sample(n: int):
+    """An even sample of ``SAMPLE`` of n positions (all of them if fewer)."""
+    return np.linspace(0, n - 1, SAMPLE).astype(np.int64) if n > SAMPLE else None
+
+
+def _bound_after(stream, of: int, classes: list, w: int, pick: np.ndarray | None = None) -> np.ndarray:
+    """Per candidate of class ``of`` (a first event; those at ``pick`` only, when given), the
+    product over ``classes`` (the elements after it) of the binomial (candidates of the class in
+    ``(key, key + w]``, elements of that class)."""
+    first = stream.cks[of] if pick is None else stream.cks[of][pick]
+    bound = np.ones(len(first), np.float64)
     for c in set(classes):
         r = classes.count(c)
-        n = (search(stream, c, of, w, "right") - search(stream, c, of, 0, "right")).astype(np.float64)
+        if pick is None:
+            n = (search(stream, c, of, w, "right") - search(stream, c, of, 0, "right")).astype(np.float64)
+        else:
+            n = (np.searchsorted(stream.cks[c], first + w, "right")
+                 - np.searchsorted(stream.cks[c], first, "right")).astype(np.float64)
         for i in range(r):
             bound *= np.maximum(n - i, 0.0) / (r - i)
     return bound
@@ -453,14 +466,19 @@ def _chinese(residues: list) -> int:
     return x
 
 
-def _bound(stream, classes: list, w: int) -> np.ndarray:
-    """Per candidate of the last element's class (a last event), the product over the other
-    elements' classes of the binomial (candidates of the class in its window before it, elements of
-    that class)."""
-    bound = np.ones(len(stream.cks[classes[-1]]), np.float64)
+def _bound(stream, classes: list, w: int, pick: np.ndarray | None = None) -> np.ndarray:
+    """Per candidate of the last element's class (a last event; those at ``pick`` only, when
+    given), the product over the other elements' classes of the binomial (candidates of the class
+    in its window before it, elements of that class)."""
+    last = stream.cks[classes[-1]] if pick is None else stream.cks[classes[-1]][pick]
+    bound = np.ones(len(last), np.float64)
     for c in set(classes[:-1]):
         r = classes[:-1].count(c)
-        n = (search(stream, c, classes[-1]) - search(stream, c, classes[-1], -w)).astype(np.float64)
+        if pick is None:
+            n = (search(stream, c, classes[-1]) - search(stream, c, classes[-1], -w)).astype(np.float64)
+        else:
+            n = (np.searchsorted(stream.cks[c], last, "left")
+                 - np.searchsorted(stream.cks[c], last - w, "left")).astype(np.float64)
         for i in range(r):
             bound *= np.maximum(n - i, 0.0) / (r - i)
     return bound
