@@ -43,7 +43,7 @@ def dense_table(con, rng: random.Random) -> None:
     table = pa.table({
         "ts": pa.array(ts, pa.int64()),
         "type": pa.array(rng.choices(TYPES, weights, k=n), pa.string()),
-        "price": pa.array([rng.randint(0, 40) for _ in range(n)], pa.int64()),
+        "price": pa.array([None if rng.random() < 0.04 else rng.randint(0, 40) for _ in range(n)], pa.int64()),
         "p": pa.array([rng.randint(0, 1) for _ in range(n)], pa.int64()),
     })
     con.register("__arrow_in", table)

@@ -282,19 +282,33 @@ def _pair_intervals(stream: O.Stream, unit, ranker: O.Evaluator, bound: int, ran
             return None
         found.append(r)
     rank, rep = ranker.ranks(unit.classes[ranked], found[0])
-    low, high = np.zeros(u, np.int64), np.full(u, len(rep), np.int64)
+    # Where every condition reads one column of the bound variable too (it is rays of it), the
+    # candidates with one value of that column share their interval: searched once per value (a
+    # row holding it), NULL and NaN rows each on their own.
+    by = [c.rays.get(first) for c in unit.conds]
+    which = None
+    if all(b is not None for b in by) and len({b.column for b in by}) == 1:
+        value_rank, value_rows = ranker.ranks(unit.classes[bound], by[0])
+        odd = np.flatnonzero(value_rank < 0)
+        if len(value_rows) + len(odd) < u:
+            which = np.where(value_rank < 0, len(value_rows) + np.cumsum(value_rank < 0) - 1, value_rank)
+            rows = np.concatenate([value_rows, rows[odd]])
+    n = len(rows)
+    low, high = np.zeros(n, np.int64), np.full(n, len(rep), np.int64)
     repv = None
     for r in found:
         for (vec, up), guess in zip(r.rays, r.guesses or [None] * len(r.rays)):
             if guess is not None and repv is None:
                 repv = r.values[rep].astype(np.float64)
-            k = O.Evaluator.first_flip(vec, up, second, rep, {first: rows}, u, guess, repv)
+            k = O.Evaluator.first_flip(vec, up, second, rep, {first: rows}, n, guess, repv)
             if k is None:
                 return None
             if up:
                 np.maximum(low, k, out=low)
             else:
                 np.minimum(high, k, out=high)
+    if which is not None:
+        low, high = low[which], high[which]
     return low, high, rank, len(rep)
 
 
