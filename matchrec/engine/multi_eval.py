@@ -221,8 +221,9 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
     if not done:
         return units, models
     said = sorted({items[units[i].pattern].index for i in done})
-    lines.append(f"  counted in closed form (plain sequences, those ending in one closure, and those whose conditions "
-                 f"and negations lie between the first two or the last two elements: running sums over the elements' candidates, no partial matches): "
+    lines.append(f"  counted in closed form (plain sequences, those ending in one closure, and those whose "
+                 f"conditions and negations lie between the first two or the last two elements: running sums "
+                 f"over the elements' candidates, no partial matches): "
                  f"statements {', '.join(map(str, said))}; {n_done:,} matches")
     gone = set(done)
     keep = [i for i in range(len(units)) if i not in gone]
@@ -240,9 +241,10 @@ def _count_pair(stream: O.Stream, backwards: cer_sequences.Reversed, unit, ranke
     closing = bool(unit.kleene) and len(unit.kleene) == 1 and _trailing_closure(unit.kleene[0], k)
     if k < 2 or (unit.kleene and not closing):
         return None
-    spots = {frozenset(c.vars) for c in unit.conds} | {frozenset((unit.vars[g.prev], unit.vars[g.next]))
-                                                       for g in unit.gates if g.prev is not None and g.next is not None}
-    if len(unit.gates) != sum(g.prev is not None and g.next is not None for g in unit.gates) or len(spots) != 1:
+    # where the conditions and gates lie (a gate always sits between two bound variables)
+    spots = ({frozenset(c.vars) for c in unit.conds}
+             | {frozenset((unit.vars[g.prev], unit.vars[g.next])) for g in unit.gates})
+    if len(spots) != 1:
         return None
     spot = next(iter(spots))
     gates = tuple(g.cls for g in unit.gates)

@@ -1,6 +1,9 @@
-"""Counting the matches of a plain sequence in closed form: ``SEQ(e0, ..., ek-1) ... WITHIN w
-RETURN COUNT(*)`` under skip-till-any-match, with no condition between elements, no negation and
-no Kleene closure (the elements' types and filters are their classes).
+"""Counting the matches of a sequence in closed form: ``SEQ(e0, ..., ek-1) ... WITHIN w RETURN
+COUNT(*)`` under skip-till-any-match, the elements' types and filters being their classes, with
+no condition between elements (``count``), followed by a closure ``K+`` with or without negated
+elements before it (``count_closure``), or with conditions read as rank intervals and negations
+only between ``e0`` and ``e1`` (``count_ranked_pair``: a sweep over those pairs that weighs each
+by the running sums below; between the last two, over the stream read backwards, ``Reversed``).
 
 This module owns that count, used by the shared operator's caller (``engine.multi_eval``) for
 such units instead of a plan of nodes. The events lie on the composite key axis
