@@ -226,14 +226,34 @@ def plain_statement(rng: random.Random) -> str:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_closed_form_counts_of_plain_sequences_equal_the_nfa_mechanisms_and_the_nodes(seed, monkeypatch):
+    check_closed_forms(seed, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(4, 40))
+def test_closed_form_counts_equal_the_nfa_mechanisms_and_the_nodes_many_seeds(seed, monkeypatch):
+    check_closed_forms(seed, monkeypatch)
+
+
+def check_closed_forms(seed: int, monkeypatch) -> None:
+    """Twenty statements of ``plain_statement`` over a dense table: ``run_many``'s counts equal
+    the NFA mechanisms' with the closed forms where they should pay, everywhere they apply, and
+    nowhere (the nodes). A statement whose reference runs past the step budget (six elements and
+    a long window over a dense draw) is left out."""
     rng = random.Random(100 + seed)
     con = matchrec.connect()
     try:
         dense_table(con, rng)
-        stmts = [plain_statement(rng) for _ in range(20)]
+        stmts, want = [], []
+        for s in (plain_statement(rng) for _ in range(20)):
+            try:
+                want.append(alone(con, s))
+            except matchrec.OperationalError as err:
+                assert "steps" in str(err)
+                continue
+            stmts.append(s)
         got = matchrec.run_many(con, stmts)
         assert "counted in closed form" in "\n".join(got.report)
-        want = [alone(con, s) for s in stmts]
         for s, g, x in zip(stmts, got.tables, want):
             assert g.equals(x), f"{s}\ngot {g.to_pylist()} want {x.to_pylist()}"
         # the closed forms on every statement they can count, not only where they should cost less
