@@ -267,8 +267,8 @@ def _count_pair(stream: O.Stream, backwards: cer_sequences.Reversed, unit, ranke
 def _pair_intervals(stream: O.Stream, unit, ranker: O.Evaluator, bound: int, ranked: int):
     """When every condition of ``unit`` reads its variables ``bound`` and ``ranked`` only and is
     rays of one column of ``ranked`` (``engine.multi_rays``): per candidate of ``bound``, the
-    interval of ranks of that column's values where the conditions hold (found as
-    ``Evaluator.rank_bounds`` finds them), the rank of each candidate of ``ranked``, and how many
+    interval of ranks of that column's values where the conditions hold (``Evaluator.narrow_ranks``,
+    as ``Evaluator.rank_bounds`` finds them), the rank of each candidate of ``ranked``, and how many
     ranks there are - what ``cer_sequences.count_ranked_pair`` reads; with no condition, one rank
     that every pair takes. Else None."""
     first, second = unit.vars[bound], unit.vars[ranked]
@@ -297,18 +297,9 @@ def _pair_intervals(stream: O.Stream, unit, ranker: O.Evaluator, bound: int, ran
             rows = np.concatenate([value_rows, rows[odd]])
     n = len(rows)
     low, high = np.zeros(n, np.int64), np.full(n, len(rep), np.int64)
-    repv = None
     for r in found:
-        for (vec, up), guess in zip(r.rays, r.guesses or [None] * len(r.rays)):
-            if guess is not None and repv is None:
-                repv = r.values[rep].astype(np.float64)
-            k = O.Evaluator.first_flip(vec, up, second, rep, {first: rows}, n, guess, repv)
-            if k is None:
-                return None
-            if up:
-                np.maximum(low, k, out=low)
-            else:
-                np.minimum(high, k, out=high)
+        if not O.Evaluator.narrow_ranks(r, second, rep, {first: rows}, n, low, high):
+            return None
     if which is not None:
         low, high = low[which], high[which]
     return low, high, rank, len(rep)

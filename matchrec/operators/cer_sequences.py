@@ -200,11 +200,20 @@ def _closure_factors(stream, closure: int):
     return kept[closure]
 
 
+def key_runs(ck: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The runs of equal keys of a class's sorted composite keys ``ck``: each run's first
+    position and its length, as int64."""
+    if not len(ck):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, ck[1:] != ck[:-1]]).astype(np.int64)
+    return starts, np.diff(np.r_[starts, len(ck)]).astype(np.int64)
+
+
 def _factors(ck: np.ndarray):
     """``_closure_factors`` of the composite keys ``ck``."""
-    starts = np.flatnonzero(np.r_[True, ck[1:] != ck[:-1]]) if len(ck) else np.zeros(0, np.int64)
+    starts, sizes = key_runs(ck)
     keys = ck[starts]
-    factors = np.diff(np.r_[starts, len(ck)]).astype(np.int64) + 1
+    factors = sizes + 1
     logs = np.zeros(len(keys) + 1)
     np.cumsum(np.log2(factors.astype(np.float64)), out=logs[1:])
 
@@ -337,18 +346,31 @@ def count_ranked_pair(stream, classes: list, w: int, low: np.ndarray, high: np.n
     kx, ky = stream.cks[classes[0]], stream.cks[classes[1]]
     if not len(kx) or not len(ky):
         return 0
-    floor = ky - w
-    for g in gates:  # the last negated event before each y (at y's own key: not between)
+    floor = _pair_floor(stream, classes, w, gates)
+    plain = _plain_ranked_pair(stream, classes, w, low, high, rank, distinct, floor, cheaper)
+    if plain is None or closure is None:
+        return plain
+    return _ranked_pair_closure(stream, classes, w, low, high, rank, distinct, closure, plain, floor)
+
+
+def _pair_floor(stream, classes: list, w: int, gates: tuple) -> np.ndarray:
+    """Per candidate ``y`` of ``e1``, the least key of an ``e0`` before it: ``y - w``, or the last
+    event of a negated class of ``gates`` before ``y`` (at y's own key: not between)."""
+    floor = stream.cks[classes[1]] - w
+    for g in gates:
         gk = stream.cks[g]
         if not len(gk):
             continue
         at = search(stream, g, classes[1])
         np.maximum(floor, np.where(at > 0, gk[np.maximum(at - 1, 0)], floor), out=floor)
-    if closure is not None:
-        plain = count_ranked_pair(stream, classes, w, low, high, rank, distinct, cheaper=cheaper, gates=gates)
-        if plain is None:
-            return None
-        return _ranked_pair_closure(stream, classes, w, low, high, rank, distinct, closure, plain, floor)
+    return floor
+
+
+def _plain_ranked_pair(stream, classes: list, w: int, low, high, rank, distinct: int, floor: np.ndarray,
+                       cheaper: bool) -> int | None:
+    """``count_ranked_pair`` without a closure, the floor found."""
+    k = len(classes)
+    kx = stream.cks[classes[0]]
     rest = classes[1:]
     events = sum(len(stream.cks[c]) for c in set(classes))
     if cheaper:
@@ -445,16 +467,22 @@ def _bound_after(stream, of: int, classes: list, w: int, pick: np.ndarray | None
     product over ``classes`` (the elements after it) of the binomial (candidates of the class in
     ``(key, key + w]``, elements of that class)."""
     first = stream.cks[of] if pick is None else stream.cks[of][pick]
-    bound = np.ones(len(first), np.float64)
+    if pick is None:
+        return _binomials(classes, len(first), lambda c: search(stream, c, of, w, "right") - search(stream, c, of, 0, "right"))
+    return _binomials(classes, len(first), lambda c: np.searchsorted(stream.cks[c], first + w, "right")
+                      - np.searchsorted(stream.cks[c], first, "right"))
+
+
+def _binomials(classes: list, n: int, window) -> np.ndarray:
+    """Per event (``n`` of them), the product over the distinct classes ``c`` of ``classes`` of
+    the binomial (``window(c)``: the class's candidates in the event's window, how often ``c``
+    occurs in ``classes``): a bound of the sequences of those elements in the window."""
+    bound = np.ones(n, np.float64)
     for c in set(classes):
         r = classes.count(c)
-        if pick is None:
-            n = (search(stream, c, of, w, "right") - search(stream, c, of, 0, "right")).astype(np.float64)
-        else:
-            n = (np.searchsorted(stream.cks[c], first + w, "right")
-                 - np.searchsorted(stream.cks[c], first, "right")).astype(np.float64)
+        within = window(c).astype(np.float64)
         for i in range(r):
-            bound *= np.maximum(n - i, 0.0) / (r - i)
+            bound *= np.maximum(within - i, 0.0) / (r - i)
     return bound
 
 
@@ -474,14 +502,7 @@ def _bound(stream, classes: list, w: int, pick: np.ndarray | None = None) -> np.
     given), the product over the other elements' classes of the binomial (candidates of the class
     in its window before it, elements of that class)."""
     last = stream.cks[classes[-1]] if pick is None else stream.cks[classes[-1]][pick]
-    bound = np.ones(len(last), np.float64)
-    for c in set(classes[:-1]):
-        r = classes[:-1].count(c)
-        if pick is None:
-            n = (search(stream, c, classes[-1]) - search(stream, c, classes[-1], -w)).astype(np.float64)
-        else:
-            n = (np.searchsorted(stream.cks[c], last, "left")
-                 - np.searchsorted(stream.cks[c], last - w, "left")).astype(np.float64)
-        for i in range(r):
-            bound *= np.maximum(n - i, 0.0) / (r - i)
-    return bound
+    if pick is None:
+        return _binomials(classes[:-1], len(last), lambda c: search(stream, c, classes[-1]) - search(stream, c, classes[-1], -w))
+    return _binomials(classes[:-1], len(last), lambda c: np.searchsorted(stream.cks[c], last, "left")
+                      - np.searchsorted(stream.cks[c], last - w, "left"))

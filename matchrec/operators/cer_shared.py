@@ -1103,23 +1103,12 @@ class Evaluator:
         for conds, per in zip(columns, reads):
             rank, rep = self.ranks(node.cls, conds[0][0])
             low, high = np.zeros(u, np.int64), np.full(u, len(rep), np.int64)
-            repv = None
             for (ray_set, sl), slots in zip(conds, per):
                 rows, at, size = groups[slots]
                 names = {j: v for v, j in sl.items() if v != var}
                 binding = {names[j]: r for j, r in zip(slots, rows)}
-                for (vec, up), guess in zip(ray_set.rays, ray_set.guesses or [None] * len(ray_set.rays)):
-                    if guess is not None and repv is None:
-                        repv = ray_set.values[rep].astype(np.float64)
-                    k = self.first_flip(vec, up, var, rep, binding, size, guess, repv)
-                    if k is None:
-                        return None
-                    if not joint:
-                        k = k[at]
-                    if up:
-                        np.maximum(low, k, out=low)
-                    else:
-                        np.minimum(high, k, out=high)
+                if not self.narrow_ranks(ray_set, var, rep, binding, size, low, high, None if joint else at):
+                    return None
             ranks.append(rank)
             lows.append(low)
             highs.append(high)
@@ -1178,6 +1167,27 @@ class Evaluator:
         parent = parent[:n]
         parent += start
         return parent, at[:n]
+
+    @classmethod
+    def narrow_ranks(cls, ray_set, var: str, rep: np.ndarray, binding: dict, size: int, low: np.ndarray,
+                     high: np.ndarray, at: np.ndarray | None = None) -> bool:
+        """Narrows ``[low, high)`` (ranks of ``rep``, the ranked column's representative rows) to
+        where every ray of ``ray_set`` holds, per binding (``size`` of them; ``at``: the binding of
+        each interval, when they are not one to one). False when the compiled comparison refused
+        the values."""
+        guesses = ray_set.guesses or [None] * len(ray_set.rays)
+        repv = ray_set.values[rep].astype(np.float64) if any(g is not None for g in guesses) else None
+        for (vec, up), guess in zip(ray_set.rays, guesses):
+            k = cls.first_flip(vec, up, var, rep, binding, size, guess, repv)
+            if k is None:
+                return False
+            if at is not None:
+                k = k[at]
+            if up:
+                np.maximum(low, k, out=low)
+            else:
+                np.minimum(high, k, out=high)
+        return True
 
     @staticmethod
     def first_flip(vec, up: bool, var: str, rep: np.ndarray, binding: dict, u: int, guess=None,
@@ -1484,8 +1494,8 @@ class Evaluator:
         runs = self._runs.get(k.cls)
         if runs is None:
             from matchrec.operators.cer_shared_kernels import tied_runs
-            starts = np.flatnonzero(np.r_[True, ck[1:] != ck[:-1]]).astype(np.int64)
-            sizes = np.diff(np.r_[starts, len(ck)]).astype(np.int64)
+            from matchrec.operators.cer_sequences import key_runs
+            starts, sizes = key_runs(ck)
             rid = np.repeat(np.arange(len(starts), dtype=np.int64), sizes)
             runs = self._runs[k.cls] = (rid, starts, sizes) + tied_runs(sizes)
         from matchrec.operators.cer_shared_kernels import tied_any_size
