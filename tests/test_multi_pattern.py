@@ -572,6 +572,26 @@ def test_kleene_closures_between_two_events_are_counted_in_the_shared_pass(ticks
     assert O.subsets(5, 2, 3) == 20 and O.subsets(4, 0, None) == 15 and O.subsets(3, 4, None) == 0
 
 
+def test_and_permutations_are_counted_without_deduplication_and_equal_alternatives_with_it(ticks, monkeypatch):
+    """AND's orders bind its variables in different key orders, so no binding is a match of two of
+    them: they are counted (in closed form, or by the nodes) with no deduplication, also where both
+    items take one type. Orders that bind the single events in one order (an item negated or a
+    closure: its place differs, the binding may not) are still deduplicated."""
+    stmts = ["PATTERN SEQ(A a, AND(B b, B c), D d) FROM ticks WITHIN 12 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, AND(B b, C c), D d) FROM ticks WITHIN 12 RETURN COUNT(*)",
+             "PATTERN AND(A a, SEQ(B b, C c)) FROM ticks WITHIN 9 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, AND(B b, ~C n), D d) FROM ticks WITHIN 12 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, AND(B+ k, C c), D d) FROM ticks WITHIN 9 RETURN COUNT(*)",
+             "PATTERN AND(A a, B b, ~C n) FROM ticks WITHIN 6 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, AND(B b, C c), D d) FROM ticks WHERE d.price > a.price WITHIN 12 RETURN COUNT(*)"]
+    *_, (_, r) = in_every_mode(ticks, stmts, 0.1)
+    text = "\n".join(r.report)
+    assert "counted in closed form" in text and "statements 0, 1, 2" in text, text
+    by_nodes(monkeypatch)
+    *_, (_, r) = in_every_mode(ticks, stmts, 0.1)
+    assert "counted in closed form" not in "\n".join(r.report)
+
+
 @pytest.mark.parametrize("table", ["ticks", "tied"])
 def test_kleene_closures_at_an_end_or_next_to_a_negation_are_counted_in_the_shared_pass(con, table, monkeypatch):
     """A closure that ends or starts the sequence reaches as far as the window from the match's other

@@ -78,8 +78,11 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
     units, models, sinks = [], [], []
     for k, item in enumerate(items):
         units_of(item, k, units, models)
-        varsets = [frozenset(units[u].vars) for u in item.units]
-        shared = {v for v in varsets if varsets.count(v) > 1}
+        # Only units binding the same variables in the same order can give one binding twice: keys
+        # strictly increase along a unit, so a binding fits one order of its variables (the
+        # permutations of an AND never meet and need no deduplication).
+        orders = [tuple(units[u].vars) for u in item.units]
+        shared = {frozenset(o) for o in orders if orders.count(o) > 1}
         sinks.append(O.PatternSink(item.query.returns == "count", settings.max_matches, shared))
     if not units:
         for item in items:
