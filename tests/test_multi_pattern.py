@@ -583,10 +583,18 @@ def test_and_permutations_are_counted_without_deduplication_and_equal_alternativ
              "PATTERN SEQ(A a, AND(B b, ~C n), D d) FROM ticks WITHIN 12 RETURN COUNT(*)",
              "PATTERN SEQ(A a, AND(B+ k, C c), D d) FROM ticks WITHIN 9 RETURN COUNT(*)",
              "PATTERN AND(A a, B b, ~C n) FROM ticks WITHIN 6 RETURN COUNT(*)",
-             "PATTERN SEQ(A a, AND(B b, C c), D d) FROM ticks WHERE d.price > a.price WITHIN 12 RETURN COUNT(*)"]
+             "PATTERN SEQ(A a, AND(B b, C c), D d) FROM ticks WHERE d.price > a.price WITHIN 12 RETURN COUNT(*)",
+             # closures in patterns with an AND whose orders differ: counted per order, no deduplication
+             "PATTERN SEQ(A a, B+ k, AND(C c, D d)) FROM ticks WHERE d.price > c.price WITHIN 9 RETURN COUNT(*)",
+             "PATTERN AND(SEQ(A a, B+ k, C c), D d) FROM ticks WHERE c.price > a.price WITHIN 8 RETURN COUNT(*)"]
     *_, (_, r) = in_every_mode(ticks, stmts, 0.1)
     text = "\n".join(r.report)
     assert "counted in closed form" in text and "statements 0, 1, 2" in text, text
+    assert "statement 7 alternative 2: order" in text and "statement 8 alternative 2: order" in text, text
+    assert "evaluated one by one over the shared read: statements 4 (Kleene closure in OR / AND" in text, text
+    cur = ticks.cursor()
+    for sql in stmts[7:]:  # the cursor's own choice (the batch operator, or rcep) agrees
+        assert cur.execute(sql).fetch_arrow_table().equals(alone(ticks, sql)), sql
     by_nodes(monkeypatch)
     *_, (_, r) = in_every_mode(ticks, stmts, 0.1)
     assert "counted in closed form" not in "\n".join(r.report)

@@ -17,7 +17,7 @@ from matchrec.operators.cer_reference import alternatives
 from matchrec.parser import sase as S
 from matchrec.planner import cer as P
 from matchrec.planner import sharing as SH
-from matchrec.planner.cer.choice import KLEENE_NOT_COUNTED, closures_counted
+from matchrec.planner.cer.choice import KLEENE_NOT_COUNTED, closures_counted, orders_apart
 from matchrec.planner.cer_vector import VectorColumns, compile_condition
 
 
@@ -131,7 +131,7 @@ def countable(item, classes: ElementClasses) -> str:
     if q.returns == "events":
         return "Kleene closure (its events returned)"
     chains = alternatives(q.root)
-    if len(chains) != 1:
+    if (len(chains) != 1 and q.returns != "count") or not orders_apart(chains):
         return "Kleene closure in OR / AND"
     chain = chains[0]
     kvars = {e.var for e in chain if e.kleene is not None}
@@ -146,7 +146,8 @@ def countable(item, classes: ElementClasses) -> str:
         single = [e.var for e in pos if e.kleene is None]
         if pos[0].kleene is not None or min(kvars) < max(single):
             return "Kleene closure (matches returned, in an order only its sets give)"
-    if not closures_counted(chain, set().union(*(c.vars for c in item.conds))):
+    read = set().union(*(c.vars for c in item.conds))
+    if not all(closures_counted(c, read) for c in chains):
         return KLEENE_NOT_COUNTED
     if any(c.vars & kvars for c in item.conds):
         return "Kleene closure read by a condition"

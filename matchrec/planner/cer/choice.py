@@ -9,7 +9,7 @@ from __future__ import annotations
 import duckdb
 
 from matchrec.errors import NotSupportedError, OperationalError
-from matchrec.operators.cer_reference import Condition, element_sets
+from matchrec.operators.cer_reference import Condition, alternatives, element_sets
 from matchrec.operators.pattern_ir import And, Element
 from matchrec.parser import sase as S
 from matchrec.planner.cer.costs import COSTS, MAX_COST
@@ -160,10 +160,11 @@ def batch_kleene(plan: CerPlan) -> str:
         return ""
     if q.returns != "count":
         return "Kleene closure with its matches returned"
-    chains = element_sets(q.root)
-    if len(chains) != 1 or _holds_and(q.root):
+    chains = alternatives(q.root)
+    if not orders_apart(chains):
         return "Kleene closure in OR / AND"
-    if not closures_counted(chains[0], set().union(*(S.variables(c) for c in q.conditions))):
+    read = set().union(*(S.variables(c) for c in q.conditions))
+    if not all(closures_counted(chain, read) for chain in chains):
         return KLEENE_NOT_COUNTED
     if any(set(S.variables(c)) & kvars for c in q.conditions):
         return "Kleene closure read by a condition"
@@ -172,6 +173,15 @@ def batch_kleene(plan: CerPlan) -> str:
 
 KLEENE_NOT_COUNTED = ("Kleene closure the batch operator cannot count (its neighbours must be single events, an "
                       "end, or on one side negations without conditions)")
+
+
+def orders_apart(chains) -> bool:
+    """Whether no two alternatives (``alternatives``: an AND's orders among them) bind their single,
+    positive events in one order. Keys strictly increase along an alternative, so a binding is
+    then a match of one alternative at most: their counts add up, Kleene closures' sets included,
+    with no deduplication (``cer_shared.PatternSink``)."""
+    orders = [tuple(e.var for e in chain if not e.negated and e.kleene is None) for chain in chains]
+    return len(set(orders)) == len(orders)
 
 
 def closures_counted(chain, read: set) -> bool:
