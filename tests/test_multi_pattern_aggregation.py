@@ -209,8 +209,8 @@ def plain_statement(rng: random.Random) -> str:
         k += 1
         windows = [5, 8, 12]  # the single-statement mechanisms enumerate the closures' sets
     plain = len([p for p in parts if not p.endswith(" k")])
-    if plain >= 2 and rng.random() < 0.4:  # a condition between the first two or the last two
-        a, b = rng.choice([(0, 1), (plain - 2, plain - 1)])
+    if plain >= 2 and rng.random() < 0.5:  # a condition between the first two, the last two, or the ends
+        a, b = rng.choice([(0, 1), (plain - 2, plain - 1), (0, plain - 1)])
         where.append(rng.choice(["b.price > a.price", "b.price <= a.price", "b.price = a.price",
                                  "b.price - a.price > 6", "abs(b.price - a.price) < 5",
                                  "b.price BETWEEN a.price - 8 AND a.price + 2", "a.price * 2 < b.price",
@@ -264,7 +264,7 @@ def check_closed_forms(seed: int, monkeypatch) -> None:
         # than the nodes (on these small tables, few)
         from matchrec.operators import cer_sequences
         taken = []
-        for name in ("count_closure", "count_ranked_pair"):
+        for name in ("count_closure", "count_ranked_pair", "count_ranked_ends"):
             def every(*args, _fn=getattr(cer_sequences, name), _name=name, **kw):
                 n = _fn(*args, **{**kw, "cheaper": False})
                 taken.append((_name, n is not None))
@@ -414,6 +414,44 @@ def test_closed_form_of_a_ranked_first_pair_equals_counting_every_chain(seed):
                                     return_counts=True)
                 want += math.prod(int(x) + 1 for x in mult) - 1
         assert got == want, ("closure", classes, closure, w)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_closed_form_of_a_ranked_pair_of_ends_equals_counting_every_chain(seed):
+    """The sweep over the pairs of the first and the last element (``count_ranked_ends``: the
+    chains between them, a condition between the two as an interval of ranks) against every chain
+    enumerated: random intervals, ranks of -1, equal keys, partitions, a class with no event."""
+    import itertools
+
+    from matchrec.operators import cer_sequences
+    rng = np.random.default_rng(200 + seed)
+    n = int(rng.integers(12, 32))
+    pid = np.sort(rng.integers(0, int(rng.integers(1, 4)), n))
+    key = np.concatenate([np.sort(rng.integers(0, n // 2, int((pid == p).sum()))) for p in np.unique(pid)])
+    masks = [rng.random(n) < share for share in (0.3, 0.5, 0.7)] + [np.zeros(n, bool)]
+    stream = O.Stream(key, pid, masks, 20)
+    ck = stream.ck
+    for _ in range(16):
+        k = int(rng.integers(3, 6))
+        classes = [int(c) for c in rng.integers(0, 4 if rng.random() < 0.1 else 3, k)]
+        w = int(rng.integers(0, 21))
+        distinct = int(rng.integers(1, 6))
+        first, last = stream.rows[classes[0]], stream.rows[classes[-1]]
+        rank = rng.integers(-1, distinct, len(last))
+        low, high = rng.integers(0, distinct + 1, len(first)), rng.integers(0, distinct + 1, len(first))
+        if rng.random() < 0.4:
+            high = low + rng.integers(0, 2, len(first))
+        got = cer_sequences.count_ranked_ends(stream, classes, w, low, high, rank, distinct)
+        at0 = {int(r): i for i, r in enumerate(first)}
+        at1 = {int(r): i for i, r in enumerate(last)}
+        want = 0
+        for rows in itertools.product(*[np.flatnonzero(masks[c]) for c in classes]):
+            keys = [int(ck[r]) for r in rows]
+            x, z = at0[int(rows[0])], at1[int(rows[-1])]
+            if (all(a < b for a, b in zip(keys, keys[1:])) and keys[-1] - keys[0] <= stream.clamp(w)
+                    and low[x] <= rank[z] < high[x]):
+                want += 1
+        assert got == want, (classes, w)
 
 
 def test_closed_form_of_a_closure_is_exact_far_past_one_prime():

@@ -257,6 +257,11 @@ def _count_pair(stream: O.Stream, backwards: cer_sequences.Reversed, unit, ranke
             return None
         return cer_sequences.count_ranked_pair(stream, unit.classes, unit.window, *pair, cheaper=True,
                                                closure=unit.kleene[0].cls if closing else None, gates=gates)
+    if spot == {unit.vars[0], unit.vars[-1]} and k >= 3 and not unit.kleene and not gates:
+        pair = _pair_intervals(stream, unit, ranker, 0, k - 1)
+        if pair is None:
+            return None
+        return cer_sequences.count_ranked_ends(stream, unit.classes, unit.window, *pair, cheaper=True)
     if closing or spot != {unit.vars[-2], unit.vars[-1]}:
         return None
     pair = _pair_intervals(stream, unit, ranker, k - 1, k - 2)

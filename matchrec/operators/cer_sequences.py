@@ -386,6 +386,54 @@ def _plain_ranked_pair(stream, classes: list, w: int, low, high, rank, distinct:
         return _pair_sums(stream, classes, w, low, high, rank, distinct, floor)
 
 
+def count_ranked_ends(stream, classes: list, w: int, low: np.ndarray, high: np.ndarray, rank: np.ndarray,
+                      distinct: int, cheaper: bool = False) -> int | None:
+    """The matches of ``SEQ(e0, ..., ek-1)`` (k of 3 or more, as ``count``) with a condition
+    between the first and the last element read as an interval of ranks, as ``count_ranked_pair``
+    reads one between the first two: ``rank`` per candidate of ``classes[-1]``, ``[low, high)`` per
+    candidate of ``classes[0]``.
+
+    A pair (x, z) with keys ``x < z <= x + w`` stands for the chains of ``e1..ek-2`` with keys in
+    ``(x, z)``: the walks over ``[x + 1, z)``, ``sum over j of q_j(x) p_j(z)`` (``q`` the first
+    row of ``inverse(P(x + 1))``, ``p_j`` the column ``P[j, k - 2](z)``), summed by the same sweep.
+    None as ``count_ranked_pair``."""
+    k = len(classes)
+    if not 3 <= k <= MAX_ELEMENTS or not stream.ordered():
+        return None
+    w = stream.clamp(w)
+    kx, kz = stream.cks[classes[0]], stream.cks[classes[-1]]
+    if not len(kx) or not len(kz):
+        return 0
+    rest = classes[1:]
+    if cheaper:
+        events = sum(len(stream.cks[c]) for c in set(classes))
+        if float(_bound_after(stream, classes[0], rest, w, _sample(len(kx))).mean()) * len(kx) \
+                < events * k * (k - 1) / 2:
+            return None
+    crude = float(len(kx))
+    for c in set(rest):
+        crude *= math.comb(len(stream.cks[c]), rest.count(c))
+    if crude * (1 + 1e-9) >= LIMIT and float(_bound_after(stream, classes[0], rest, w).sum()) * (1 + 1e-9) >= LIMIT:
+        return None
+    mid = classes[1:-1]
+    n = len(mid)
+    with np.errstate(over="ignore"):
+        below = [None] + [search(stream, mid[b - 1], mid[b]) for b in range(1, n)]
+        F = _running_sums([stream.cks[c] for c in mid], below, n, None, None, None)
+        q = [np.ones(len(kx), np.int64)]
+        for b in range(1, n + 1):
+            at = search(stream, mid[b - 1], classes[0], 0, "right")  # below x + 1
+            s = np.zeros(len(kx), np.int64)
+            for j in range(b):
+                s -= q[j] * F[j, b][at]
+            q.append(s)
+        end = search(stream, mid[-1], classes[-1])  # below z
+        p = [F[j, n][end] for j in range(n)] + [np.ones(len(kz), np.int64)]
+        from matchrec.operators.cer_shared_kernels import pair_sweep
+        return pair_sweep(kx, low.astype(np.int64), high.astype(np.int64), np.stack(q, axis=1), kz,
+                          rank.astype(np.int64), np.stack(p, axis=1), kz - w, distinct, 0)
+
+
 def _pair_sums(stream, classes: list, w: int, low, high, rank, distinct: int, floor: np.ndarray,
                first_weights=None, last_weights=None, m: int = 0) -> int:
     """``count_ranked_pair``'s sum: with ``first_weights`` (per ``e0`` candidate) and
