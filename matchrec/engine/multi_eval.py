@@ -195,9 +195,9 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
 
 def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, items: list, lines: list):
     """The counted units that are plain sequences (no condition between elements, or only between
-    the first two or the last two and read as rays; no negation but between those two, no Kleene
-    closure but one ``K+`` at the end, no other alternative to deduplicate against) counted in
-    closed form (``operators.cer_sequences``); returns the other units and their models, for the
+    the first two, the last two, or the first and the last, read as rays; no negation but between
+    the first two or the last two, no Kleene closure but one ``K+`` at the end, no other
+    alternative to deduplicate against) counted in closed form (``operators.cer_sequences``); returns the other units and their models, for the
     plan."""
     done, n_done = [], 0
     ranker = None  # an evaluator for its ranks of a class's values (cached per class and column)
@@ -225,7 +225,8 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
         return units, models
     said = sorted({items[units[i].pattern].index for i in done})
     lines.append(f"  counted in closed form (plain sequences, those ending in one closure, and those whose "
-                 f"conditions and negations lie between the first two or the last two elements: running sums "
+                 f"conditions and negations lie between the first two or the last two elements, or whose "
+                 f"conditions lie between the first and the last: running sums "
                  f"over the elements' candidates, no partial matches): "
                  f"statements {', '.join(map(str, said))}; {n_done:,} matches")
     gone = set(done)
