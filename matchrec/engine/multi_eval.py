@@ -197,8 +197,8 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
     """The counted units that are plain sequences (no condition between elements, or only between
     the first two, the last two, or the first and the last, read as rays; no negation but between
     the first two or the last two, no Kleene closure but one ``K+`` at the end, no other
-    alternative to deduplicate against) counted in closed form (``operators.cer_sequences``); returns the other units and their models, for the
-    plan."""
+    alternative to deduplicate against) counted in closed form (``operators.cer_sequences``);
+    returns the other units and their models, for the plan."""
     done, n_done = [], 0
     ranker = None  # an evaluator for its ranks of a class's values (cached per class and column)
     backwards = cer_sequences.Reversed(stream)
