@@ -210,12 +210,15 @@ DEFAULT_MAX_STEPS = 300_000_000
 DEFAULT_MAX_MEMORY_MB = 2048
 
 
-def statement(settings=None):
+def statement(settings=None, statements: int = 1):
     """A context for one statement's work: a new Budget from ``settings`` (``max_steps``,
-    ``max_memory_mb``; the defaults without them), or nothing new inside a running one."""
+    ``max_memory_mb``; the defaults without them), or nothing new inside a running one. Several
+    ``statements`` evaluated together (a ``run_many`` group) get the steps of as many statements,
+    so a workload fails only where its statements would together; memory is held at once, so
+    its bound stays one statement's."""
     if active():
         return _Nested()
-    return Budget(getattr(settings, "max_steps", DEFAULT_MAX_STEPS),
+    return Budget(getattr(settings, "max_steps", DEFAULT_MAX_STEPS) * max(1, int(statements)),
                   getattr(settings, "max_memory_mb", DEFAULT_MAX_MEMORY_MB))
 
 

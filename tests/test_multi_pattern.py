@@ -600,6 +600,28 @@ def test_and_permutations_are_counted_without_deduplication_and_equal_alternativ
     assert "counted in closed form" not in "\n".join(r.report)
 
 
+def test_negations_at_the_ends_and_conditions_between_the_ends_are_counted_in_closed_form(ticks, monkeypatch):
+    """Negated elements before the first or after the last element, with or without a condition
+    between the first and the last, are counted in closed form (``count_ranked_ends``), equal to
+    the NFA mechanisms and to the nodes; a negation read by a condition goes to the nodes."""
+    stmts = ["PATTERN SEQ(~D n, A a, B b, ~C o) FROM ticks WITHIN 9 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, C c, ~B o) FROM ticks WITHIN 7 RETURN COUNT(*)",
+             "PATTERN SEQ(~B n, ~C m, A a, D d) FROM ticks WHERE d.price > a.price WITHIN 11 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, B b, C c, D d) FROM ticks WHERE abs(d.price - a.price) < 4 WITHIN 14 RETURN COUNT(*)",
+             "PATTERN SEQ(A a, B b, ~C o) FROM ticks WHERE o.price > a.price WITHIN 9 RETURN COUNT(*)"]
+    from matchrec.operators import cer_sequences
+    ends = cer_sequences.count_ranked_ends
+    # on every statement it can count, not only where it should cost less than the nodes
+    monkeypatch.setattr(cer_sequences, "count_ranked_ends", lambda *a, **kw: ends(*a, **{**kw, "cheaper": False}))
+    *_, (_, r) = in_every_mode(ticks, stmts, 0.1)
+    text = "\n".join(r.report)
+    assert "statements 0, 1, 2, 3;" in text, text
+    monkeypatch.undo()
+    by_nodes(monkeypatch)
+    *_, (_, r) = in_every_mode(ticks, stmts, 0.1)
+    assert "counted in closed form" not in "\n".join(r.report)
+
+
 @pytest.mark.parametrize("table", ["ticks", "tied"])
 def test_kleene_closures_at_an_end_or_next_to_a_negation_are_counted_in_the_shared_pass(con, table, monkeypatch):
     """A closure that ends or starts the sequence reaches as far as the window from the match's other

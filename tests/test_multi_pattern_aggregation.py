@@ -204,6 +204,7 @@ def plain_statement(rng: random.Random) -> str:
     if rng.random() < 0.4:  # a filter on one element: its own class
         where.append(f"e{rng.randrange(k)}.price {rng.choice(['<', '>='])} {rng.randint(5, 35)}")
     windows = [5, 12, 30, 80]
+    ends = k >= 2 and rng.random() < 0.2  # negations before the first and after the last element
     if k < 6 and rng.random() < 0.35:  # a closure at the end: counted with the sequence before it
         parts.append(f"{rng.choice(TYPES)}{rng.choice(['+', '+', '+{2,}'])} k")
         k += 1
@@ -221,6 +222,9 @@ def plain_statement(rng: random.Random) -> str:
         parts.insert(rng.choice([1, plain - 1, rng.randrange(1, plain)]), f"~{rng.choice(TYPES)} n")
     elif plain < len(parts) and rng.random() < 0.4:  # a negation before the closure
         parts.insert(len(parts) - 1, f"~{rng.choice(TYPES)} n")
+    if ends:
+        parts = [f"~{rng.choice(TYPES)} m"] * (rng.random() < 0.6) + parts
+        parts += [f"~{rng.choice(TYPES)} o"] * (rng.random() < 0.6 or not parts[0].startswith("~"))
     w = f" WHERE {' AND '.join(where)}" if where else ""
     part = " PARTITION BY p" if rng.random() < 0.3 else ""
     pattern = parts[0] if k == 1 else f"SEQ({', '.join(parts)})"
@@ -419,8 +423,9 @@ def test_closed_form_of_a_ranked_first_pair_equals_counting_every_chain(seed):
 @pytest.mark.parametrize("seed", range(12))
 def test_closed_form_of_a_ranked_pair_of_ends_equals_counting_every_chain(seed):
     """The sweep over the pairs of the first and the last element (``count_ranked_ends``: the
-    chains between them, a condition between the two as an interval of ranks) against every chain
-    enumerated: random intervals, ranks of -1, equal keys, partitions, a class with no event."""
+    chains between them, a condition between the two as an interval of ranks, negated classes
+    before the first and after the last) against every chain enumerated: random intervals, ranks
+    of -1, equal keys, partitions, a class with no event."""
     import itertools
 
     from matchrec.operators import cer_sequences
@@ -432,8 +437,13 @@ def test_closed_form_of_a_ranked_pair_of_ends_equals_counting_every_chain(seed):
     stream = O.Stream(key, pid, masks, 20)
     ck = stream.ck
     for _ in range(16):
-        k = int(rng.integers(3, 6))
+        k = int(rng.integers(2, 6))
         classes = [int(c) for c in rng.integers(0, 4 if rng.random() < 0.1 else 3, k)]
+        # no event of them in [z - w, x) (before) or in (z, x + w] (after); class 3 has no events
+        before = tuple(int(g) for g in rng.integers(0, 4, int(rng.integers(0, 3))))
+        after = tuple(int(g) for g in rng.integers(0, 4, int(rng.integers(0, 3))))
+        earlier = np.concatenate([ck[masks[g]] for g in before] + [np.zeros(0, np.int64)])
+        later = np.concatenate([ck[masks[g]] for g in after] + [np.zeros(0, np.int64)])
         w = int(rng.integers(0, 21))
         distinct = int(rng.integers(1, 6))
         first, last = stream.rows[classes[0]], stream.rows[classes[-1]]
@@ -441,17 +451,21 @@ def test_closed_form_of_a_ranked_pair_of_ends_equals_counting_every_chain(seed):
         low, high = rng.integers(0, distinct + 1, len(first)), rng.integers(0, distinct + 1, len(first))
         if rng.random() < 0.4:
             high = low + rng.integers(0, 2, len(first))
-        got = cer_sequences.count_ranked_ends(stream, classes, w, low, high, rank, distinct)
+        got = cer_sequences.count_ranked_ends(stream, classes, w, low, high, rank, distinct, before=before,
+                                              after=after)
+        span = stream.clamp(w)
         at0 = {int(r): i for i, r in enumerate(first)}
         at1 = {int(r): i for i, r in enumerate(last)}
         want = 0
         for rows in itertools.product(*[np.flatnonzero(masks[c]) for c in classes]):
             keys = [int(ck[r]) for r in rows]
             x, z = at0[int(rows[0])], at1[int(rows[-1])]
-            if (all(a < b for a, b in zip(keys, keys[1:])) and keys[-1] - keys[0] <= stream.clamp(w)
-                    and low[x] <= rank[z] < high[x]):
+            if (all(a < b for a, b in zip(keys, keys[1:])) and keys[-1] - keys[0] <= span
+                    and low[x] <= rank[z] < high[x]
+                    and not ((earlier >= keys[-1] - span) & (earlier < keys[0])).any()
+                    and not ((later > keys[-1]) & (later <= keys[0] + span)).any()):
                 want += 1
-        assert got == want, (classes, w)
+        assert got == want, (classes, w, before, after)
 
 
 def test_closed_form_of_a_closure_is_exact_far_past_one_prime():

@@ -73,7 +73,7 @@ def _outcome(con, stmts):
         return type(err), str(err)
 
 
-@pytest.mark.parametrize("setting, value", [("matchrec_max_steps", 2_000), ("matchrec_cer_max_matches", 1_000)])
+@pytest.mark.parametrize("setting, value", [("matchrec_max_steps", 200), ("matchrec_cer_max_matches", 1_000)])
 def test_a_limit_reached_in_any_part_raises_as_one_thread_does(parts, setting, value):
     con = matchrec.connect()
     try:

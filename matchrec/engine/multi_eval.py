@@ -204,9 +204,12 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
     backwards = cer_sequences.Reversed(stream)
     for i, unit in enumerate(units):
         sink = sinks[unit.pattern]
-        if unit.negs or not sink.counting or frozenset(unit.vars) in sink.shared:
+        if not sink.counting or frozenset(unit.vars) in sink.shared:
             continue
-        if unit.conds or unit.gates:
+        if unit.negs:
+            ranker = ranker or O.Evaluator(stream, units, sinks)
+            n = _count_ends(stream, unit, ranker)
+        elif unit.conds or unit.gates:
             ranker = ranker or O.Evaluator(stream, units, sinks)
             n = _count_pair(stream, backwards, unit, ranker)
         elif not unit.kleene:
@@ -271,6 +274,33 @@ def _count_pair(stream: O.Stream, backwards: cer_sequences.Reversed, unit, ranke
     low, high, rank, distinct = pair
     return cer_sequences.count_ranked_pair(backwards, unit.classes[::-1], unit.window,
                                            low[::-1], high[::-1], rank[::-1], distinct, cheaper=True, gates=gates)
+
+
+def _count_ends(stream: O.Stream, unit, ranker: O.Evaluator) -> int | None:
+    """A unit whose negations all lie before its first or after its last element, read by no
+    condition, whose conditions (if any) lie between its first and last variables, with no Kleene
+    closure and no negation between bound variables: ``cer_sequences.count_ranked_ends``. Else
+    None."""
+    k = len(unit.classes)
+    if k < 2 or unit.kleene or unit.gates:
+        return None
+    before, after = [], []
+    for g in unit.negs:
+        if g.linked:
+            return None
+        if g.prev is None and g.next == 0:
+            before.append(g.cls)
+        elif g.next is None and g.prev == k - 1:
+            after.append(g.cls)
+        else:
+            return None
+    if any(c.vars != {unit.vars[0], unit.vars[-1]} for c in unit.conds):
+        return None
+    pair = _pair_intervals(stream, unit, ranker, 0, k - 1)
+    if pair is None:
+        return None
+    return cer_sequences.count_ranked_ends(stream, unit.classes, unit.window, *pair, cheaper=True,
+                                           before=tuple(before), after=tuple(after))
 
 
 def _pair_intervals(stream: O.Stream, unit, ranker: O.Evaluator, bound: int, ranked: int):

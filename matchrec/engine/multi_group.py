@@ -53,8 +53,9 @@ class _Group:
         self.lines: list = []
 
     def run(self) -> None:
-        # one group is one statement's work for the step and memory budget (the connection's settings)
-        with work.statement(getattr(self.run_.con, "settings", None)):
+        # the group's statements' steps together (each statement's as the connection's settings
+        # say), one statement's memory
+        with work.statement(getattr(self.run_.con, "settings", None), statements=len(self.items)):
             self._run()
 
     def _run(self) -> None:

@@ -387,18 +387,23 @@ def _plain_ranked_pair(stream, classes: list, w: int, low, high, rank, distinct:
 
 
 def count_ranked_ends(stream, classes: list, w: int, low: np.ndarray, high: np.ndarray, rank: np.ndarray,
-                      distinct: int, cheaper: bool = False) -> int | None:
-    """The matches of ``SEQ(e0, ..., ek-1)`` (k of 3 or more, as ``count``) with a condition
-    between the first and the last element read as an interval of ranks, as ``count_ranked_pair``
-    reads one between the first two: ``rank`` per candidate of ``classes[-1]``, ``[low, high)`` per
-    candidate of ``classes[0]``.
+                      distinct: int, cheaper: bool = False, before: tuple = (), after: tuple = ()) -> int | None:
+    """The matches of ``SEQ(e0, ..., ek-1)`` (as ``count``) with a condition between the first and
+    the last element read as an interval of ranks, as ``count_ranked_pair`` reads one between the
+    first two: ``rank`` per candidate of ``classes[-1]``, ``[low, high)`` per candidate of
+    ``classes[0]``.
 
     A pair (x, z) with keys ``x < z <= x + w`` stands for the chains of ``e1..ek-2`` with keys in
     ``(x, z)``: the walks over ``[x + 1, z)``, ``sum over j of q_j(x) p_j(z)`` (``q`` the first
     row of ``inverse(P(x + 1))``, ``p_j`` the column ``P[j, k - 2](z)``), summed by the same sweep.
-    None as ``count_ranked_pair``."""
+    None as ``count_ranked_pair``.
+
+    ``before``: classes negated before the first element (no event of them in ``[z - w, x)``):
+    the last such event before x, ``c``, must lie below ``z - w``, so x pairs only with the z past
+    ``c + w``. ``after``: classes negated after the last (none in ``(z, x + w]``): the first such
+    event after z, ``d``, must lie past ``x + w``, so z pairs only with the x below ``d - w``."""
     k = len(classes)
-    if not 3 <= k <= MAX_ELEMENTS or not stream.ordered():
+    if not 2 <= k <= MAX_ELEMENTS or not stream.ordered():
         return None
     w = stream.clamp(w)
     kx, kz = stream.cks[classes[0]], stream.cks[classes[-1]]
@@ -415,23 +420,38 @@ def count_ranked_ends(stream, classes: list, w: int, low: np.ndarray, high: np.n
         crude *= math.comb(len(stream.cks[c]), rest.count(c))
     if crude * (1 + 1e-9) >= LIMIT and float(_bound_after(stream, classes[0], rest, w).sum()) * (1 + 1e-9) >= LIMIT:
         return None
+    start, ceiling = None, None
+    for g in before:
+        gk = stream.cks[g]
+        if len(gk):
+            at = search(stream, g, classes[0])  # the negated events below x
+            past = np.where(at > 0, gk[np.maximum(at - 1, 0)] + w, kx)
+            start = np.maximum(kx if start is None else start, past)
+    for g in after:
+        gk = stream.cks[g]
+        if len(gk):
+            at = search(stream, g, classes[-1], 0, "right")  # the negated events up to z
+            below_d = np.where(at < len(gk), gk[np.minimum(at, len(gk) - 1)] - w, np.iinfo(np.int64).max)
+            ceiling = below_d if ceiling is None else np.minimum(ceiling, below_d)
     mid = classes[1:-1]
     n = len(mid)
     with np.errstate(over="ignore"):
-        below = [None] + [search(stream, mid[b - 1], mid[b]) for b in range(1, n)]
-        F = _running_sums([stream.cks[c] for c in mid], below, n, None, None, None)
         q = [np.ones(len(kx), np.int64)]
-        for b in range(1, n + 1):
-            at = search(stream, mid[b - 1], classes[0], 0, "right")  # below x + 1
-            s = np.zeros(len(kx), np.int64)
-            for j in range(b):
-                s -= q[j] * F[j, b][at]
-            q.append(s)
-        end = search(stream, mid[-1], classes[-1])  # below z
-        p = [F[j, n][end] for j in range(n)] + [np.ones(len(kz), np.int64)]
+        p = [np.ones(len(kz), np.int64)]
+        if n:
+            below = [None] + [search(stream, mid[b - 1], mid[b]) for b in range(1, n)]
+            F = _running_sums([stream.cks[c] for c in mid], below, n, None, None, None)
+            for b in range(1, n + 1):
+                at = search(stream, mid[b - 1], classes[0], 0, "right")  # below x + 1
+                s = np.zeros(len(kx), np.int64)
+                for j in range(b):
+                    s -= q[j] * F[j, b][at]
+                q.append(s)
+            end = search(stream, mid[-1], classes[-1])  # below z
+            p = [F[j, n][end] for j in range(n)] + p
         from matchrec.operators.cer_shared_kernels import pair_sweep
         return pair_sweep(kx, low.astype(np.int64), high.astype(np.int64), np.stack(q, axis=1), kz,
-                          rank.astype(np.int64), np.stack(p, axis=1), kz - w, distinct, 0)
+                          rank.astype(np.int64), np.stack(p, axis=1), kz - w, distinct, 0, start, ceiling)
 
 
 def _pair_sums(stream, classes: list, w: int, low, high, rank, distinct: int, floor: np.ndarray,

@@ -196,7 +196,7 @@ def _tied_any_size(rid, starts, sizes, twos, odd, inv, logs, a, b, out, bits):
         bits[i] = est + 1e-6
 
 
-def pair_sweep(kx, low, high, bw, ky, rank, aw, floor, distinct, m=0):
+def pair_sweep(kx, low, high, bw, ky, rank, aw, floor, distinct, m=0, start=None, ceiling=None):
     """The sum over pairs (x, y) - ``x`` a candidate with key ``kx[x]`` and rank interval
     ``[low[x], high[x])``, ``y`` one with key ``ky[y]`` and rank ``rank[y]`` (-1: none) - with
     ``floor[y] <= kx[x] < ky[y]`` (``floor`` not decreasing) and ``rank[y]`` in x's interval, of
@@ -205,9 +205,17 @@ def pair_sweep(kx, low, high, bw, ky, rank, aw, floor, distinct, m=0):
     ``low`` and taken back at ``high``. With ``m`` (below 2^31, the weights reduced modulo it), the
     sum modulo ``m``: the tree's sums stay below 2^62 unreduced (fewer than 2^31 weights below
     2^31), so only each read is reduced. Where every interval holds one rank at most (an
-    equality), the tree is a plain array: one add and one read each."""
+    equality), the tree is a plain array: one add and one read each.
+
+    ``start`` (per x, not decreasing, at least ``kx``): x pairs only with the y past it, not just
+    past ``kx[x]``; ``ceiling`` (per y, not decreasing): y pairs only with the x below it. Both
+    keep the pass in key order: an x enters once the current y passes its start and its key lies
+    below the current y's ceiling, which later y do not lower."""
     point = bool(((high - low) <= 1).all())
-    return int(_pair_sweep(kx, low, high, bw, ky, rank, aw, floor, np.int64(distinct), np.int64(m), point))
+    start = kx if start is None else start
+    ceiling = np.full(len(ky), np.iinfo(np.int64).max, np.int64) if ceiling is None else ceiling
+    return int(_pair_sweep(kx, low, high, bw, ky, rank, aw, floor, np.int64(distinct), np.int64(m), point,
+                           start, ceiling))
 
 
 @njit(nogil=True, cache=True)
@@ -224,7 +232,7 @@ def _fenwick_add(tree, at, weights, x, sign, size, point):
 
 
 @njit(nogil=True, cache=True)
-def _pair_sweep(kx, low, high, bw, ky, rank, aw, floor, distinct, m, point):
+def _pair_sweep(kx, low, high, bw, ky, rank, aw, floor, distinct, m, point, start, ceiling):
     tree = np.zeros((distinct + 1, bw.shape[1]), np.int64)
     nx = kx.shape[0]
     entered = 0
@@ -232,7 +240,7 @@ def _pair_sweep(kx, low, high, bw, ky, rank, aw, floor, distinct, m, point):
     total = 0
     for j in range(ky.shape[0]):
         y = ky[j]
-        while entered < nx and kx[entered] < y:
+        while entered < nx and start[entered] < y and kx[entered] < ceiling[j]:
             if low[entered] < high[entered]:
                 _fenwick_add(tree, low[entered], bw, entered, 1, distinct, point)
                 if not point:
