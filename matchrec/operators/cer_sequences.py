@@ -369,21 +369,27 @@ def _pair_floor(stream, classes: list, w: int, gates: tuple) -> np.ndarray:
 def _plain_ranked_pair(stream, classes: list, w: int, low, high, rank, distinct: int, floor: np.ndarray,
                        cheaper: bool) -> int | None:
     """``count_ranked_pair`` without a closure, the floor found."""
-    k = len(classes)
-    kx = stream.cks[classes[0]]
-    rest = classes[1:]
-    events = sum(len(stream.cks[c]) for c in set(classes))
-    if cheaper:
-        if float(_bound_after(stream, classes[0], rest, w, _sample(len(kx))).mean()) * len(kx) \
-                < events * k * (k - 1) / 2:
-            return None
-    crude = float(len(kx))
-    for c in set(rest):
-        crude *= math.comb(len(stream.cks[c]), rest.count(c))
-    if crude * (1 + 1e-9) >= LIMIT and float(_bound_after(stream, classes[0], rest, w).sum()) * (1 + 1e-9) >= LIMIT:
+    if _declines(stream, classes, w, cheaper):
         return None
     with np.errstate(over="ignore"):
         return _pair_sums(stream, classes, w, low, high, rank, distinct, floor)
+
+
+def _declines(stream, classes: list, w: int, cheaper: bool) -> bool:
+    """Whether a count from the first element's candidates declines: no bound (the classes' sizes,
+    or per first event the binomials of the candidates in its window) certifies it below 2^63,
+    or (with ``cheaper``) the nodes should cost less - the matches per first event, estimated on a
+    sample, fewer than the work of summing over every element's candidates."""
+    k, kx, rest = len(classes), stream.cks[classes[0]], classes[1:]
+    if cheaper:
+        events = sum(len(stream.cks[c]) for c in set(classes))
+        if float(_bound_after(stream, classes[0], rest, w, _sample(len(kx))).mean()) * len(kx) \
+                < events * k * (k - 1) / 2:
+            return True
+    crude = float(len(kx))
+    for c in set(rest):
+        crude *= math.comb(len(stream.cks[c]), rest.count(c))
+    return crude * (1 + 1e-9) >= LIMIT and float(_bound_after(stream, classes[0], rest, w).sum()) * (1 + 1e-9) >= LIMIT
 
 
 def count_ranked_ends(stream, classes: list, w: int, low: np.ndarray, high: np.ndarray, rank: np.ndarray,
@@ -409,16 +415,7 @@ def count_ranked_ends(stream, classes: list, w: int, low: np.ndarray, high: np.n
     kx, kz = stream.cks[classes[0]], stream.cks[classes[-1]]
     if not len(kx) or not len(kz):
         return 0
-    rest = classes[1:]
-    if cheaper:
-        events = sum(len(stream.cks[c]) for c in set(classes))
-        if float(_bound_after(stream, classes[0], rest, w, _sample(len(kx))).mean()) * len(kx) \
-                < events * k * (k - 1) / 2:
-            return None
-    crude = float(len(kx))
-    for c in set(rest):
-        crude *= math.comb(len(stream.cks[c]), rest.count(c))
-    if crude * (1 + 1e-9) >= LIMIT and float(_bound_after(stream, classes[0], rest, w).sum()) * (1 + 1e-9) >= LIMIT:
+    if _declines(stream, classes, w, cheaper):
         return None
     start, ceiling = None, None
     for g in before:
