@@ -360,6 +360,19 @@ def test_closed_form_equals_counting_every_chain(seed):
                     if not ((negated > keys[-1]) & (negated < first)).any():
                         want += int(mult[i]) * math.prod(int(x) + 1 for x in mult[i + 1:])
         assert got == want, ("gated closure", classes, closure, gates, w)
+        # the same classes negated after the closure: no event of them after the set's last candidate
+        # up to the window's end (one at the last candidate's key is not after it)
+        got = cer_sequences.count_closure(stream, classes, closure, w, trailing=gates)
+        want = 0
+        for rows in __import__("itertools").product(*[np.flatnonzero(masks[c]) for c in classes]):
+            keys = [int(ck[r]) for r in rows]
+            if all(x < y for x, y in zip(keys, keys[1:])) and keys[-1] - keys[0] <= stream.clamp(w):
+                end = keys[0] + stream.clamp(w)
+                at, mult = np.unique(inside[(inside > keys[-1]) & (inside <= end)], return_counts=True)
+                for i, last in enumerate(at.tolist()):  # sets by their last key
+                    if not ((negated > last) & (negated <= end)).any():
+                        want += int(mult[i]) * math.prod(int(x) + 1 for x in mult[:i])
+        assert got == want, ("closure before negations", classes, closure, gates, w)
 
 
 @pytest.mark.parametrize("seed", range(6))

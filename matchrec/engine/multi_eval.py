@@ -215,8 +215,10 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
         elif not unit.kleene:
             n = cer_sequences.count(stream, unit.classes, unit.window, cheaper=True)
         elif len(unit.kleene) == 1 and _trailing_closure(unit.kleene[0], len(unit.classes), gated=True):
-            n = cer_sequences.count_closure(stream, unit.classes, unit.kleene[0].cls, unit.window, cheaper=True,
-                                            gates=unit.kleene[0].gate)
+            c = unit.kleene[0]
+            n = cer_sequences.count_closure(stream, unit.classes, c.cls, unit.window, cheaper=True,
+                                            gates=() if c.gate_after else c.gate,
+                                            trailing=c.gate if c.gate_after else ())
         else:
             continue
         if n is None:
@@ -346,10 +348,10 @@ def _pair_intervals(stream: O.Stream, unit, ranker: O.Evaluator, bound: int, ran
 
 def _trailing_closure(k, positives: int, gated: bool = False) -> bool:
     """A closure ``K+`` (one or more, no upper bound, no negation beside it; with ``gated``,
-    negations between it and the last positive element allowed) after the last positive element:
-    ``cer_sequences.count_closure`` counts it with the sequence before it."""
+    negations between it and the last positive element, or after it, allowed) after the last
+    positive element: ``cer_sequences.count_closure`` counts it with the sequence before it."""
     return (k.next is None and k.prev == positives - 1 and k.lo <= 1 and k.hi is None
-            and (not k.gate or (gated and not k.gate_after)))
+            and (not k.gate or gated))
 
 
 def threads_of(duck) -> int:
@@ -397,11 +399,11 @@ def units_of(item, k: int, units: list, models: list) -> None:
             nxt = i + 1 if i + 1 < len(chain) else None
             while prev is not None and chain[prev].negated:
                 gate.append(prev)
-                prev -= 1
+                prev = prev - 1 if prev else None  # past the chain's start: a leading negation
             if not gate:
                 while nxt is not None and chain[nxt].negated:
                     gate.append(nxt)
-                    nxt += 1
+                    nxt = nxt + 1 if nxt + 1 < len(chain) else None  # past its end: a trailing one
                 after = bool(gate)
             gating.update(gate)
             kleene.append(O.Kleene(item.class_of[e.var], at[chain[prev].var] if prev is not None else None,

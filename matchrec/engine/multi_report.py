@@ -36,7 +36,7 @@ def describe(run, lines: list, items: list, units: list, plan, info, roots, n_cl
                           + ("" if not k.gate else
                              f" less the sets reaching past the {NEGATED[len(k.gate) > 1]} "
                              f"{'last' if k.gate_after else 'first'} "
-                             f"event {'before ' + unit.vars[k.next] if k.gate_after else 'after ' + unit.vars[k.prev]}")
+                             f"event {_gate_end(unit, k)}")
                           for k in unit.kleene)
         lines.append(f"    {unit.label}: order {order}{counted}")
     nodes = list(SH.walk(roots))
@@ -50,3 +50,10 @@ def describe(run, lines: list, items: list, units: list, plan, info, roots, n_cl
         lines.append(f"    [{n.label}] window {n.window}: units {len(n.users)}, statements {users}")
     if len(shared) > 40:
         lines.append(f"    ... {len(shared) - 40} more")
+
+
+def _gate_end(unit, k) -> str:
+    """Where a closure's gate reads its negated events from (``multi_report``'s plan lines)."""
+    if k.gate_after:
+        return f"before {unit.vars[k.next]}" if k.next is not None else "up to the window's end"
+    return f"after {unit.vars[k.prev]}" if k.prev is not None else "from the window's start"

@@ -105,7 +105,7 @@ def count(stream, classes: list, w: int, cheaper: bool = False, at: tuple | None
 
 
 def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = False,
-                  gates: tuple = ()) -> int | None:
+                  gates: tuple = (), trailing: tuple = ()) -> int | None:
     """The matches of ``SEQ(e0, ..., ek-1, K+)``: the plain sequence of ``classes`` (as ``count``)
     followed by a Kleene closure of one or more candidates of class ``closure``, at most one per
     composite key, all after ``ek-1`` and at most ``w`` after ``e0``. A prefix match (first key
@@ -123,7 +123,14 @@ def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = F
     strictly after the prefix's last key ``y``) is no match. Those are the sets of the closure's
     keys in ``(c, x + w]``, ``R(x + w) / R(c) - 1`` of them where ``c < x + w``: the same sums over
     the prefix matches whose first key is at least ``c - w``, with ``c`` for the last event's
-    weight, subtracted (the walks over ``[c - w, y)`` instead of ``[y - w, y)``)."""
+    weight, subtracted (the walks over ``[c - w, y)`` instead of ``[y - w, y)``).
+
+    ``trailing``: the classes of negated elements after the closure (at most one of ``gates`` and
+    ``trailing``): a set is no match when one of their events lies after its last candidate, up to
+    ``x + w``. Where an event of them lies in ``(y, x + w]`` (the same prefix matches as above:
+    ``c <= x + w``), the sets lost are those of the closure's keys in ``(y, L)``, ``L`` the last
+    such event, ``R(L-) / R(y) - 1``: a weight of the first event (``L`` follows from ``x``) times
+    the last's, subtracted over the same walks."""
     k = len(classes)
     if not 1 <= k < MAX_ELEMENTS or not stream.ordered():
         return None
@@ -142,7 +149,10 @@ def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = F
     if not primes:
         return None
     to_end = search(stream, runs, classes[0], w, "right")  # the closure's keys up to each first event's reach
-    cut = _gated(stream, classes, closure, w, at, gates) if gates else None
+    if gates and trailing:
+        return None
+    cut = _gated(stream, classes, closure, w, at, gates or trailing) if gates or trailing else None
+    to_lost = _last_before_reach(stream, classes[0], closure, w, trailing) if trailing else None
     residues = []
     for m, (products, inverses) in zip(primes, tables(len(primes))):
         reach = products[to_end]
@@ -151,8 +161,10 @@ def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = F
         r = int(((walks * back) % m).sum()) % m
         if cut is not None:
             at_c, to_c, has, lost = cut
-            walks = reach * has if k == 1 else _walks(stream, classes, at_c, reach, m)
-            r = (r - int(((walks * inverses[to_c]) % m * has).sum()) + lost) % m
+            # gated: the sets past c, R(x + w) / R(c) - 1; trailing: those before L, R(L-) / R(y) - 1
+            first, last_weight = (reach, inverses[to_c]) if gates else (products[to_lost], back)
+            walks = first * has if k == 1 else _walks(stream, classes, at_c, first, m)
+            r = (r - int(((walks * last_weight) % m * has).sum()) + lost) % m
         residues.append(r)
     total = _chinese(residues) - plain
     return total if total < LIMIT else None
@@ -185,6 +197,21 @@ def _gated(stream, classes: list, closure: int, w: int, at: tuple | None, gates:
     with np.errstate(over="ignore"):
         lost = int(_walks(stream, classes, at_c).sum())  # at most the prefix matches: below 2^63
     return at_c, to_c, has.astype(np.int64), lost
+
+
+def _last_before_reach(stream, first: int, closure: int, w: int, negated: tuple) -> np.ndarray:
+    """Per candidate of class ``first`` (key ``x``), the closure's distinct keys below ``L``, the
+    last event of the ``negated`` classes up to ``x + w`` (``count_closure``'s trailing negations;
+    none where there is no such event: those first events carry no lost sets)."""
+    x = stream.cks[first]
+    last = np.full(len(x), np.iinfo(np.int64).min, np.int64)
+    for g in negated:
+        gk = stream.cks[g]
+        if len(gk):
+            i = search(stream, g, first, w, "right")
+            np.maximum(last, np.where(i > 0, gk[np.maximum(i - 1, 0)], last), out=last)
+    keys = _closure_factors(stream, closure)[0]
+    return np.searchsorted(keys, last, "left")
 
 
 def _closure_factors(stream, closure: int):

@@ -1394,7 +1394,7 @@ class Evaluator:
             a = np.asarray(a, np.int64)
             b = np.maximum(a, b).astype(np.int64)
             if k.gate:
-                ids, table = self._gated(k, rows, ck, a, b)
+                ids, table = self._gated(k, rows, ck, a, b, lo, hi, w)
                 got = _table_arrays(table)
                 small.append(got[0][ids])
                 bits.append(got[1][ids])
@@ -1429,13 +1429,17 @@ class Evaluator:
             return v
         return prod, fast, slow
 
-    def _gated(self, k: Kleene, rows, ck: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, list]:
+    def _gated(self, k: Kleene, rows, ck: np.ndarray, a: np.ndarray, b: np.ndarray, lo, hi,
+               w: int) -> tuple[np.ndarray, list]:
         """A closure with negated elements at one side (``Kleene.gate``): the sets of its
         candidates ``[a, b)`` less those the negated elements' events exclude - every set whose
         first candidate lies after the first negated event (of any of them) following ``prev``
         (``gate_after``: whose last lies before the last negated event preceding ``next``). An
-        event of them at the same key as the set's end is not between them. Returns an id per
-        match and the count of each id."""
+        event of them at the same key as the set's end is not between them. A closure that starts
+        (ends) the match, its gate leading (trailing), reads the negated events from the window's
+        start, the last key ``hi`` less ``w`` (up to its end, the first key ``lo`` plus ``w``), as
+        a leading (trailing) negation of a chain does. Returns an id per match and the count of
+        each id."""
         s = self.s
         a = a.astype(np.int64)
         b = np.maximum(a, b).astype(np.int64)
@@ -1443,7 +1447,10 @@ class Evaluator:
             cut = b
             for g in k.gate:
                 xk = s.cks[g]
-                first = s.after(g, rows[k.prev])  # the negated events up to prev's key come before it
+                if k.prev is not None:
+                    first = s.after(g, rows[k.prev])  # the negated events up to prev's key come before it
+                else:
+                    first = np.searchsorted(xk, hi - w, "left")
                 has = first < len(xk)
                 cut = np.minimum(cut, np.where(has, np.searchsorted(ck, xk[np.minimum(first, len(xk) - 1)], "right"), b))
             a2, b2 = np.clip(cut, a, b), b  # sets only in [cut, b) start after the first such event
@@ -1451,7 +1458,10 @@ class Evaluator:
             cut = a
             for g in k.gate:
                 xk = s.cks[g]
-                last = s.before(g, rows[k.next])  # the negated events before next's key
+                if k.next is not None:
+                    last = s.before(g, rows[k.next])  # the negated events before next's key
+                else:
+                    last = np.searchsorted(xk, lo + w, "right")
                 has = last > 0
                 cut = np.maximum(cut, np.where(has, np.searchsorted(ck, xk[np.maximum(last - 1, 0)], "left"), a))
             a2, b2 = a, np.clip(cut, a, b)  # sets only in [a, cut) end before the last such event

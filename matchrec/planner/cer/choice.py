@@ -189,8 +189,10 @@ def closures_counted(chain, read: set) -> bool:
     (``operators.cer_shared.Kleene``): each lies between two single, positive events, or ends
     (starts) the chain after (before) one; on one side the neighbour may instead be negated
     elements no condition reads (``read``: the variables conditions read), followed by a single,
-    positive event. At most one closure lies at an end: its sets reach as far as the window from
-    the match's other end, which must then be a single event. A negation with no single event
+    positive event, or the chain's end (a trailing negation after a closing closure: no event of
+    it between the set's last candidate and the window's end; a leading one before an opening
+    closure, read the other way). At most one closure lies at an end: its sets reach as far as the
+    window from the match's other end, which must then be a single event. A negation with no single event
     before it (after it) reaches back from the match's last (forward from its first) event, which
     a closure ending (starting) the chain decides set by set: such a chain is not counted."""
     def single(j):
@@ -213,15 +215,19 @@ def closures_counted(chain, read: set) -> bool:
                 while 0 <= j < len(chain) and chain[j].negated and chain[j].var not in read:
                     gating.add(j)
                     j += step
-                if not single(j):
+                if not 0 <= j < len(chain):  # the chain's end: a trailing (leading) negation
+                    sides.append("gated end")
+                elif not single(j):
                     return False
-                sides.append("gate")
+                else:
+                    sides.append("gate")
             else:
                 return False
-        ends += "end" in sides
-        opens |= sides[0] == "end"
-        closes |= sides[1] == "end"
-        if sides == ["end", "end"] or sides.count("gate") > 1 or ends > 1:
+        at_end = [side in ("end", "gated end") for side in sides]
+        ends += any(at_end)
+        opens |= at_end[0]
+        closes |= at_end[1]
+        if all(at_end) or sum(side.startswith("gate") for side in sides) > 1 or ends > 1:
             return False
     for i, e in enumerate(chain):
         if e.negated and i not in gating:
