@@ -373,6 +373,18 @@ def test_closed_form_equals_counting_every_chain(seed):
                     if not ((negated > last) & (negated <= end)).any():
                         want += int(mult[i]) * math.prod(int(x) + 1 for x in mult[:i])
         assert got == want, ("closure before negations", classes, closure, gates, w)
+        if k < 2:
+            continue
+        # the closure between elements j and j+1 instead: its sets strictly between their keys
+        j = int(rng.integers(0, k - 1))
+        got = cer_sequences.count_between(stream, classes, j, closure, w)
+        want = 0
+        for rows in __import__("itertools").product(*[np.flatnonzero(masks[c]) for c in classes]):
+            keys = [int(ck[r]) for r in rows]
+            if all(x < y for x, y in zip(keys, keys[1:])) and keys[-1] - keys[0] <= stream.clamp(w):
+                _, mult = np.unique(inside[(inside > keys[j]) & (inside < keys[j + 1])], return_counts=True)
+                want += math.prod(int(x) + 1 for x in mult) - 1
+        assert got == want, ("closure between", classes, j, closure, w)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -196,8 +196,9 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
 def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, items: list, lines: list):
     """The counted units that are plain sequences (no condition between elements, or only between
     the first two, the last two, or the first and the last, read as rays; no negation but between
-    the first two or the last two, no Kleene closure but one ``K+`` at the end, no other
-    alternative to deduplicate against) counted in closed form (``operators.cer_sequences``);
+    the first two or the last two, no Kleene closure but one ``K+`` at the end or, in a sequence
+    with neither condition nor negation, between two elements; no other alternative to deduplicate
+    against) counted in closed form (``operators.cer_sequences``);
     returns the other units and their models, for the plan."""
     done, n_done = [], 0
     ranker = None  # an evaluator for its ranks of a class's values (cached per class and column)
@@ -219,6 +220,9 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
             n = cer_sequences.count_closure(stream, unit.classes, c.cls, unit.window, cheaper=True,
                                             gates=() if c.gate_after else c.gate,
                                             trailing=c.gate if c.gate_after else ())
+        elif len(unit.kleene) == 1 and _middle_closure(unit.kleene[0]):
+            c = unit.kleene[0]
+            n = cer_sequences.count_between(stream, unit.classes, c.prev, c.cls, unit.window, cheaper=True)
         else:
             continue
         if n is None:
@@ -352,6 +356,12 @@ def _trailing_closure(k, positives: int, gated: bool = False) -> bool:
     positive element: ``cer_sequences.count_closure`` counts it with the sequence before it."""
     return (k.next is None and k.prev == positives - 1 and k.lo <= 1 and k.hi is None
             and (not k.gate or gated))
+
+
+def _middle_closure(k) -> bool:
+    """A closure ``K+`` (one or more, no upper bound, no negation beside it) between two positive
+    elements: ``cer_sequences.count_between`` counts it with the sequence around it."""
+    return k.prev is not None and k.next == k.prev + 1 and k.lo <= 1 and k.hi is None and not k.gate
 
 
 def threads_of(duck) -> int:

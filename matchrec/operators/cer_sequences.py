@@ -32,7 +32,7 @@ import math
 
 import numpy as np
 
-__all__ = ["count", "count_closure", "count_ranked_pair", "Reversed", "MAX_ELEMENTS"]
+__all__ = ["count", "count_closure", "count_between", "count_ranked_pair", "Reversed", "MAX_ELEMENTS"]
 
 MAX_ELEMENTS = 6  # running sums per pattern: k(k-1)/2 arrays the length of an element's candidates
 SAMPLE = 2048  # first or last events whose bound estimates whether the nodes would cost less
@@ -170,6 +170,39 @@ def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = F
     return total if total < LIMIT else None
 
 
+def count_between(stream, classes: list, j: int, closure: int, w: int, cheaper: bool = False) -> int | None:
+    """The matches of ``SEQ(e0, ..., ej, K+, ej+1, ..., ek-1)``: the plain sequence of ``classes``
+    (as ``count``) with a Kleene closure of one or more candidates of class ``closure`` between
+    elements j and j+1, at most one per composite key. A chain whose events j and j+1 have keys
+    ``u < v`` stands for ``R(v-) / R(u) - 1`` matches (``count_closure``'s ``R``; ``v-``: the keys
+    below ``v``): a weight of event j times a weight of event j+1, so the sum is the walks with
+    those two steps weighed, modulo each prime, less the chains. None where ``count`` declines the
+    sequence, the bound (per last event, its chains times the factors of the closure's keys in its
+    window) needs more than the four primes, or the count is 2^62 or more."""
+    k = len(classes)
+    if not 2 <= k <= MAX_ELEMENTS or not 0 <= j < k - 1 or not stream.ordered():
+        return None
+    w = stream.clamp(w)
+    at = _walk_positions(stream, classes, w)
+    plain = count(stream, classes, w, cheaper, at)
+    if plain is None:
+        return None
+    _, logs, tables = _closure_factors(stream, closure)
+    runs = ("runs", closure)
+    gain = logs[search(stream, runs, classes[-1], 0, "right")] - logs[search(stream, runs, classes[-1], -w, "left")]
+    primes = _primes_for(_bound(stream, classes, w), gain)
+    if not primes:
+        return None
+    to_u = search(stream, runs, classes[j], 0, "right")  # the closure's keys up to event j
+    to_v = search(stream, runs, classes[j + 1], 0, "left")  # and below event j+1
+    residues = []
+    for m, (products, inverses) in zip(primes, tables(len(primes))):
+        walks = _walks(stream, classes, at, {j: inverses[to_u], j + 1: products[to_v]}, m)
+        residues.append(int(walks.sum()) % m)
+    total = _chinese(residues) - plain
+    return total if total < LIMIT else None
+
+
 def _gated(stream, classes: list, closure: int, w: int, at: tuple | None, gates: tuple):
     """``count_closure``'s negated events before the closure: per last prefix event, the walks'
     positions over ``[c - w, y)`` (``c`` the first negated event after it; none where there is no
@@ -279,23 +312,26 @@ def _walk_positions(stream, classes: list, w: int) -> tuple:
     return below, at0, search(stream, classes[k - 2], classes[-1])
 
 
-def _walks(stream, classes: list, at: tuple, weights: np.ndarray | None = None, m: int | None = None) -> np.ndarray:
+def _walks(stream, classes: list, at: tuple, weights=None, m: int | None = None) -> np.ndarray:
     """Per candidate e of the last element, the chains of the elements before it with keys in
     ``[key(e) - w, key(e))`` (``at``: ``_walk_positions`` for the window ``w``): the walks from state
     0 to k-1 over those keys, ``inverse(P(x0)) @ P(x1)``'s first row read at k-1. ``P[a, b]`` is held
     over element b-1's candidates (``F[a, b][i]``: the walks below its i-th), running sums of
     ``P[a, b-1]`` at each candidate's key. In int64 wrapping modulo 2^64 (the caller certifies the
     total below 2^63), or with ``weights`` (per candidate of the first element, below 2^31: each
-    chain weighed by its first event's) modulo ``m``."""
+    chain weighed by its first event's; or a dict of such weights per element, each chain weighed
+    by the product of its events') modulo ``m``. A weight per event is one more step of its
+    transfer matrix, still unit upper triangular: the inverse of ``P(x0)`` reads the same."""
     k = len(classes)
     cks = [stream.cks[c] for c in classes]
     below, at0, at1 = at
+    weighed = {0: weights} if isinstance(weights, np.ndarray) else dict(weights or {})
 
     def mod(x):
         if m is not None:
             x %= m
         return x
-    F = _running_sums(cks, below, k - 1, weights, m)
+    F = _running_sums(cks, below, k - 1, m=m, weighed={j: x for j, x in weighed.items() if j < k - 1})
     # the first row of inverse(P(x0)): q[0] = 1, q[b] = -sum over j < b of q[j] P[j, b](x0)
     q = [np.ones(len(cks[-1]), np.int64)]
     for b in range(1, k):
@@ -306,24 +342,29 @@ def _walks(stream, classes: list, at: tuple, weights: np.ndarray | None = None, 
     total = q[k - 1].copy()
     for j in range(k - 1):
         total += mod(q[j] * F[j, k - 1][at1])
+    if k - 1 in weighed:
+        total = mod(total) * weighed[k - 1]
     return mod(total)
 
 
 def _running_sums(cks: list, below: list, top: int, weights: np.ndarray | None = None,
-                  m: int | None = None, last_weights: np.ndarray | None = None) -> dict:
+                  m: int | None = None, last_weights: np.ndarray | None = None, weighed: dict | None = None) -> dict:
     """``F[a, b]`` for ``0 <= a < b <= top``: the walks from state a to b below each candidate of
     element b-1 and past the last (``F[a, b][i]``: below its i-th), held over those candidates as
     running sums of ``F[a, b-1]`` at each of them (``below[b]``: element b-1's candidates below each
     of element b's). With ``weights`` (per candidate of element 0) each walk is weighed by its first
     event's, with ``last_weights`` (per candidate of element ``top - 1``) by its last event's, modulo
-    ``m``."""
+    ``m``; ``weighed``: such weights per element, for any elements below ``top``."""
+    weighed = dict(weighed or {})
+    if weights is not None:
+        weighed[0] = weights
+    if last_weights is not None:
+        weighed[top - 1] = last_weights
     F: dict = {}
     for a in range(top):
         F[a, a + 1] = cur = np.zeros(len(cks[a]) + 1, np.int64)
-        if a == 0 and weights is not None:
-            np.cumsum(weights, out=cur[1:])  # below 2^31 each: no overflow for 2^32 events
-        elif a == top - 1 and last_weights is not None:
-            np.cumsum(last_weights, out=cur[1:])
+        if a in weighed:
+            np.cumsum(weighed[a], out=cur[1:])  # below 2^31 each: no overflow for 2^32 events
         else:
             cur[1:] = np.arange(1, len(cks[a]) + 1)
         if m is not None:
@@ -331,8 +372,8 @@ def _running_sums(cks: list, below: list, top: int, weights: np.ndarray | None =
         for b in range(a + 2, top + 1):
             F[a, b] = cur = np.zeros(len(cks[b - 1]) + 1, np.int64)
             steps = F[a, b - 1][below[b - 1]]
-            if b == top and last_weights is not None:
-                steps = steps * last_weights % m  # both below m < 2^31
+            if b - 1 in weighed:
+                steps = steps * weighed[b - 1] % m  # both below m < 2^31
             np.cumsum(steps, out=cur[1:])
             if m is not None:
                 cur %= m
