@@ -331,7 +331,7 @@ def _walks(stream, classes: list, at: tuple, weights=None, m: int | None = None)
         if m is not None:
             x %= m
         return x
-    F = _running_sums(cks, below, k - 1, m=m, weighed={j: x for j, x in weighed.items() if j < k - 1})
+    F = _running_sums(cks, below, k - 1, m, {j: x for j, x in weighed.items() if j < k - 1})
     # the first row of inverse(P(x0)): q[0] = 1, q[b] = -sum over j < b of q[j] P[j, b](x0)
     q = [np.ones(len(cks[-1]), np.int64)]
     for b in range(1, k):
@@ -347,19 +347,13 @@ def _walks(stream, classes: list, at: tuple, weights=None, m: int | None = None)
     return mod(total)
 
 
-def _running_sums(cks: list, below: list, top: int, weights: np.ndarray | None = None,
-                  m: int | None = None, last_weights: np.ndarray | None = None, weighed: dict | None = None) -> dict:
+def _running_sums(cks: list, below: list, top: int, m: int | None = None, weighed: dict | None = None) -> dict:
     """``F[a, b]`` for ``0 <= a < b <= top``: the walks from state a to b below each candidate of
     element b-1 and past the last (``F[a, b][i]``: below its i-th), held over those candidates as
     running sums of ``F[a, b-1]`` at each of them (``below[b]``: element b-1's candidates below each
-    of element b's). With ``weights`` (per candidate of element 0) each walk is weighed by its first
-    event's, with ``last_weights`` (per candidate of element ``top - 1``) by its last event's, modulo
-    ``m``; ``weighed``: such weights per element, for any elements below ``top``."""
-    weighed = dict(weighed or {})
-    if weights is not None:
-        weighed[0] = weights
-    if last_weights is not None:
-        weighed[top - 1] = last_weights
+    of element b's). With ``weighed`` (per element below ``top``, a weight below 2^31 per candidate)
+    each walk is weighed by the product of its events' weights, modulo ``m``."""
+    weighed = weighed or {}
     F: dict = {}
     for a in range(top):
         F[a, a + 1] = cur = np.zeros(len(cks[a]) + 1, np.int64)
@@ -505,7 +499,7 @@ def count_ranked_ends(stream, classes: list, w: int, low: np.ndarray, high: np.n
         p = [np.ones(len(kz), np.int64)]
         if n:
             below = [None] + [search(stream, mid[b - 1], mid[b]) for b in range(1, n)]
-            F = _running_sums([stream.cks[c] for c in mid], below, n, None, None, None)
+            F = _running_sums([stream.cks[c] for c in mid], below, n)
             for b in range(1, n + 1):
                 at = search(stream, mid[b - 1], classes[0], 0, "right")  # below x + 1
                 s = np.zeros(len(kx), np.int64)
@@ -529,7 +523,7 @@ def _pair_sums(stream, classes: list, w: int, low, high, rank, distinct: int, fl
     n = len(classes) - 2  # the elements after the pair
     cks = [stream.cks[c] for c in classes[2:]]
     below = [None] + [search(stream, classes[b + 1], classes[b + 2]) for b in range(1, n)]
-    F = _running_sums(cks, below, n, None, mod, last_weights if n else None)
+    F = _running_sums(cks, below, n, mod, {n - 1: last_weights} if n and last_weights is not None else None)
     # with no element after the pair, its second event is the chain's last
     q = [last_weights if not n and last_weights is not None else np.ones(len(ky), np.int64)]
     for b in range(1, n + 1):
