@@ -18,6 +18,7 @@ from matchrec.parser import sase as S
 from matchrec.planner import cer as P
 from matchrec.planner import sharing as SH
 from matchrec.planner.cer.choice import KLEENE_NOT_COUNTED, closures_counted, orders_apart
+from matchrec.planner.cer_ranges import decide
 from matchrec.planner.cer_vector import VectorColumns, compile_condition
 
 
@@ -34,6 +35,7 @@ class ElementClasses:
         self.classes: dict = {}  # (type, filter sql) -> id
         self.masks: list = []
         self.labels: list = []
+        self.ranges: dict = {}  # column -> (per type code: min, max, usable; all rows' (min, max) or None)
 
     def class_id(self, type_, filter_sql) -> int:
         k = (type_, filter_sql)
@@ -57,6 +59,56 @@ class ElementClasses:
         self.labels.append(label)
         return got
 
+    def value_range(self, type_, name: str, vcols: VectorColumns) -> tuple | None:
+        """(min, max, exact) of numeric column ``name`` over the events of type ``type_`` (None: every
+        event), None when unknown: not numeric, no such event, or a NULL or NaN among them. The
+        range of a type is that of every element class of it (``planner.cer_ranges``)."""
+        if name not in self.ranges:
+            self.ranges[name] = self._ranges(name, vcols)
+        got = self.ranges[name]
+        if got is None:
+            return None
+        lows, highs, usable, whole = got
+        if type_ is None:
+            return whole
+        code = self.code_of.get(type_)
+        if code is None or not usable[code]:
+            return None
+        exact = lows.dtype.kind == "i"
+        lo, hi = (int(lows[code]), int(highs[code])) if exact else (float(lows[code]), float(highs[code]))
+        return lo, hi, exact
+
+    def _ranges(self, name: str, vcols: VectorColumns):
+        values = vcols.get(name)
+        # float32 excluded: DuckDB may compare it at its own precision, beyond the float margin
+        if values is None or not len(values) or values.dtype.kind not in "if" or values.dtype == np.float32:
+            return None
+        k = len(self.code_of)
+        known = self.codes >= 0  # rows of a NULL type bind no typed element
+        codes, vals = self.codes[known], values[known]
+        count = np.bincount(codes, minlength=k)
+        bad = np.zeros(k, bool)
+        nulls = vcols.nulls(name)
+        if nulls is not None:
+            bad |= np.bincount(codes[nulls[known]], minlength=k) > 0
+        if values.dtype.kind == "f":
+            nan = np.isnan(vals)
+            bad |= np.bincount(codes[nan], minlength=k) > 0
+        else:
+            vals = vals.astype(np.int64)
+        info = np.iinfo(np.int64) if vals.dtype.kind == "i" else None
+        lows = np.full(k, info.max if info else np.inf, vals.dtype)
+        highs = np.full(k, info.min if info else -np.inf, vals.dtype)
+        np.minimum.at(lows, codes, vals)
+        np.maximum.at(highs, codes, vals)
+        usable = (count > 0) & ~bad
+        whole = None
+        if (nulls is None or not nulls.any()) and not (values.dtype.kind == "f" and np.isnan(values).any()):
+            exact = values.dtype.kind == "i"
+            lo, hi = values.min(), values.max()
+            whole = (int(lo), int(hi), True) if exact else (float(lo), float(hi), False)
+        return lows, highs, usable, whole
+
     @staticmethod
     def type_codes(types) -> tuple[np.ndarray, dict]:
         """Each row's type as an integer code (-1: NULL) and the code of each type: one pass over the
@@ -68,13 +120,16 @@ class ElementClasses:
         return codes, {t: i for i, t in enumerate(enc.dictionary.to_pylist())}
 
 
-def prepare(items: list, classes: ElementClasses) -> None:
+def prepare(items: list, classes: ElementClasses, lines: list | None = None) -> None:
     """Give each statement (``item``) its element classes and compiled conditions, and decide whether
-    the shared operator evaluates it (``item.shared``; else ``item.why`` says why not)."""
+    the shared operator evaluates it (``item.shared``; else ``item.why`` says why not). A condition
+    the value ranges of its variables' types decide true for every binding (``planner.cer_ranges``)
+    is left out: it filters nothing; ``lines`` gets which were."""
     table = classes.table
     vcols = VectorColumns(table)
     converted: dict = {}  # columns converted once for every statement's conditions
     ray_forms: dict = {}  # conditions read as rays, per form (``RayForms``)
+    dropped = []
     for item in items:
         q, plan = item.query, item.plan
         item.class_of = {v: classes.class_id(e.type, plan.filter_sql.get(v)) for v, e in q.elements.items()}
@@ -87,6 +142,9 @@ def prepare(items: list, classes: ElementClasses) -> None:
         item.conds = []
         item.templates = []
         for i, (expr, vec) in enumerate(zip(q.conditions, vecs)):
+            if vec is not None and always_true(expr, q, kleene, res, classes, vcols):
+                dropped.append(f"{item.index} ({q.text[expr.span[0]:expr.span[1]]})")
+                continue
             template = SH.condition_template(expr, res.col)
             rays = RayForms(expr, res.col, vcols, kleene, template, ray_forms) if vec is not None else {}
             item.conds.append(O.Cond(frozenset(S.variables(expr)), item.py_conds.function(i), vec,
@@ -99,6 +157,21 @@ def prepare(items: list, classes: ElementClasses) -> None:
             item.shared = not item.why
         else:
             item.shared = True
+    if dropped and lines is not None:
+        lines.append(f"  conditions true for every binding by the value ranges of their variables' types, left out: "
+                     f"statements {', '.join(dropped)}")
+
+
+def always_true(expr, q, kleene: set, res, classes: ElementClasses, vcols: VectorColumns) -> bool:
+    """Whether ``expr`` holds for every binding of its (single, not Kleene) variables."""
+    if S.variables(expr) & kleene:
+        return False
+
+    def range_of(col):
+        if col.var in kleene or col.index is not None or col.var not in q.elements:
+            return None
+        return classes.value_range(q.elements[col.var].type, res.col(col), vcols)
+    return decide(expr, range_of) is True
 
 
 class PythonConditions:

@@ -79,7 +79,7 @@ class _Group:
         self.lines.append(head)
         t1 = time.perf_counter()
         classes = ElementClasses(table, filter_cols, bool(p0.partition_column))
-        prepare(self.items, classes)
+        prepare(self.items, classes, self.lines)
         evaluate_alone(self.items, classes, self.settings, self.lines)
         threads = threads_of(self.duck) if len(table) >= 2 * O.PART_ROWS else 1  # no query for a short read
         evaluate_shared(r, self.items, classes, self.settings, self.budget, self.lines, threads)
@@ -107,7 +107,7 @@ def evaluate_read(duck, settings: P.CerSettings, plan: P.CerPlan, table: pa.Tabl
     items, lines = [item], []
     classes = ElementClasses(table, {sql: f"__f_{var}" for var, sql in plan.filter_sql.items()},
                              bool(plan.partition_column))
-    prepare(items, classes)
+    prepare(items, classes, lines)
     evaluate_alone(items, classes, settings, lines)
     threads = threads_of(duck) if table.num_rows >= 2 * O.PART_ROWS else 1  # no query for a short read
     evaluate_shared(_OneStatement(), items, classes, settings, budget, lines, threads)
