@@ -557,3 +557,20 @@ def test_a_drift_decision_waits_while_a_re_plan_could_save_less_than_deciding_co
     assert "too few slices ahead" not in "\n".join(dear.report)
     for r in (cheap, dear):
         assert [t.to_pylist() for t in r.tables] == [t.to_pylist() for t in want]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sorted_search_equals_numpys(seed):
+    """The closed forms' galloping search (``cer_shared_kernels.sorted_search``) against
+    ``np.searchsorted``: ties, empty and one-sided inputs, long gaps, unsorted queries."""
+    from matchrec.operators.cer_shared_kernels import sorted_search
+    rng = np.random.default_rng(seed)
+    for _ in range(150):
+        n, m = (int(x) for x in rng.integers(0, 2500, 2))
+        spread = int(rng.choice([3, 100, 10**6]))
+        a = np.sort(rng.integers(-spread, spread, n))
+        v = np.sort(rng.integers(-2 * spread, 2 * spread, m)) + int(rng.choice([0, spread // 2]))
+        if rng.random() < 0.2:
+            v = rng.permutation(v)
+        for side in ("left", "right"):
+            assert (sorted_search(a, v, side) == np.searchsorted(a, v, side)).all(), (side, n, m, spread)

@@ -60,8 +60,9 @@ def search(stream, into, of: int, offset: int = 0, side: str = "left") -> np.nda
     key = (into, of, offset, side)
     got = kept.get(key)
     if got is None:
+        from matchrec.operators.cer_shared_kernels import sorted_search
         keys = _closure_factors(stream, into[1])[0] if isinstance(into, tuple) else stream.cks[into]
-        got = np.searchsorted(keys, stream.cks[of] + offset if offset else stream.cks[of], side)
+        got = sorted_search(keys, stream.cks[of] + offset if offset else stream.cks[of], side)
         if kept["size"] + len(got) <= SEARCHED_MAX:
             got.flags.writeable = False  # read by later statements: no caller may write into it
             kept[key] = got
