@@ -572,5 +572,7 @@ def test_sorted_search_equals_numpys(seed):
         v = np.sort(rng.integers(-2 * spread, 2 * spread, m)) + int(rng.choice([0, spread // 2]))
         if rng.random() < 0.2:
             v = rng.permutation(v)
+        if rng.random() < 0.1 and m:  # the largest key last, after keys below every one of ``a``
+            v = np.append(np.sort(v)[:-1] - 5 * spread, np.iinfo(np.int64).max)
         for side in ("left", "right"):
             assert (sorted_search(a, v, side) == np.searchsorted(a, v, side)).all(), (side, n, m, spread)

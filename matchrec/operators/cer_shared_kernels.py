@@ -278,16 +278,18 @@ def sorted_search(a: np.ndarray, v: np.ndarray, side: str = "left") -> np.ndarra
     300,000 keys). Other inputs go to numpy."""
     if len(v) < 64 or len(a) < 64 or a.dtype != np.int64 or v.dtype != np.int64 or bool((v[1:] < v[:-1]).any()):
         return np.searchsorted(a, v, side)
-    return _gallop_right(a, v) if side == "right" else _gallop_left(a, v)
+    if side == "right" and v[-1] == np.iinfo(np.int64).max:
+        return np.searchsorted(a, v, side)  # "right" gallops below v + 1
+    return _gallop(a, v, side == "right")
 
 
 @njit(nogil=True, cache=True)
-def _gallop_left(a, v):
+def _gallop(a, v, right):
     n = a.shape[0]
     out = np.empty(v.shape[0], np.int64)
     i = 0
     for j in range(v.shape[0]):
-        x = v[j]
+        x = v[j] + 1 if right else v[j]  # on integers, at most v is below v + 1
         k = 0
         while i < n and a[i] < x and k < 8:  # most answers lie a few steps on
             i += 1
@@ -304,37 +306,6 @@ def _gallop_left(a, v):
             while lo < hi:
                 mid = (lo + hi) >> 1
                 if a[mid] < x:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            i = lo
-        out[j] = i
-    return out
-
-
-@njit(nogil=True, cache=True)
-def _gallop_right(a, v):
-    n = a.shape[0]
-    out = np.empty(v.shape[0], np.int64)
-    i = 0
-    for j in range(v.shape[0]):
-        x = v[j]
-        k = 0
-        while i < n and a[i] <= x and k < 8:
-            i += 1
-            k += 1
-        if k == 8 and i < n and a[i] <= x:
-            lo, step = i, 8
-            hi = lo + step
-            while hi < n and a[hi] <= x:
-                lo = hi
-                step *= 2
-                hi = lo + step
-            hi = min(hi, n)
-            lo += 1
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if a[mid] <= x:
                     lo = mid + 1
                 else:
                     hi = mid
