@@ -207,7 +207,8 @@ def countable(item, classes: ElementClasses) -> str:
     if (len(chains) != 1 and q.returns != "count") or not orders_apart(chains):
         return "Kleene closure in OR / AND"
     chain = chains[0]
-    kvars = {e.var for e in chain if e.kleene is not None}
+    # every alternative's closures: a condition reading one in any of them is not counted
+    kvars = {e.var for c in chains for e in c if e.kleene is not None}
     if q.returns == "project":
         # A row per match whose columns read no closure: the skeleton's row repeated once per set.
         # The rows keep the order of the statement run alone (first event, then variable by
