@@ -38,7 +38,7 @@ def evaluate_alone(items: list, classes: ElementClasses, settings: P.CerSettings
     """The group's statements the shared operator does not take, each by its usual mechanism over the
     rows of the shared read it can look at (``rows_seen``): a mechanism steps over every row it is
     given, and recomputation over a whole 300,000-event read took five times what it takes over the
-    cursor's own, filtered read.""" 
+    cursor's own, filtered read."""
     rest = [i for i in items if not i.shared]
     if not rest:
         return
