@@ -124,12 +124,14 @@ def prepare(items: list, classes: ElementClasses, lines: list | None = None) -> 
     """Give each statement (``item``) its element classes and compiled conditions, and decide whether
     the shared operator evaluates it (``item.shared``; else ``item.why`` says why not). A condition
     the value ranges of its variables' types decide true for every binding (``planner.cer_ranges``)
-    is left out: it filters nothing; ``lines`` gets which were."""
+    is left out: it filters nothing; one decided false over single events only marks the
+    alternatives binding all its variables as matching nothing (``item.never``: the shared operator
+    makes no unit of them); ``lines`` gets which were."""
     table = classes.table
     vcols = VectorColumns(table)
     converted: dict = {}  # columns converted once for every statement's conditions
     ray_forms: dict = {}  # conditions read as rays, per form (``RayForms``)
-    dropped = []
+    dropped, never = [], []
     for item in items:
         q, plan = item.query, item.plan
         item.class_of = {v: classes.class_id(e.type, plan.filter_sql.get(v)) for v, e in q.elements.items()}
@@ -142,9 +144,15 @@ def prepare(items: list, classes: ElementClasses, lines: list | None = None) -> 
         item.conds = []
         item.templates = []
         for i, (expr, vec) in enumerate(zip(q.conditions, vecs)):
-            if vec is not None and always_true(expr, q, kleene, res, classes, vcols):
+            verdict = decided(expr, q, kleene, res, classes, vcols) if vec is not None else None
+            if verdict is True:
                 dropped.append(f"{item.index} ({q.text[expr.span[0]:expr.span[1]]})")
                 continue
+            names = frozenset(S.variables(expr))
+            if verdict is False and names <= set(q.positive):
+                # a negated event's condition false for every binding blocks nothing: it stays
+                item.never.append(names)
+                never.append(f"{item.index} ({q.text[expr.span[0]:expr.span[1]]})")
             template = SH.condition_template(expr, res.col)
             rays = RayForms(expr, res.col, vcols, kleene, template, ray_forms) if vec is not None else {}
             item.conds.append(O.Cond(frozenset(S.variables(expr)), item.py_conds.function(i), vec,
@@ -160,18 +168,22 @@ def prepare(items: list, classes: ElementClasses, lines: list | None = None) -> 
     if dropped and lines is not None:
         lines.append(f"  conditions true for every binding by the value ranges of their variables' types, left out: "
                      f"statements {', '.join(dropped)}")
+    if never and lines is not None:
+        lines.append(f"  conditions false for every binding by the value ranges of their variables' types (the "
+                     f"alternatives binding their variables match nothing): statements {', '.join(never)}")
 
 
-def always_true(expr, q, kleene: set, res, classes: ElementClasses, vcols: VectorColumns) -> bool:
-    """Whether ``expr`` holds for every binding of its (single, not Kleene) variables."""
+def decided(expr, q, kleene: set, res, classes: ElementClasses, vcols: VectorColumns) -> bool | None:
+    """Whether ``expr`` holds for every binding of its (single, not Kleene) variables (True), for
+    none (False), or either may happen (None)."""
     if S.variables(expr) & kleene:
-        return False
+        return None
 
     def range_of(col):
         if col.var in kleene or col.index is not None or col.var not in q.elements:
             return None
         return classes.value_range(q.elements[col.var].type, res.col(col), vcols)
-    return decide(expr, range_of) is True
+    return decide(expr, range_of)
 
 
 class PythonConditions:

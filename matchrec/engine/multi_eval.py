@@ -463,6 +463,8 @@ def units_of(item, k: int, units: list, models: list) -> None:
             continue
         names = [e.var for e in pos]
         varset = set(names)
+        if any(v <= varset for v in item.never):
+            continue  # a condition false for every binding of this alternative: no match
         at = {v: i for i, v in enumerate(names)}
         conds, cmodels = [], []
         for c, t in zip(item.conds, item.templates):

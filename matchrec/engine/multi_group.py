@@ -41,6 +41,7 @@ class Statement:
     count: int = 0
     matches: list | None = None
     units: list = field(default_factory=list)  # indexes of its units in the group
+    never: list = field(default_factory=list)  # variables of conditions false for every binding (``prepare``)
 
 
 class _Group:
