@@ -216,6 +216,72 @@ def test_explain_shows_the_pull(pair):
     assert "no row filter: strict contiguity looks at every row" in text
 
 
+TWIN_SHAPES = [
+    "SEQ({x} a, {x} b)",
+    "SEQ({x} a, {y} b, {x} c)",
+    "SEQ({x} a, {x}+ b)",
+    "SEQ({x} a, {x}+ b, {y} c)",
+    "SEQ({x} a, ~{y} n, {x} b)",
+    "AND({x} a, {x} b)",
+    "SEQ({x} a, AND({y} b, {x} c))",
+]
+
+
+def test_a_round_whose_condition_an_earlier_round_asked_is_made_here(pair):
+    """Elements with one condition (SEQ(A a, A b), a closure of the first element's type) take
+    the earlier round's candidates inside the set: one round trip fewer, the local result."""
+    rng = random.Random(41)
+    n = 1500
+    ts = sorted(rng.randrange(0, 20 * n) for _ in range(n))
+    table = pa.table({"id": pa.array(range(n), pa.int64()), "ts": pa.array(ts, pa.int64()),
+                      "type": [rng.choice(["rare", "mid", "mid", "noise", "noise", "noise", "noise"]) for _ in range(n)],
+                      "v": pa.array([rng.randint(0, 9) for _ in range(n)], pa.int32()),
+                      "g": pa.array([rng.randint(0, 2) for _ in range(n)], pa.int32())})
+    pair.put("ev", table)
+    cur = pair.remote.cursor()
+    cur.execute("SET matchrec_round_trips = always")
+    twins = 0
+    for k in range(28):
+        x, y = rng.sample(["rare", "mid", "noise"], 2)
+        shape = TWIN_SHAPES[k % len(TWIN_SHAPES)].format(x=x, y=y)
+        where = rng.choice(["", " WHERE last(b.v) > a.v", " WHERE a.v > 3"])
+        part = rng.choice(["", " PARTITION BY g"])
+        strategy = rng.choice(["", " USE skip-till-next-match"])
+        sql = (f"PATTERN {shape} FROM ev{part}{where}{strategy} WITHIN {rng.choice([15, 60, 200])} "
+               "RETURN COUNT(*)")
+        for pull in ("dfs", "dfs_stateful", "naive_dfs"):
+            cur.execute(f"SET pull_strategy = {pull}")
+            got, local = pair.both(sql)
+            assert got == local, (pull, sql)
+            c = pair.remote.cursor()
+            c.execute(f"SET pull_strategy = {pull}")
+            c.execute("SET matchrec_round_trips = always")
+            c.execute(sql)
+            assert c.fetchall() == local
+            stats = c.cer_run.info["pull"]
+            made_here = [x for x in stats.notes if "no round trip" in x]
+            if pull != "dfs":  # the baselines keep their rounds: dfs_stateful's nodes keep each round's rows
+                assert not made_here, (pull, sql)
+                continue
+            twins += bool(made_here)
+            conditions = {v for v in stats.candidates}
+            # every element named in the round counts: one call for the statistics, one per round
+            # made on the nodes, one for the final pull
+            assert stats.round_trips == 2 + len(conditions) - len(made_here), (sql, stats.lines())
+    assert twins >= 10
+    # the set made here is the one a round on the nodes makes: b's condition written apart (true
+    # for every row) takes a round trip and pulls the same rows
+    cur.execute("SET pull_strategy = dfs")
+    for x, y in (("rare", "mid"), ("mid", "noise")):
+        pulled = []
+        for extra in ("", " WHERE c.v >= 0"):
+            cur.execute(f"PATTERN SEQ({x} a, {y} b, {x} c) FROM ev{extra} WITHIN 40 RETURN a.id, c.id")
+            cur.fetchall()
+            stats = cur.cer_run.info["pull"]
+            pulled.append((stats.events_pulled, stats.round_trips))
+        assert pulled[0][0] == pulled[1][0] and pulled[0][1] == pulled[1][1] - 1, pulled
+
+
 def test_the_placeholder_comes_back_and_errors_are_matchrec_errors(pair):
     pair.put("ev", sparse_events(500))
     cur = pair.remote.cursor()

@@ -357,6 +357,17 @@ class DualFiltering:
             if round_trips == "never":
                 stats.rounds_skipped.append(f"{v.name} (round trips off)")
                 continue
+            twin = None if again or exact or session is not None or usable or mine else next(
+                (j for j, was_again in made if not was_again and not joined.get(j)
+                 and ip.variables[j].condition == v.condition), None)
+            if twin is not None:
+                tis = self._twin_round(ip, i, twin, tis, points, quantum, stats)
+                made.append((i, again))
+                joined[i] = 0
+                coverage = min(1.0, tis.total_length() / extent)
+                if len(tis) == 0:
+                    break
+                continue
             if tis is not None and encoded[0] is not tis:
                 encoded = (tis, self.tis_payload(tis, ip.window, exact))
             tis_bytes = len(encoded[1][1]) if tis is not None else 0
@@ -470,6 +481,29 @@ class DualFiltering:
             stats.notes.append(f"time interval set: {len(tis)} intervals covering {tis.total_length()} of {extent} "
                                f"key units (window {ip.window})")
         return Rounds(request, blobs, tis, points, quantum, base.get("pk_bits"))
+
+    @staticmethod
+    def _twin_round(ip: IntervalPlan, i: int, twin: int, tis: IntervalSet | None, points: dict, quantum: int,
+                    stats: PullStats) -> IntervalSet:
+        """The round of variable ``i`` made here, without a round trip: an earlier round of this
+        statement (``twin``'s) asked for the same condition (SEQ(A a, A b), a closure over the
+        first element's type), with no join filter and no values. Its candidates are a superset
+        of what the nodes would return now: they lay inside the set as it stood then (or were
+        all of them, when the set stayed here), and the set only shrinks. So the ones inside the
+        set now are exactly the candidates the nodes' exact filter would keep; their intervals
+        are intersected in as a round's are."""
+        v = ip.variables[i]
+        pk, lo, hi = points[twin]
+        if tis is not None:
+            keep = tis.overlaps(pk, lo, hi)
+            pk, lo, hi = pk[keep], lo[keep], hi[keep]
+        points[i] = (pk, lo, hi)
+        new = IntervalSet.around_slots(pk, lo // quantum, quantum, v.before, v.after)
+        tis = new if tis is None else tis.intersect(new)
+        stats.candidates[v.name] = len(pk)
+        stats.notes.append(f"round {v.name}: the candidates of round {ip.variables[twin].name} (the same "
+                           "condition) inside the set, no round trip")
+        return _refine(tis, points, ip)
 
 
 def pull(source: Source, table: str, strategy: str, columns: list[str], row_filter: str | None,
