@@ -233,8 +233,9 @@ def test_a_round_whose_condition_an_earlier_round_asked_is_made_here(pair):
     rng = random.Random(41)
     n = 1500
     ts = sorted(rng.randrange(0, 20 * n) for _ in range(n))
+    kinds = ["rare", "mid", "mid", "noise", "noise", "noise", "noise"]
     table = pa.table({"id": pa.array(range(n), pa.int64()), "ts": pa.array(ts, pa.int64()),
-                      "type": [rng.choice(["rare", "mid", "mid", "noise", "noise", "noise", "noise"]) for _ in range(n)],
+                      "type": [rng.choice(kinds) for _ in range(n)],
                       "v": pa.array([rng.randint(0, 9) for _ in range(n)], pa.int32()),
                       "g": pa.array([rng.randint(0, 2) for _ in range(n)], pa.int32())})
     pair.put("ev", table)
