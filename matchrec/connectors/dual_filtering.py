@@ -490,8 +490,8 @@ class DualFiltering:
         first element's type), with no join filter and no values. Its candidates are a superset
         of what the nodes would return now: they lay inside the set as it stood then (or were
         all of them, when the set stayed here), and the set only shrinks. So the ones inside the
-        set now are exactly the candidates the nodes' exact filter would keep; their intervals
-        are intersected in as a round's are."""
+        set now are the candidates an exact filter on the nodes would keep (the window filter
+        keeps a few more); their intervals are intersected in as a round's are."""
         v = ip.variables[i]
         pk, lo, hi = points[twin]
         if tis is not None:
