@@ -51,9 +51,16 @@ def test_columns_equal_the_matches_added():
 
 def test_columns_keep_the_match_limit():
     sink = O.PatternSink(False, 3, set())
-    sink.blocks[frozenset("ab")] = [np.arange(8, dtype=np.int64).reshape(4, 2)]
+    sink.add(["a", "b"], [np.arange(2), np.arange(2)])
+    with pytest.raises(OperationalError):  # 4 matches past the limit of 3
+        sink.add(["b", "a"], [np.arange(2), np.arange(2, 4)])
+    deduplicated = O.PatternSink(False, 3, {frozenset("ab")})  # counted once distinct, in finish
+    deduplicated.add(["a", "b"], [np.arange(3), np.arange(3)])
+    deduplicated.add(["b", "a"], [np.arange(3), np.arange(3)])  # the same 3 matches
+    assert deduplicated.finish()[0] == 3
+    deduplicated.add(["a", "b"], [np.array([7]), np.array([8])])
     with pytest.raises(OperationalError):
-        sink.finish()
+        deduplicated.finish()
 
 
 def test_packed_match_order_equals_lexsort():

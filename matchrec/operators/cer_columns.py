@@ -85,6 +85,12 @@ class MatchColumns:
         variable by its row, a Kleene one by its sequence compared as a tuple of rows)."""
         if self.n < 2:
             return self
+        if not self.ids:
+            keys = [self.rows[v] for v in self.variables]
+            # the common case, checked in one comparison per variable: the first variable binds
+            # every match's first event (then no variable is ABSENT: ABSENT sorts below any row)
+            if keys and all(bool((keys[0] <= k).all()) for k in keys[1:]) and bool((keys[0] != ABSENT).all()):
+                return self.take(_lex_order(keys))
         keys = []
         first = np.full(self.n, np.iinfo(np.int64).max, np.int64)
         for var in self.variables:
@@ -140,10 +146,12 @@ def _lex_order(keys: list) -> np.ndarray:
     for k in keys:
         b = max(1, (int(k.max()) - ABSENT).bit_length())
         if packed is None or used + b > 63:
-            packed, used = np.zeros(len(k), np.int64), 0
+            packed, used = k - ABSENT, b  # the pack's first key: no zeros to shift in
             packs.append(packed)
+            continue
         packed <<= b
-        packed |= k - ABSENT
+        packed += k  # the field k - ABSENT, in place (no temporary array)
+        packed -= ABSENT
         used += b
     if len(packs) > 1:
         return np.lexsort(tuple(reversed(packs)))

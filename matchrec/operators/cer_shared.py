@@ -349,9 +349,10 @@ class PatternSink:
         if self.counting and not dedupe:
             self.n += m
             return
+        # kept column by column, in the variables' name order: ``finish`` concatenates each
+        # variable's arrays (a matrix per block cost a stack here and a strided copy there)
         order = sorted(range(len(names)), key=lambda i: names[i])
-        mat = np.stack([np.asarray(rows[i], np.int64) for i in order], axis=1)
-        self.blocks.setdefault(key, []).append(mat)
+        self.blocks.setdefault(key, []).append([np.asarray(rows[i], np.int64) for i in order])
         if not dedupe:
             self.n += m
             if not self.counting and self.max is not None and self.n > self.max:
@@ -365,34 +366,53 @@ class PatternSink:
         """The matches ``other`` (another thread's sink of the same pattern) found, after this
         one's; ``finish`` checks the limit on them all."""
         self.n += other.n
-        for key, mats in other.blocks.items():
-            self.blocks.setdefault(key, []).extend(mats)
+        for key, cols in other.blocks.items():
+            self.blocks.setdefault(key, []).extend(cols)
 
     def finish(self) -> tuple[int, MatchColumns | None]:
         """(number of matches, the matches as ``MatchColumns`` or None when counting)."""
         if not self.counting:
             return self._columns()
         n = self.n
-        for key, mats in self.blocks.items():  # only the shared varsets are kept when counting
-            n += len(np.unique(np.concatenate(mats), axis=0))
+        for key, cols in self.blocks.items():  # only the shared varsets are kept when counting
+            n += len(self._distinct(cols))
         return n, None
 
+    @staticmethod
+    def _joined(cols: list) -> list:
+        """One array per variable of the blocks ``cols`` (each a list of arrays, one per variable)."""
+        if len(cols) == 1:
+            return cols[0]
+        return [np.concatenate([c[j] for c in cols]) for j in range(len(cols[0]))]
+
+    @classmethod
+    def _distinct(cls, cols: list) -> np.ndarray:
+        """The distinct matches of the blocks ``cols`` as a matrix (a column per variable)."""
+        return np.unique(np.stack(cls._joined(cols), axis=1), axis=0)
+
     def _columns(self) -> tuple[int, MatchColumns]:
-        parts = []  # (variables in order, a row of each per match)
-        for key, mats in self.blocks.items():
-            m = np.concatenate(mats) if len(mats) > 1 else mats[0]
-            parts.append((sorted(key), np.unique(m, axis=0) if key in self.shared else m))
-        n = sum(len(m) for _, m in parts)
+        parts = []  # (variables in order, an array of rows per variable)
+        for key, cols in self.blocks.items():
+            if key in self.shared:
+                m = self._distinct(cols)
+                parts.append((sorted(key), [m[:, j] for j in range(m.shape[1])]))
+            else:
+                parts.append((sorted(key), self._joined(cols)))
+        lengths = [len(arrays[0]) for _, arrays in parts]
+        n = sum(lengths)
         if self.max is not None and n > self.max:
             raise too_many(self.max)
+        if len(parts) == 1:  # one set of variables: its arrays are the columns
+            names, arrays = parts[0]
+            return n, MatchColumns(n, {v: np.ascontiguousarray(a) for v, a in zip(names, arrays)}, {}, {})
         rows: dict = {}
         at = 0
-        for names, m in parts:
-            for j, var in enumerate(names):
+        for (names, arrays), m in zip(parts, lengths):
+            for var, a in zip(names, arrays):
                 if var not in rows:
                     rows[var] = np.full(n, ABSENT, np.int64)
-                rows[var][at:at + len(m)] = m[:, j]
-            at += len(m)
+                rows[var][at:at + m] = a
+            at += m
         return n, MatchColumns(n, rows, {}, {})
 
 
