@@ -65,16 +65,43 @@ def _kleene(ms: MatchColumns, var: str) -> tuple[np.ndarray, Sequences] | None:
     return None
 
 
-def _var_column(plan: P.CerPlan, table: pa.Table, var: str, name: str, ms: MatchColumns) -> pa.Array:
+class _InOrder:
+    """Matches in the result's order (``MatchColumns.order``), taken only as far as read: a single
+    variable's rows one at a time (a column of the result is then one gather of another), the
+    whole ``MatchColumns`` for what reads more."""
+
+    def __init__(self, ms: MatchColumns):
+        self.base, self.n = ms, ms.n
+        self.order = ms.order()
+        self._rows: dict = {}
+        self._all = None
+
+    def rows(self, var: str) -> np.ndarray:
+        got = self._rows.get(var)
+        if got is None:
+            r = self.base.rows.get(var)
+            if r is None:
+                got = np.full(self.n, ABSENT, np.int64)
+            else:
+                got = r if self.order is None else r[self.order]
+            self._rows[var] = got
+        return got
+
+    def all(self) -> MatchColumns:
+        if self._all is None:
+            self._all = self.base if self.order is None else self.base.take(self.order)
+        return self._all
+
+
+def _var_column(plan: P.CerPlan, table: pa.Table, var: str, name: str, ms: _InOrder) -> pa.Array:
     column = table.column(name)
     if plan.query.elements[var].kleene is not None:
-        got = _kleene(ms, var)
+        got = _kleene(ms.all(), var)
         if got is None:
             return pa.nulls(ms.n, pa.list_(column.type))
         ids, seqs = got
         return _lists(column, seqs).take(_indices(ids))
-    rows = ms.rows.get(var)
-    return _take(column, rows if rows is not None else np.full(ms.n, ABSENT, np.int64))
+    return _take(column, ms.rows(var))
 
 
 def _unique(names: list[str]) -> list[str]:
@@ -93,7 +120,7 @@ def build_result(plan: P.CerPlan, table: pa.Table, matches) -> pa.Table:
     """``matches``: a ``MatchColumns`` or a list of match tuples (``reference_matches``' format).
     Rows come in the order of each match's first event, then its events variable by variable."""
     q = plan.query
-    ms = (matches if isinstance(matches, MatchColumns) else from_tuples(matches)).ordered()
+    ms = _InOrder(matches if isinstance(matches, MatchColumns) else from_tuples(matches))
     names, arrays = [], []
     if q.returns == "events":
         for var in q.positive:
@@ -115,7 +142,7 @@ def build_result(plan: P.CerPlan, table: pa.Table, matches) -> pa.Table:
     if rest:
         for i, (proj, needs, fn) in enumerate(P.compile_projections(plan, table, rest)):
             if i in rest:
-                arrays[i] = _projection(proj.name, needs, fn, ms)
+                arrays[i] = _projection(proj.name, needs, fn, ms.all())
     names = [proj.name for proj in q.projections]
     return pa.table(dict(zip(_unique(names), arrays)))
 
@@ -123,7 +150,7 @@ def build_result(plan: P.CerPlan, table: pa.Table, matches) -> pa.Table:
 _REDUCE = {"min": np.minimum, "max": np.maximum, "sum": np.add}
 
 
-def _aggregate(e: S.Expr, res, table: pa.Table, ms: MatchColumns) -> pa.Array | None:
+def _aggregate(e: S.Expr, res, table: pa.Table, matches: _InOrder) -> pa.Array | None:
     """An aggregate over a Kleene variable's column by numpy over its sequences (segments of the
     flat rows: lengths, first and last by offsets, min / max / integer sum by ``reduceat``), or
     None where the Python evaluation must decide: NULLs or NaN in the column, other types, a
@@ -139,8 +166,9 @@ def _aggregate(e: S.Expr, res, table: pa.Table, ms: MatchColumns) -> pa.Array | 
         var, column = arg.var, table.column(res.col(arg))
     else:
         return None
-    if var not in ms.ids:
+    if var not in matches.base.ids:
         return None
+    ms = matches.all()
     seqs = ms.seqs[var]
     lengths = np.diff(seqs.offsets)
     if not len(seqs) or not lengths.all():

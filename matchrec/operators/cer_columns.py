@@ -83,14 +83,21 @@ class MatchColumns:
     def ordered(self) -> "MatchColumns":
         """The matches in the order of their first event, then variable by variable (a single
         variable by its row, a Kleene one by its sequence compared as a tuple of rows)."""
+        order = self.order()
+        return self if order is None else self.take(order)
+
+    def order(self) -> np.ndarray | None:
+        """The permutation ``ordered`` takes, or None when the matches are in that order already."""
         if self.n < 2:
-            return self
-        if not self.ids:
-            keys = [self.rows[v] for v in self.variables]
-            # the common case, checked in one comparison per variable: the first variable binds
-            # every match's first event (then no variable is ABSENT: ABSENT sorts below any row)
-            if keys and all(bool((keys[0] <= k).all()) for k in keys[1:]) and bool((keys[0] != ABSENT).all()):
-                return self.take(_lex_order(keys))
+            return None
+        if not self.ids and self.rows:
+            from matchrec.operators.cer_order_kernels import scan
+            keys = [np.ascontiguousarray(self.rows[v], np.int64) for v in self.variables]
+            top, first_least = scan(tuple(keys), ABSENT)
+            # the common case, checked in one pass: the first variable binds every match's first
+            # event (then no variable is ABSENT: ABSENT sorts below any row)
+            if first_least:
+                return _lex_order(keys, top)
         keys = []
         first = np.full(self.n, np.iinfo(np.int64).max, np.int64)
         for var in self.variables:
@@ -106,10 +113,10 @@ class MatchColumns:
             rank = _ranks(seqs)
             keys.append(np.where(ids == ABSENT, ABSENT, rank[np.maximum(ids, 0)] if len(seqs) else ABSENT))
         if not keys:
-            return self
+            return None
         if np.array_equal(first, keys[0]):  # the first variable binds the first event of every match
-            return self.take(_lex_order(keys))
-        return self.take(_lex_order([first] + keys))
+            return _lex_order(keys)
+        return _lex_order([first] + keys)
 
 
 @dataclass
@@ -137,28 +144,30 @@ class Block:
                 for r, k in zip(self.spread_rows.tolist(), self.ids.tolist())]
 
 
-def _lex_order(keys: list) -> np.ndarray:
-    """An order of the rows by ``keys[0]``, then ``keys[1]``, ... (each at least ABSENT). Keys
-    that fit in 63 bits together are packed into one integer: one sort of a packed key is several
-    times faster than ``np.lexsort`` over the arrays it packs. Equal packed keys are equal
-    matches (every variable's row or sequence rank is a key), so the sort need not be stable."""
-    packs, packed, used = [], None, 0
-    for k in keys:
-        b = max(1, (int(k.max()) - ABSENT).bit_length())
-        if packed is None or used + b > 63:
-            packed, used = k - ABSENT, b  # the pack's first key: no zeros to shift in
-            packs.append(packed)
-            continue
-        packed <<= b
-        packed += k  # the field k - ABSENT, in place (no temporary array)
-        packed -= ABSENT
+def _lex_order(keys: list, top=None) -> np.ndarray | None:
+    """An order of the rows by ``keys[0]``, then ``keys[1]``, ... (each at least ABSENT), or None
+    when they are in that order already; ``top``: each key's maximum, when known. Keys that fit
+    in 63 bits together are packed into one integer: one sort of a packed key is several times
+    faster than ``np.lexsort`` over the arrays it packs. Equal packed keys are equal matches
+    (every variable's row or sequence rank is a key), so the sort need not be stable."""
+    from matchrec.operators.cer_order_kernels import pack
+    keys = [np.ascontiguousarray(k, np.int64) for k in keys]
+    if top is None:
+        top = [int(k.max()) for k in keys]
+    bits = [max(1, (int(t) - ABSENT).bit_length()) for t in top]
+    groups, used = [], 64
+    for i, b in enumerate(bits):
+        if used + b > 63:
+            groups.append([])
+            used = 0
+        groups[-1].append(i)
         used += b
+    packs = [pack(tuple(keys[i] for i in g), np.array([bits[i] for i in g], np.int64), ABSENT) for g in groups]
     if len(packs) > 1:
-        return np.lexsort(tuple(reversed(packs)))
-    packed = packs[0]
-    if bool((packed[1:] >= packed[:-1]).all()):
-        return np.arange(len(packed))
-    return np.argsort(packed)
+        order = np.lexsort(tuple(p for p, _ in reversed(packs)))
+        return None if bool((order[1:] > order[:-1]).all()) else order
+    packed, ordered = packs[0]
+    return None if ordered else np.argsort(packed)
 
 
 def _ranks(seqs: Sequences) -> np.ndarray:

@@ -524,6 +524,7 @@ class Evaluator:
         self._runs: dict = {}  # class -> its candidates' runs of equal keys (``_tied_arrays``)
         self._scratch = None  # a position per stream row (``_scattered_ids``)
         self._needs: dict = {}  # id(node) -> (node, the parent's slots it and the steps below read: ``_reads``)
+        self._plain: dict = {}  # id(node) -> (node, ``plain_leaf``)
         # the statement's step budget: a candidate tried in a block is one step (numpy, as compiled)
         self.spend = budget.current().spend
 
@@ -734,6 +735,8 @@ class Evaluator:
                         if late.any():
                             idx, j = idx[~late], j[~late]
                         self.add_weighed(node, pm, idx, rows[j])
+            elif len(idx) and pm.w is None and self.plain_leaf(node):
+                self.emit_leaf(node, pm, idx, rows[j], ck, j)
             elif len(idx):
                 new_ck = ck[j]
                 self.process(node, _PMs([None if r is None else r[idx] for r in pm.rows] + [rows[j]],
@@ -1337,6 +1340,43 @@ class Evaluator:
         return idx, j
 
     # ---------------------------------------------------------------- complete matches
+    def plain_leaf(self, node: Node) -> bool:
+        """Whether ``node`` only finishes units that read nothing of a match but its rows: no step
+        below it, no negation, no Kleene closure, no window narrower than the node's (then
+        ``emit_leaf`` needs no first and last key per match)."""
+        got = self._plain.get(id(node))
+        if got is None:
+            w = self.s.clamp(node.window)
+            plain = not node.children and all(
+                not self.units[u].negs and not self.units[u].kleene and self.s.clamp(self.units[u].window) >= w
+                for u, _ in node.finishing)
+            got = self._plain[id(node)] = (node, plain)
+        return got[1]
+
+    def emit_leaf(self, node: Node, pm: _PMs, idx: np.ndarray, new_rows: np.ndarray, ck: np.ndarray,
+                  j: np.ndarray) -> None:
+        """``emit`` of the extensions ``(pm[idx], candidate j)`` of a ``plain_leaf`` node, without
+        building them as partial matches: a match is kept when its last key is in the range, which
+        holds for all of them when every parent's last key is."""
+        self.work["partial_matches"] += len(idx)
+        if len(pm) and int(pm.hi.min()) < self.lo:
+            keep = (pm.hi[idx] >= self.lo) | (ck[j] >= self.lo)
+            if not keep.all():
+                idx, new_rows = idx[keep], new_rows[keep]
+                if not len(idx):
+                    return
+        gathered: dict = {len(pm.rows): new_rows}
+        for u, slots in node.finishing:
+            unit = self.units[u]
+            rows = []
+            for slot in slots:
+                got = gathered.get(slot)
+                if got is None:
+                    got = gathered[slot] = pm.rows[slot][idx]
+                rows.append(got)
+            self.work["matches"] += len(idx)
+            self.sinks[unit.pattern].add(unit.vars, rows)
+
     def emit(self, node: Node, u: int, slots: list, pm: _PMs) -> None:
         unit = self.units[u]
         s = self.s
