@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from matchrec.engine.output import int128_array
 from matchrec.errors import DataError
@@ -40,10 +41,18 @@ def _indices(idx: np.ndarray) -> pa.Array:
     return pa.array(idx, pa.int64(), mask=absent) if absent.any() else pa.array(idx, pa.int64())
 
 
+# The result's columns are allocated by the system allocator: pyarrow's default pool (mimalloc
+# in pyarrow 26) took 3-4 times as long for the same gathers until a process had made several
+# large results (a run_many of 100 statements and 6 M rows: 0.38 s against 0.09 s).
+RESULT_POOL = pa.system_memory_pool()
+
+
 def _take(column: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
     if not len(column):
         return pa.nulls(len(rows), column.type)
-    return column.take(_indices(rows)).combine_chunks()
+    if column.num_chunks == 1:
+        return pc.take(column.chunk(0), _indices(rows), memory_pool=RESULT_POOL)
+    return pc.take(column, _indices(rows), memory_pool=RESULT_POOL).combine_chunks(memory_pool=RESULT_POOL)
 
 
 def _lists(column: pa.ChunkedArray, seqs: Sequences) -> pa.Array:
