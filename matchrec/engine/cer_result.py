@@ -37,8 +37,9 @@ def count_table(n: int) -> pa.Table:
 
 def _indices(idx: np.ndarray) -> pa.Array:
     """Take indices, NULL where the variable is unbound."""
-    absent = idx == ABSENT
-    return pa.array(idx, pa.int64(), mask=absent) if absent.any() else pa.array(idx, pa.int64())
+    if not len(idx) or int(idx.min()) > ABSENT:  # every row bound (ABSENT is the least value)
+        return pa.array(idx, pa.int64())
+    return pa.array(idx, pa.int64(), mask=idx == ABSENT)
 
 
 # The result's columns are allocated by the system allocator: pyarrow's default pool (mimalloc
