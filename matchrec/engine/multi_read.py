@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from matchrec.engine.cer_read import filter_join, needed_columns, register_intervals
+from matchrec.engine.cer_read import filter_join, needed_columns, register_intervals, with_partition_ids
 from matchrec.planner import cer as P
 
 
@@ -34,15 +34,17 @@ def read_group(duck, settings: P.CerSettings, plans: list) -> tuple[pa.Table, di
         where.append(f"({test})")
     body = f"SELECT {', '.join(cols)} FROM {p0.query.source} WHERE {' AND '.join(where)}"
     order = (["__part NULLS LAST"] if p0.partition_column else []) + ["__key"] + (["__rid"] if p0.rowid else [])
-    pid = ", dense_rank() OVER (ORDER BY __part NULLS LAST) - 1 AS __pid" if p0.partition_column else ""
     registered, filtering = group_intervals(duck, settings, plans)
     try:
         if registered is not None:
             body = filter_join(body, registered, bool(p0.partition_column))
-        table = duck.sql(f"SELECT *{pid} FROM ({body}) ORDER BY {', '.join(order)}").to_arrow_table()
+        sql = f"SELECT * FROM ({body}) ORDER BY {', '.join(order)}"
         # one chunk per column: the result columns are gathers of these rows, and a gather over
         # several chunks was several times slower (0.26 s against 0.05 s for 7 M result rows)
-        return table.combine_chunks(), filter_cols, filtering
+        table = duck.sql(sql).to_arrow_table().combine_chunks()
+        if p0.partition_column:
+            table = with_partition_ids(duck, table, body, order)
+        return table, filter_cols, filtering
     finally:
         if registered is not None:
             duck.unregister(registered)
