@@ -3,6 +3,7 @@ halves of the key range) from DuckDB, predicate selectivity from a sample of eve
 share of the key range (or of the rows, per partition) the anchors' intervals could cover."""
 from __future__ import annotations
 
+import collections
 import random
 
 import duckdb
@@ -174,9 +175,11 @@ def partitioned_cover(duck: duckdb.DuckDBPyConnection, source: str, key_sql: str
     its rows."""
     if not anchors:
         return 0.0
-    inner = ", ".join(f"count(*) FILTER (WHERE {t}) AS c{i}" for i, (t, _) in enumerate(anchors))
-    outer = " + ".join(f"sum(least(n, CAST(c{i} AS DOUBLE) * {2 * int(w) + 1} * n / (hi - lo + 1)))"
-                       for i, (_, w) in enumerate(anchors))
+    tests = list(dict.fromkeys(t for t, _ in anchors))  # statements of a workload share anchors: one count each
+    inner = ", ".join(f"count(*) FILTER (WHERE {t}) AS c{i}" for i, t in enumerate(tests))
+    pairs = collections.Counter((t, int(w)) for t, w in anchors)
+    outer = " + ".join(f"{m} * sum(least(n, CAST(c{tests.index(t)} AS DOUBLE) * {2 * w + 1} * n / (hi - lo + 1)))"
+                       for (t, w), m in pairs.items())
     n, covered = duck.execute(
         f"SELECT sum(n), {outer} FROM (SELECT count(*) AS n, min({key_sql}) AS lo, max({key_sql}) AS hi, {inner} "
         f"FROM {source} WHERE {key_sql} IS NOT NULL GROUP BY {quote(partition_column)})").fetchall()[0]
