@@ -81,8 +81,12 @@ class _InOrder:
     whole ``MatchColumns`` for what reads more."""
 
     def __init__(self, ms: MatchColumns):
-        self.base, self.n = ms, ms.n
-        self.order = ms.order()
+        self.n = ms.n
+        in_order = ms.sorted_by_keys()
+        if in_order is not None:
+            self.base, self.order = in_order, None
+        else:
+            self.base, self.order = ms, ms.order()
         self._rows: dict = {}
         self._all = None
 

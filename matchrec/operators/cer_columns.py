@@ -86,6 +86,29 @@ class MatchColumns:
         order = self.order()
         return self if order is None else self.take(order)
 
+    def sorted_by_keys(self) -> "MatchColumns | None":
+        """``ordered()`` by sorting the packed keys themselves, or None where that does not apply:
+        every variable a single row, the first variable binding each match's first event, and
+        all rows fitting one 63-bit integer. A sort of integers is 2-3 times faster than their
+        argsort, and each variable is then unpacked from the sorted keys, with no gathers."""
+        if self.n < 2 or self.ids or not self.rows:
+            return None
+        from matchrec.operators.cer_order_kernels import pack, scan, unpack
+        names = self.variables
+        keys = tuple(np.ascontiguousarray(self.rows[v], np.int64) for v in names)
+        top, first_least = scan(keys, ABSENT)
+        if not first_least:
+            return None
+        bits = np.array([max(1, (int(t) - ABSENT).bit_length()) for t in top], np.int64)
+        if int(bits.sum()) > 63:
+            return None
+        packed, ordered = pack(keys, bits, ABSENT)
+        if ordered:
+            return self
+        packed.sort()
+        rows = unpack(packed, bits, ABSENT)
+        return MatchColumns(self.n, {v: rows[c] for c, v in enumerate(names)}, {}, {})
+
     def order(self) -> np.ndarray | None:
         """The permutation ``ordered`` takes, or None when the matches are in that order already."""
         if self.n < 2:

@@ -45,3 +45,17 @@ def pack(keys, bits, absent):
             ordered = False
         prev = p
     return out, ordered
+
+
+@njit(nogil=True, cache=True)
+def unpack(packed, bits, absent):
+    """The keys ``pack`` packed, back out of (sorted) ``packed``: a row per key."""
+    k = len(bits)
+    n = len(packed)
+    out = np.empty((k, n), np.int64)
+    for i in range(n):
+        p = packed[i]
+        for c in range(k - 1, -1, -1):
+            out[c, i] = (p & ((np.int64(1) << bits[c]) - 1)) + absent
+            p >>= bits[c]
+    return out
