@@ -82,11 +82,7 @@ class _InOrder:
 
     def __init__(self, ms: MatchColumns):
         self.n = ms.n
-        in_order = ms.sorted_by_keys()
-        if in_order is not None:
-            self.base, self.order = in_order, None
-        else:
-            self.base, self.order = ms, ms.order()
+        self.base, self.order = ms.arranged()
         self._rows: dict = {}
         self._all = None
 

@@ -86,41 +86,51 @@ class MatchColumns:
         order = self.order()
         return self if order is None else self.take(order)
 
-    def sorted_by_keys(self) -> "MatchColumns | None":
-        """``ordered()`` by sorting the packed keys themselves, or None where that does not apply:
-        every variable a single row, the first variable binding each match's first event, and
-        all rows fitting one 63-bit integer. A sort of integers is 2-3 times faster than their
-        argsort, and each variable is then unpacked from the sorted keys, with no gathers."""
-        if self.n < 2 or self.ids or not self.rows:
-            return None
-        from matchrec.operators.cer_order_kernels import pack, scan, unpack
-        names = self.variables
-        keys = tuple(np.ascontiguousarray(self.rows[v], np.int64) for v in names)
-        top, first_least = scan(keys, ABSENT)
-        if not first_least:
-            return None
+    def arranged(self) -> tuple["MatchColumns", np.ndarray | None]:
+        """(matches, permutation): ``ordered()`` as ``matches.take(permutation)``, the permutation
+        None when nothing is left to permute. Where ``_plain_keys`` applies and the rows fit one
+        63-bit integer, the packed keys are sorted themselves and each variable unpacked from them
+        into new columns: a sort of integers is 2-3 times faster than their argsort, and no
+        gathers follow."""
+        if self.n < 2:
+            return self, None
+        plain = self._plain_keys()
+        if plain is None:
+            return self, self._general_order()
+        names, keys, top = plain
         bits = np.array([max(1, (int(t) - ABSENT).bit_length()) for t in top], np.int64)
         if int(bits.sum()) > 63:
-            return None
-        packed, ordered = pack(keys, bits, ABSENT)
+            return self, _lex_order(keys, top)
+        from matchrec.operators.cer_order_kernels import pack, unpack
+        packed, ordered = pack(tuple(keys), bits, ABSENT)
         if ordered:
-            return self
+            return self, None
         packed.sort()
         rows = unpack(packed, bits, ABSENT)
-        return MatchColumns(self.n, {v: rows[c] for c, v in enumerate(names)}, {}, {})
+        return MatchColumns(self.n, {v: rows[c] for c, v in enumerate(names)}, {}, {}), None
 
     def order(self) -> np.ndarray | None:
         """The permutation ``ordered`` takes, or None when the matches are in that order already."""
         if self.n < 2:
             return None
-        if not self.ids and self.rows:
-            from matchrec.operators.cer_order_kernels import scan
-            keys = [np.ascontiguousarray(self.rows[v], np.int64) for v in self.variables]
-            top, first_least = scan(tuple(keys), ABSENT)
-            # the common case, checked in one pass: the first variable binds every match's first
-            # event (then no variable is ABSENT: ABSENT sorts below any row)
-            if first_least:
-                return _lex_order(keys, top)
+        plain = self._plain_keys()
+        return self._general_order() if plain is None else _lex_order(plain[1], plain[2])
+
+    def _plain_keys(self) -> tuple[list, list, np.ndarray] | None:
+        """(variables, their rows, each one's maximum) in the common case, checked in one pass:
+        every variable a single row and the first binding every match's first event (then no
+        variable is ABSENT: ABSENT sorts below any row); else None."""
+        if self.ids or not self.rows:
+            return None
+        from matchrec.operators.cer_order_kernels import scan
+        names = self.variables
+        keys = [np.ascontiguousarray(self.rows[v], np.int64) for v in names]
+        top, first_least = scan(tuple(keys), ABSENT)
+        return (names, keys, top) if first_least else None
+
+    def _general_order(self) -> np.ndarray | None:
+        """``order`` by the first event of each match, then variable by variable (Kleene variables
+        by their sequences' ranks)."""
         keys = []
         first = np.full(self.n, np.iinfo(np.int64).max, np.int64)
         for var in self.variables:
