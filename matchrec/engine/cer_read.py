@@ -30,13 +30,7 @@ def needed_columns(plan: P.CerPlan) -> list[str]:
 
 def read_events(duck: duckdb.DuckDBPyConnection, plan: P.CerPlan, info: dict) -> pa.Table:
     q = plan.query
-    cols = [quote(c) for c in needed_columns(plan)]
-    cols.append(f"{plan.type_sql or 'CAST(NULL AS VARCHAR)'} AS __type")
-    cols.append(f"{plan.key_sql} AS __key")
-    if plan.partition_column:
-        cols.append(f"{quote(plan.partition_column)} AS __part")
-    if plan.rowid:
-        cols.append("rowid AS __rid")
+    cols = [quote(c) for c in needed_columns(plan)] + event_columns(plan)
     for var, sql in plan.filter_sql.items():
         cols.append(f"{sql} AS {quote('__f_' + var)}")
     where = [f"{plan.key_sql} IS NOT NULL"]
@@ -50,18 +44,37 @@ def read_events(duck: duckdb.DuckDBPyConnection, plan: P.CerPlan, info: dict) ->
         if plan.filtering:
             registered = _intervals(duck, plan, info)
             body = filter_join(body, registered, bool(plan.partition_column))
-        order = (["__part NULLS LAST"] if plan.partition_column else []) + ["__key"] + \
-            (["__rid"] if plan.rowid else [])
-        sql = f"SELECT * FROM ({body}) ORDER BY {', '.join(order)}"
-        info["read_sql"] = sql
-        table = duck.sql(sql).to_arrow_table().combine_chunks()  # one chunk: see ``multi_read.read_group``
-        if plan.partition_column:
-            table = with_partition_ids(duck, table, body, order)
+        table, info["read_sql"] = sorted_read(duck, body, plan)
     finally:
         if registered is not None:
             duck.unregister(registered)
     info["events_read"] = len(table)
     return table
+
+
+def event_columns(plan: P.CerPlan) -> list[str]:
+    """The columns every CER read selects after the statement's own: the event type, the key, and
+    the partition and row id where the plan uses them."""
+    cols = [f"{plan.type_sql or 'CAST(NULL AS VARCHAR)'} AS __type", f"{plan.key_sql} AS __key"]
+    if plan.partition_column:
+        cols.append(f"{quote(plan.partition_column)} AS __part")
+    if plan.rowid:
+        cols.append("rowid AS __rid")
+    return cols
+
+
+def sorted_read(duck: duckdb.DuckDBPyConnection, body: str, plan: P.CerPlan) -> tuple[pa.Table, str]:
+    """(The rows of ``body`` sorted by partition, key and row id, with ``__pid`` when partitioned;
+    the SQL that read them)."""
+    order = (["__part NULLS LAST"] if plan.partition_column else []) + ["__key"] + \
+        (["__rid"] if plan.rowid else [])
+    sql = f"SELECT * FROM ({body}) ORDER BY {', '.join(order)}"
+    # one chunk per column: the result columns are gathers of these rows, and a gather over
+    # several chunks was several times slower (0.26 s against 0.05 s for 7 M result rows)
+    table = duck.sql(sql).to_arrow_table().combine_chunks()
+    if plan.partition_column:
+        table = with_partition_ids(duck, table, body, order)
+    return table, sql
 
 
 def with_partition_ids(duck: duckdb.DuckDBPyConnection, table: pa.Table, body: str, order: list[str]) -> pa.Table:
