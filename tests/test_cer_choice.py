@@ -151,6 +151,26 @@ def test_a_forced_mechanism_plans_without_the_condition_sample(con):
         assert all(c is not None for c in candidates(text).values()), text
 
 
+def test_the_rows_test_leaves_out_filtered_elements_of_a_type_read_whole(con):
+    """A filtered element whose type another element reads unfiltered adds no row to the read:
+    its test is left out; a filtered element of a type read nowhere else keeps its test, and the
+    rows kept are the same as with every test."""
+    from matchrec.engine.mechanisms import mechanisms
+    from matchrec.parser import sase
+    from matchrec.planner.cer import CerSettings, plan_query
+    from matchrec.planner.cer.plan import rows_test
+    table(con, "rt", 3_000, {"A": 1, "B": 2, "C": 3, "D": 1})
+    duck = con.session.duck
+    plans = [plan_query(duck, sase.parse(sql), CerSettings(), mechanisms()) for sql in (
+        "PATTERN SEQ(A a, B b) FROM rt WHERE b.v > 90 AND a.v < 5 WITHIN 40",
+        "PATTERN SEQ(B b, C c) FROM rt WHERE c.v > 50 WITHIN 40")]
+    test = rows_test(plans)
+    assert "'B'" in test and "'A'" in test and "> 90" not in test and "< 5" in test and "> 50" in test, test
+    every = " OR ".join(f"({p.element_test(v)})" for p in plans for v in p.query.elements)
+    count = "SELECT count(*) FROM rt WHERE {}"
+    assert duck.execute(count.format(test)).fetchall() == duck.execute(count.format(every)).fetchall()
+
+
 # ---------------------------------------------------------------- forced mechanisms agree with auto
 QUERIES = [
     "PATTERN SEQ(A a, B b, C c) FROM r WHERE a.g = c.g WITHIN 30",
