@@ -1,7 +1,8 @@
 """The shared operator on threads (``Evaluator.run`` with ``threads``): the roots' trees and the parts
 of a range cut at keys, run by forks of the evaluator, give the tables one thread gives, through
 ``run_many`` and through a cursor; limits and failures in any thread stop every thread and raise
-as one thread does. ``PART_ROWS`` is lowered so that the small random tables are cut too."""
+as one thread does; the closed-form counts on threads as well. ``PART_ROWS`` and ``THREAD_ROWS`` are
+lowered so that the small random tables are cut too."""
 from __future__ import annotations
 
 import random
@@ -17,8 +18,10 @@ from tests.test_multi_pattern import Workload, alone, make_table
 
 @pytest.fixture
 def parts(monkeypatch):
-    """Ranges cut into parts of at least 3 rows; the forks made, in a list."""
+    """Ranges cut into parts of at least 3 rows, and reads of 3 rows or more on threads; the forks
+    made, in a list."""
     monkeypatch.setattr(O, "PART_ROWS", 3)
+    monkeypatch.setattr(O, "THREAD_ROWS", 3)
     made = []
     fork = O.Evaluator._fork
 
@@ -138,3 +141,45 @@ def test_an_interrupt_of_the_calling_thread_stops_the_others(parts, monkeypatch)
         return run(self, roots, lo, hi)
     monkeypatch.setattr(O.Evaluator, "_run", busy)
     assert _raises_on_three_threads(KeyboardInterrupt) and parts and len(stopped) == len(parts)
+
+
+COUNTS = ["PATTERN SEQ(A a, B b, A c) FROM ev TYPE type ORDER BY ts WITHIN 40 RETURN COUNT(*)",
+          "PATTERN SEQ(B a, A b) FROM ev TYPE type ORDER BY ts WITHIN 30 RETURN COUNT(*)",
+          "PATTERN SEQ(A a, A b, B c, B d) FROM ev TYPE type ORDER BY ts WITHIN 20 RETURN COUNT(*)"]
+
+
+def test_a_failure_in_a_counting_thread_reaches_the_caller(parts, monkeypatch):
+    """The closed-form counts run on threads too (``multi_eval._each``): their tables equal one
+    thread's, and a failure in a thread that is not the caller's reaches the caller once every
+    thread has ended."""
+    from matchrec.engine import multi_eval as E
+    con = matchrec.connect()
+    try:
+        _ticks(con)
+        con.cursor().execute("SET threads = 1")
+        one = matchrec.run_many(con, COUNTS).tables
+        con.cursor().execute("SET threads = 2")
+        counted, names = E._closed_form, []
+
+        def spy(*a):
+            names.append(threading.current_thread().name)
+            return counted(*a)
+        monkeypatch.setattr(E, "_closed_form", spy)
+        many = matchrec.run_many(con, COUNTS).tables
+        assert all(a.equals(b) for a, b in zip(one, many)) and len(names) >= 3
+
+        failed = threading.Event()
+
+        def failing(*a):
+            if threading.current_thread().name == "matchrec-counts":
+                failed.set()
+                raise matchrec.DataError("a count failed")
+            failed.wait(5)  # the caller's thread holds its unit until the other one took one
+            return counted(*a)
+        monkeypatch.setattr(E, "_closed_form", failing)
+        before = threading.active_count()
+        with pytest.raises(matchrec.DataError, match="a count failed"):
+            matchrec.run_many(con, COUNTS)
+        assert threading.active_count() == before
+    finally:
+        con.close()

@@ -4,6 +4,8 @@ selectivity estimates, slices of the stream and re-plans when rates drift - and 
 mechanisms, one statement at a time, for the others."""
 from __future__ import annotations
 
+import collections
+import threading
 import time
 
 import numpy as np
@@ -171,7 +173,7 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
         return
     for m in models:
         m.window = stream.clamp(m.window)
-    units, models = count_sequences(stream, units, models, sinks, items, lines)
+    units, models = count_sequences(stream, units, models, sinks, items, lines, threads)
     if not units:
         for item, sink in zip(items, sinks):
             item.count, item.matches = sink.finish()
@@ -266,41 +268,26 @@ def evaluate_shared(run, items: list, classes: ElementClasses, settings: P.CerSe
         item.count, item.matches = sink.finish()
 
 
-def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, items: list, lines: list):
+def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, items: list, lines: list,
+                    threads: int = 1):
     """The counted units that are plain sequences (no condition between elements, or only between
     the first two, the last two, or the first and the last, read as rays; no negation but between
     the first two or the last two, no Kleene closure but one ``K+`` at the end or, in a sequence
     with neither condition nor negation, between two elements; no other alternative to deduplicate
-    against) counted in closed form (``operators.cer_sequences``);
+    against) counted in closed form (``operators.cer_sequences``), on up to ``threads`` threads;
     returns the other units and their models, for the plan."""
-    done, n_done = [], 0
-    ranker = None  # an evaluator for its ranks of a class's values (cached per class and column)
+    todo = [i for i, unit in enumerate(units)
+            if sinks[unit.pattern].counting and frozenset(unit.vars) not in sinks[unit.pattern].shared]
+    # an evaluator for its ranks of a class's values (cached on the stream per class and column)
+    ranker = O.Evaluator(stream, units, sinks) if any(
+        units[i].negs or units[i].conds or units[i].gates for i in todo) else None
     backwards = cer_sequences.Reversed(stream)
-    for i, unit in enumerate(units):
-        sink = sinks[unit.pattern]
-        if not sink.counting or frozenset(unit.vars) in sink.shared:
-            continue
-        if unit.negs:
-            ranker = ranker or O.Evaluator(stream, units, sinks)
-            n = _count_ends(stream, unit, ranker)
-        elif unit.conds or unit.gates:
-            ranker = ranker or O.Evaluator(stream, units, sinks)
-            n = _count_pair(stream, backwards, unit, ranker)
-        elif not unit.kleene:
-            n = cer_sequences.count(stream, unit.classes, unit.window, cheaper=True)
-        elif len(unit.kleene) == 1 and _trailing_closure(unit.kleene[0], len(unit.classes), gated=True):
-            c = unit.kleene[0]
-            n = cer_sequences.count_closure(stream, unit.classes, c.cls, unit.window, cheaper=True,
-                                            gates=() if c.gate_after else c.gate,
-                                            trailing=c.gate if c.gate_after else ())
-        elif len(unit.kleene) == 1 and _middle_closure(unit.kleene[0]):
-            c = unit.kleene[0]
-            n = cer_sequences.count_between(stream, unit.classes, c.prev, c.cls, unit.window, cheaper=True)
-        else:
-            continue
+    counts = _each(lambda i: _closed_form(stream, backwards, units[i], ranker), todo, threads)
+    done, n_done = [], 0
+    for i, n in zip(todo, counts):
         if n is None:
             continue
-        sink.add_count(n)
+        sinks[units[i].pattern].add_count(n)
         done.append(i)
         n_done += n
     if not done:
@@ -314,6 +301,47 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
     gone = set(done)
     keep = [i for i in range(len(units)) if i not in gone]
     return [units[i] for i in keep], [models[i] for i in keep]
+
+
+def _closed_form(stream: O.Stream, backwards, unit, ranker) -> int | None:
+    """``unit``'s matches counted in closed form, or None where it is not of a shape counted so
+    (``count_sequences``) or the count declines."""
+    if unit.negs:
+        return _count_ends(stream, unit, ranker)
+    if unit.conds or unit.gates:
+        return _count_pair(stream, backwards, unit, ranker)
+    if not unit.kleene:
+        return cer_sequences.count(stream, unit.classes, unit.window, cheaper=True)
+    if len(unit.kleene) == 1 and _trailing_closure(unit.kleene[0], len(unit.classes), gated=True):
+        c = unit.kleene[0]
+        return cer_sequences.count_closure(stream, unit.classes, c.cls, unit.window, cheaper=True,
+                                           gates=() if c.gate_after else c.gate,
+                                           trailing=c.gate if c.gate_after else ())
+    if len(unit.kleene) == 1 and _middle_closure(unit.kleene[0]):
+        c = unit.kleene[0]
+        return cer_sequences.count_between(stream, unit.classes, c.prev, c.cls, unit.window, cheaper=True)
+    return None
+
+
+def _each(fn, todo: list, threads: int) -> list:
+    """``[fn(x) for x in todo]``, on up to ``threads`` threads taking the items in turn (numpy and
+    the compiled searches release the interpreter while they work on a class's candidates). An
+    error in any thread stops the others after their current item and is raised here."""
+    if threads <= 1 or len(todo) < 2:
+        return [fn(x) for x in todo]
+    out: list = [None] * len(todo)
+    queue = collections.deque(range(len(todo)))
+    stop = threading.Event()
+
+    def take(_: int) -> None:
+        while not stop.is_set():
+            try:
+                j = queue.popleft()
+            except IndexError:
+                return
+            out[j] = fn(todo[j])
+    O.on_threads(take, min(threads, len(todo)), stop, "matchrec-counts")
+    return out
 
 
 def _count_pair(stream: O.Stream, backwards: cer_sequences.Reversed, unit, ranker: O.Evaluator) -> int | None:

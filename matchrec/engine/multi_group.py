@@ -82,7 +82,7 @@ class _Group:
         classes = ElementClasses(table, filter_cols, bool(p0.partition_column))
         prepare(self.items, classes, self.lines)
         evaluate_alone(self.items, classes, self.settings, self.lines)
-        threads = threads_of(self.duck) if len(table) >= 2 * O.PART_ROWS else 1  # no query for a short read
+        threads = threads_of(self.duck) if len(table) >= O.THREAD_ROWS else 1  # no query for a short read
         evaluate_shared(r, self.items, classes, self.settings, self.budget, self.lines, threads)
         r.stats["match_seconds"] += time.perf_counter() - t1
         r.report.extend(self.lines)
@@ -110,6 +110,6 @@ def evaluate_read(duck, settings: P.CerSettings, plan: P.CerPlan, table: pa.Tabl
                              bool(plan.partition_column))
     prepare(items, classes, lines)
     evaluate_alone(items, classes, settings, lines)
-    threads = threads_of(duck) if table.num_rows >= 2 * O.PART_ROWS else 1  # no query for a short read
+    threads = threads_of(duck) if table.num_rows >= O.THREAD_ROWS else 1  # no query for a short read
     evaluate_shared(_OneStatement(), items, classes, settings, budget, lines, threads)
     return item.count, item.matches, lines

@@ -79,6 +79,9 @@ LOOKUP_ENTRIES = 1 << 24  # rows of position tables a stream keeps at most (4 by
 PART_ROWS = 200_000  # each thread of a parallel run takes at least this many rows of the range (below
 # about 150,000 rows a part, measured on flights-3m, two parts ran slower than one: twice the numpy
 # calls on arrays half as long, and the GIL held for each call's Python side)
+THREAD_ROWS = 200_000  # a read of at least this many rows runs its trees (and its closed-form counts) on
+# threads: power's monitoring rules took 0.54 s on one thread and 0.42 s on two at 300,000 rows, the
+# same at 150,000 (0.30 s), and 0.19 s against 0.20 s at 60,000
 
 
 class Unshareable(Exception):
@@ -225,6 +228,9 @@ class Stream:
         self._ties = None  # per row: the first and the end row of the rows sharing its composite key
         self._groups = None  # ``key_groups``
         self._table_rows = 0
+        # (class, column) -> (the column's values, ``Evaluator.ranks`` of them): a workload's
+        # closed-form counts and its shared nodes rank the same columns in separate evaluators
+        self.ranked: dict = {}
 
     def after(self, cls: int, rows: np.ndarray) -> np.ndarray:
         """Per row: how many candidates of class ``cls`` have a composite key at most the row's
@@ -319,6 +325,38 @@ def _subtree(node: Node):
         n = stack.pop()
         yield n
         stack.extend(n.children)
+
+
+def on_threads(take: Callable[[int], None], n: int, stop: threading.Event, name: str) -> None:
+    """``take(i)`` for i in 1..n-1 on threads named ``name`` and ``take(0)`` on the calling thread,
+    each taking work until there is none or ``stop`` is set. The first error any of them raises
+    sets ``stop`` and is raised here once every thread has ended; an interrupt of the calling
+    thread while it waits (Ctrl-C, the memory watcher) sets ``stop`` too: no thread outlives the
+    call."""
+    errors: list = []
+
+    def guarded(i: int) -> None:
+        try:
+            take(i)
+        except BaseException as err:  # re-raised by the calling thread once every thread ended
+            errors.append(err)
+            stop.set()
+    workers = [threading.Thread(target=guarded, args=(i,), name=name, daemon=True) for i in range(1, n)]
+    for t in workers:
+        t.start()
+    try:
+        guarded(0)
+    finally:
+        try:
+            for t in workers:
+                t.join()
+        except BaseException:
+            stop.set()
+            for t in workers:
+                t.join()
+            raise
+    if errors:
+        raise errors[0]
 
 
 class _Stopped(BaseException):
@@ -520,7 +558,6 @@ class Evaluator:
         self._counted: dict = {}  # id(node) -> (node, whether its extensions are only counted)
         self._weighed: dict = {}  # id(node) -> (node, whether they are counted with Kleene weights)
         self._rays: dict = {}  # id(node) -> (node, its conditions as rays or None: ``ray_spec``)
-        self._ranks: dict = {}  # (class, column) -> (rank per candidate, a row per distinct value)
         self._runs: dict = {}  # class -> its candidates' runs of equal keys (``_tied_arrays``)
         self._scratch = None  # a position per stream row (``_scattered_ids``)
         self._needs: dict = {}  # id(node) -> (node, the parent's slots it and the steps below read: ``_reads``)
@@ -545,9 +582,11 @@ class Evaluator:
             with lock:
                 own(steps)
         queue = collections.deque(tasks)  # taken from by every thread: the costliest first
-        errors: list = []
+        forks = [self._fork(spend) for _ in range(min(threads, len(tasks)) - 1)]
+        evaluators = [self] + forks
 
-        def take(ev: "Evaluator") -> None:
+        def take(i: int) -> None:
+            ev = evaluators[i]
             try:
                 while not stop.is_set():
                     try:
@@ -557,30 +596,11 @@ class Evaluator:
                     ev._run([root], a, b)
             except _Stopped:
                 pass
-            except BaseException as err:  # re-raised by the calling thread once every thread ended
-                errors.append(err)
-                stop.set()
-        forks = [self._fork(spend) for _ in range(min(threads, len(tasks)) - 1)]
-        workers = [threading.Thread(target=take, args=(f,), name="matchrec-shared", daemon=True) for f in forks]
-        for t in workers:
-            t.start()
         self.spend = spend
         try:
-            take(self)
+            on_threads(take, len(evaluators), stop, "matchrec-shared")
         finally:
             self.spend = own
-            if errors:
-                stop.set()
-            try:
-                for t in workers:  # also on an error: no thread outlives the statement
-                    t.join()
-            except BaseException:  # Ctrl-C (or the memory watcher) while waiting: stop them first
-                stop.set()
-                for t in workers:
-                    t.join()
-                raise
-        if errors:
-            raise errors[0]
         for f in forks:
             for mine, theirs in zip(self.sinks, f.sinks):
                 mine.merge(theirs)
@@ -1296,7 +1316,8 @@ class Evaluator:
         among the class's distinct values (-1: NULL or NaN, never counted), and a row holding each
         distinct value."""
         key = (cls, r.column)
-        got = self._ranks.get(key)
+        kept = self.s.ranked.get(key)
+        got = kept[1] if kept is not None and kept[0] is r.values else None
         if got is None:
             rows = self.s.rows[cls]
             vals = r.values[rows]
@@ -1312,7 +1333,8 @@ class Evaluator:
             np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
             rank = np.full(len(rows), -1, np.int64)
             rank[order] = np.cumsum(new) - 1
-            got = self._ranks[key] = (rank, rows[order[new]])
+            got = (rank, rows[order[new]])
+            self.s.ranked[key] = (r.values, got)
         return got
 
     @staticmethod
