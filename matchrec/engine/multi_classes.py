@@ -34,6 +34,7 @@ class ElementClasses:
         self.codes, self.code_of = self.type_codes(self.types)
         self.classes: dict = {}  # (type, filter sql) -> id
         self.masks: list = []
+        self._masks: dict = {}  # ("type", type) or ("filter", column) -> its rows as a mask
         self.labels: list = []
         self.ranges: dict = {}  # column -> (per type code: min, max, usable; all rows' (min, max) or None)
 
@@ -42,22 +43,32 @@ class ElementClasses:
         got = self.classes.get(k)
         if got is not None:
             return got
-        n = len(self.table)
-        if type_ is None:
-            m = np.ones(n, bool)
-        else:
-            m = self.codes == self.code_of[type_] if type_ in self.code_of else np.zeros(n, bool)
+        # a type's mask and a filter's column are each made once: a workload's classes pair a few
+        # filters with many types (power's rules: 49 classes of 20 types and 6 filters)
+        m = self._mask(("type", type_), lambda: self._type_mask(type_))
         label = type_ if type_ is not None else "*"
         if filter_sql is not None:
             name = self.filter_cols[filter_sql]
-            if n:
-                f = self.table.column(name)
-                m = m & np.asarray(f.fill_null(False).to_numpy(zero_copy_only=False), bool)
+            m = m & self._mask(("filter", name), lambda: np.asarray(
+                self.table.column(name).fill_null(False).to_numpy(zero_copy_only=False), bool))
             label += f"[{filter_sql}]"
         got = self.classes[k] = len(self.masks)
         self.masks.append(m)
         self.labels.append(label)
         return got
+
+    def _mask(self, key: tuple, make) -> np.ndarray:
+        got = self._masks.get(key)
+        if got is None:
+            got = self._masks[key] = make()
+            got.flags.writeable = False  # shared by classes: none may write into another's rows
+        return got
+
+    def _type_mask(self, type_) -> np.ndarray:
+        n = len(self.table)
+        if type_ is None:
+            return np.ones(n, bool)
+        return self.codes == self.code_of[type_] if type_ in self.code_of else np.zeros(n, bool)
 
     def value_range(self, type_, name: str, vcols: VectorColumns) -> tuple | None:
         """(min, max, exact) of numeric column ``name`` over the events of type ``type_`` (None: every
