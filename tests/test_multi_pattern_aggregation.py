@@ -307,6 +307,24 @@ def test_closed_form_is_exact_past_2_to_the_53_and_leaves_a_count_past_bigint_to
         con.close()
 
 
+def test_the_compiled_walk_sum_equals_the_running_sums_in_numpy():
+    """``count``'s compiled sum of the walks (``cer_shared_kernels.walk_sum``) against the numpy
+    running sums the weighted counts keep (``cer_sequences._walks``): random classes and windows,
+    sequences of 2 to 6 elements, empty classes."""
+    from matchrec.operators import cer_sequences as C
+    rng = np.random.default_rng(5)
+    for trial in range(300):
+        n = int(rng.integers(0, 400))
+        key = np.sort(rng.integers(0, 300, n))
+        masks = [rng.random(n) < share for share in rng.uniform(0, 0.8, int(rng.integers(1, 4)))]
+        stream = O.Stream(key, None, masks, 400)
+        classes = [int(c) for c in rng.integers(0, len(masks), int(rng.integers(2, 7)))]
+        at = C._walk_positions(stream, classes, int(rng.integers(1, 400)))
+        with np.errstate(over="ignore"):
+            want = int(C._walks(stream, classes, at).sum())
+        assert C._walk_sum(stream, classes, at) == want, trial
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_closed_form_equals_counting_every_chain(seed):
     """The running sums over each element's candidates against every chain enumerated: random

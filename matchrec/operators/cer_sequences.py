@@ -102,7 +102,7 @@ def count(stream, classes: list, w: int, cheaper: bool = False, at: tuple | None
     if crude * (1 + 1e-9) >= LIMIT and float(_bound(stream, classes, w).sum()) * (1 + 1e-9) >= LIMIT:
         return None
     with np.errstate(over="ignore"):  # int64 wraps modulo 2^64: exact in the ring
-        return int(_walks(stream, classes, at or _walk_positions(stream, classes, w)).sum())
+        return _walk_sum(stream, classes, at or _walk_positions(stream, classes, w))
 
 
 def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = False,
@@ -229,7 +229,7 @@ def _gated(stream, classes: list, closure: int, w: int, at: tuple | None, gates:
     at0 = [None] + [np.searchsorted(cks[b - 1], start, "left") for b in range(1, len(classes))]
     at_c = (at[0], at0, at[2])
     with np.errstate(over="ignore"):
-        lost = int(_walks(stream, classes, at_c).sum())  # at most the prefix matches: below 2^63
+        lost = _walk_sum(stream, classes, at_c)  # at most the prefix matches: below 2^63
     return at_c, to_c, has.astype(np.int64), lost
 
 
@@ -311,6 +311,13 @@ def _walk_positions(stream, classes: list, w: int) -> tuple:
     below = [None] + [search(stream, classes[b - 1], classes[b]) for b in range(1, k - 1)]
     at0 = [None] + [search(stream, classes[b - 1], classes[-1], -w) for b in range(1, k)]
     return below, at0, search(stream, classes[k - 2], classes[-1])
+
+
+def _walk_sum(stream, classes: list, at: tuple) -> int:
+    """``int(_walks(stream, classes, at).sum())``, compiled (``cer_shared_kernels.walk_sum``)."""
+    from matchrec.operators.cer_shared_kernels import walk_sum
+    below, at0, at1 = at
+    return walk_sum([len(stream.cks[c]) for c in classes[:-1]], below, at0, at1)
 
 
 def _walks(stream, classes: list, at: tuple, weights=None, m: int | None = None) -> np.ndarray:

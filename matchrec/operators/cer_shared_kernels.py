@@ -312,3 +312,55 @@ def _gallop(a, v, right):
             i = lo
         out[j] = i
     return out
+
+
+def walk_sum(sizes, below: list, at0: list, at1) -> int:
+    """``cer_sequences._walks(...).sum()`` without weights, in one compiled pass and no temporary
+    arrays: ``sizes`` the candidates of the elements before the last, ``below[b]`` (b from 1)
+    element b-1's candidates below each of element b's, ``at0[b]`` (b from 1) element b-1's below
+    each last event's window, ``at1`` element k-2's below each last event. int64 wraps modulo
+    2^64, as numpy's does (the caller certifies the total)."""
+    k1 = len(sizes)
+    flat = np.concatenate([np.asarray(x, np.int64) for x in below[1:]]) if k1 > 1 else np.zeros(0, np.int64)
+    starts = np.zeros(max(k1, 1), np.int64)
+    for b in range(1, k1 - 1):
+        starts[b + 1] = starts[b] + len(below[b])
+    return int(_walk_sum(np.asarray(sizes, np.int64), flat, starts,
+                         np.stack([np.asarray(x, np.int64) for x in at0[1:]]), np.asarray(at1, np.int64)))
+
+
+@njit(nogil=True, cache=True)
+def _walk_get(F, a, b, pos):
+    return pos if b == a + 1 else F[a, b, pos]  # one element: the candidates below pos
+
+
+@njit(nogil=True, cache=True)
+def _walk_sum(sizes, below, starts, at0, at1):
+    k1 = sizes.shape[0]
+    most = 0
+    for b in range(k1):
+        most = max(most, sizes[b])
+    F = np.empty((k1, k1 + 1, most + 1), np.int64)
+    for b in range(2, k1 + 1):  # F[a, b] over element b-1's candidates: running sums of F[a, b-1]
+        n, s0 = sizes[b - 1], starts[b - 1]
+        for a in range(b - 1):
+            F[a, b, 0] = 0
+            acc = np.int64(0)
+            for i in range(n):
+                acc += _walk_get(F, a, b - 1, below[s0 + i])
+                F[a, b, i + 1] = acc
+    q = np.empty(k1 + 1, np.int64)
+    total = np.int64(0)
+    for e in range(at1.shape[0]):
+        q[0] = 1
+        for b in range(1, k1 + 1):
+            s = np.int64(0)
+            pos = at0[b - 1, e]
+            for j in range(b):
+                s -= q[j] * _walk_get(F, j, b, pos)
+            q[b] = s
+        t = q[k1]
+        for j in range(k1):
+            t += q[j] * _walk_get(F, j, k1, at1[e])
+        total += t
+    return total
