@@ -1474,7 +1474,7 @@ class Evaluator:
             else:  # its last candidate is the match's last event: at most the window after the first
                 b = np.searchsorted(ck, lo + w, "right")
             a = np.asarray(a, np.int64)
-            b = np.maximum(a, b).astype(np.int64)
+            b = np.maximum(a, b).astype(np.int64, copy=False)
             if k.gate:
                 ids, table = self._gated(k, rows, ck, a, b, lo, hi, w)
                 got = _table_arrays(table)
@@ -1493,11 +1493,20 @@ class Evaluator:
                 exact.append(lambda i, a=a, b=b, k=k, ck=ck: tied_subsets(ck[a[i]:b[i]], k.lo, k.hi))
         # Most products fit in int64 (numpy multiplies them); the rest, or a match whose bound says
         # it might not fit, are Python integers, one match at a time.
-        total_bits = sum(bits) if mult is None else sum(bits) + np.log2(np.maximum(mult, 1).astype(np.float64)) + 1e-9
-        zero = np.zeros(len(total_bits), bool)
-        for c, b2 in zip(small, bits):
-            zero |= (c == 0) & (b2 < 62)
-        fast = (total_bits < 62) | zero
+        n = len(small[0]) if small else (len(mult) if mult is not None else 0)
+        # one bound for all first (the largest of each factor's logs): mostly every product fits
+        widest = sum(float(b2.max()) for b2 in bits if len(b2))
+        if mult is not None and len(mult):
+            widest += math.log2(max(1, int(np.max(mult)))) + 1e-9
+        if widest < 62:
+            fast = np.ones(n, bool)
+        else:
+            total_bits = sum(bits) if mult is None else \
+                sum(bits) + np.log2(np.maximum(mult, 1).astype(np.float64)) + 1e-9
+            zero = np.zeros(len(total_bits), bool)
+            for c, b2 in zip(small, bits):
+                zero |= (c == 0) & (b2 < 62)
+            fast = (total_bits < 62) | zero
         prod = np.ones(len(fast), np.int64) if mult is None else np.asarray(mult, np.int64).copy()
         for c in small:
             prod *= c
