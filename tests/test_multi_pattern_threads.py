@@ -183,3 +183,56 @@ def test_a_failure_in_a_counting_thread_reaches_the_caller(parts, monkeypatch):
         assert threading.active_count() == before
     finally:
         con.close()
+
+
+ROWS = ["PATTERN SEQ(A a, B b) FROM ev TYPE type ORDER BY ts WITHIN 30 RETURN a.ts, b.ts AS last",
+        "PATTERN SEQ(B a, A b, B c) FROM ev TYPE type ORDER BY ts WHERE c.price > a.price WITHIN 20 "
+        "RETURN a.ts, c.ts AS last",
+        "PATTERN SEQ(A a, A b) FROM ev TYPE type ORDER BY ts WITHIN 10 RETURN COUNT(*)",
+        "PATTERN SEQ(A a, B+ b, A c) FROM ev TYPE type ORDER BY ts WITHIN 12 RETURN a.ts, c.ts AS last"]
+
+
+def test_the_tables_built_on_threads_equal_one_threads_and_the_first_error_in_order_is_raised(monkeypatch):
+    """``run_many`` builds its statements' tables on threads once the group's matches are many
+    (``BUILD_THREADED_ROWS``, lowered here): the tables equal one thread's and the cursor's; when
+    two statements' tables fail, the error of the first of them in the workload's order is raised,
+    whichever thread failed first."""
+    from matchrec.engine import multi as MU
+    monkeypatch.setattr(MU, "BUILD_THREADED_ROWS", 0)
+    con = matchrec.connect()
+    try:
+        _ticks(con)
+        con.cursor().execute("SET threads = 1")
+        one = matchrec.run_many(con, ROWS).tables
+        want = [con.cursor().execute(s).fetch_arrow_table() for s in ROWS]
+        con.cursor().execute("SET threads = 3")
+        built, names, entered = MU.E.build_result, [], threading.Event()
+
+        def spy(plan, table, matches):
+            names.append(threading.current_thread().name)
+            if threading.current_thread().name == "matchrec-results":
+                entered.set()
+            else:  # the calling thread holds its table until a thread took another
+                entered.wait(5)
+            return built(plan, table, matches)
+        monkeypatch.setattr(MU.E, "build_result", spy)
+        many = matchrec.run_many(con, ROWS).tables
+        assert all(a.equals(b) for a, b in zip(one, many)) and all(a.equals(b) for a, b in zip(many, want))
+        assert len(names) == 3 and "matchrec-results" in names  # the three tables of rows, one on a thread
+
+        later_failed = threading.Event()
+
+        def failing(plan, table, matches):
+            q = plan.query
+            if len(q.elements) == 2:  # the first statement fails, once the last one has failed
+                later_failed.wait(5)
+                raise matchrec.DataError("the first statement's table")
+            if not q.conditions:  # the last statement (a closure, no condition) fails at once
+                later_failed.set()
+                raise matchrec.DataError("the last statement's table")
+            return built(plan, table, matches)
+        monkeypatch.setattr(MU.E, "build_result", failing)
+        with pytest.raises(matchrec.DataError, match="the first statement's table"):
+            matchrec.run_many(con, ROWS)
+    finally:
+        con.close()

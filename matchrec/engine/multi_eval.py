@@ -4,8 +4,6 @@ selectivity estimates, slices of the stream and re-plans when rates drift - and 
 mechanisms, one statement at a time, for the others."""
 from __future__ import annotations
 
-import collections
-import threading
 import time
 
 import numpy as np
@@ -282,7 +280,8 @@ def count_sequences(stream: O.Stream, units: list, models: list, sinks: list, it
     ranker = O.Evaluator(stream, units, sinks) if any(
         units[i].negs or units[i].conds or units[i].gates for i in todo) else None
     backwards = cer_sequences.Reversed(stream)
-    counts = _each(lambda i: _closed_form(stream, backwards, units[i], ranker), todo, threads)
+    counts = O.each_on_threads(lambda i: _closed_form(stream, backwards, units[i], ranker), todo, threads,
+                               "matchrec-counts")
     done, n_done = [], 0
     for i, n in zip(todo, counts):
         if n is None:
@@ -321,27 +320,6 @@ def _closed_form(stream: O.Stream, backwards, unit, ranker) -> int | None:
         c = unit.kleene[0]
         return cer_sequences.count_between(stream, unit.classes, c.prev, c.cls, unit.window, cheaper=True)
     return None
-
-
-def _each(fn, todo: list, threads: int) -> list:
-    """``[fn(x) for x in todo]``, on up to ``threads`` threads taking the items in turn (numpy and
-    the compiled searches release the interpreter while they work on a class's candidates). An
-    error in any thread stops the others after their current item and is raised here."""
-    if threads <= 1 or len(todo) < 2:
-        return [fn(x) for x in todo]
-    out: list = [None] * len(todo)
-    queue = collections.deque(range(len(todo)))
-    stop = threading.Event()
-
-    def take(_: int) -> None:
-        while not stop.is_set():
-            try:
-                j = queue.popleft()
-            except IndexError:
-                return
-            out[j] = fn(todo[j])
-    O.on_threads(take, min(threads, len(todo)), stop, "matchrec-counts")
-    return out
 
 
 def _count_pair(stream: O.Stream, backwards: cer_sequences.Reversed, unit, ranker: O.Evaluator) -> int | None:

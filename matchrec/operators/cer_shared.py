@@ -359,6 +359,40 @@ def on_threads(take: Callable[[int], None], n: int, stop: threading.Event, name:
         raise errors[0]
 
 
+def each_on_threads(fn, todo: list, threads: int, name: str, keep_errors: bool = False) -> list:
+    """``[fn(x) for x in todo]``, on up to ``threads`` threads taking the items in turn (numpy, Arrow
+    and the compiled loops release the interpreter while they work on long arrays). An error in
+    any thread stops the others after their current item and is raised here; with
+    ``keep_errors``, each item's error is its result instead and every item runs."""
+    if keep_errors:
+        def fn(x, fn=fn):
+            try:
+                return fn(x)
+            except Exception as err:  # noqa: BLE001 - handed back to the caller in the item's place
+                return Failed(err)
+    if threads <= 1 or len(todo) < 2:
+        return [fn(x) for x in todo]
+    out: list = [None] * len(todo)
+    queue = collections.deque(range(len(todo)))
+    stop = threading.Event()
+
+    def take(_: int) -> None:
+        while not stop.is_set():
+            try:
+                j = queue.popleft()
+            except IndexError:
+                return
+            out[j] = fn(todo[j])
+    on_threads(take, min(threads, len(todo)), stop, name)
+    return out
+
+
+@dataclass
+class Failed:
+    """An item's error, in its place in ``each_on_threads``' results (``keep_errors``)."""
+    error: Exception
+
+
 class _Stopped(BaseException):
     """A thread of a parallel run stops: another failed or was interrupted (``Evaluator.run``)."""
 
