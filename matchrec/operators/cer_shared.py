@@ -79,9 +79,10 @@ LOOKUP_ENTRIES = 1 << 24  # rows of position tables a stream keeps at most (4 by
 PART_ROWS = 200_000  # each thread of a parallel run takes at least this many rows of the range (below
 # about 150,000 rows a part, measured on flights-3m, two parts ran slower than one: twice the numpy
 # calls on arrays half as long, and the GIL held for each call's Python side)
-THREAD_ROWS = 200_000  # a read of at least this many rows runs its trees (and its closed-form counts) on
-# threads: power's monitoring rules took 0.54 s on one thread and 0.42 s on two at 300,000 rows, the
-# same at 150,000 (0.30 s), and 0.19 s against 0.20 s at 60,000
+THREAD_ROWS = 100_000  # a read of at least this many rows runs its trees (and its closed-form counts) on
+# threads: power's monitoring rules took 0.54 s on one thread and 0.42 s on two at 300,000 rows, 0.27 s
+# and 0.26 s at 100,000, and 0.19 s against 0.20 s at 60,000; flights-3m's (159,890 rows read) 0.51 s
+# against 0.38 s
 
 
 class Unshareable(Exception):
