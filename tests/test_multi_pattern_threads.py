@@ -9,6 +9,8 @@ import random
 import threading
 import time
 
+import numpy as np
+
 import pytest
 
 import matchrec
@@ -236,3 +238,36 @@ def test_the_tables_built_on_threads_equal_one_threads_and_the_first_error_in_or
             matchrec.run_many(con, ROWS)
     finally:
         con.close()
+
+
+def test_a_closures_prime_tables_asked_for_at_once_are_each_made_once_in_order():
+    """Statements counted on threads ask for a closure's tables modulo the primes at once
+    (``cer_sequences._factors``): every caller gets the table of each prime in order, as one
+    thread does (a second thread appending its own first prime's table after the first thread's
+    made the count of a closure wrong)."""
+    import sys
+
+    from matchrec.operators import cer_sequences as C
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch often: the race shows in most runs without the lock
+    try:
+        rng = np.random.default_rng(4)
+        ck = np.sort(rng.integers(0, 40_000, 60_000))
+        want = C._factors(ck)[2](3)  # per prime: (running products, running inverses)
+        for _ in range(25):
+            tables = C._factors(ck)[2]
+            got, start = [], threading.Barrier(4)
+
+            def ask():
+                start.wait()
+                got.append(tables(3))
+            workers = [threading.Thread(target=ask) for _ in range(4)]
+            for t in workers:
+                t.start()
+            for t in workers:
+                t.join()
+            assert len(got) == 4
+            for g in got:
+                assert len(g) == 3 and all((a[0] == b[0]).all() and (a[1] == b[1]).all() for a, b in zip(g, want))
+    finally:
+        sys.setswitchinterval(interval)

@@ -29,6 +29,7 @@ and the caller evaluates the pattern by nodes (which raises the BIGINT error of 
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -279,15 +280,17 @@ def _factors(ck: np.ndarray):
     np.cumsum(np.log2(factors.astype(np.float64)), out=logs[1:])
 
     made: list = []
+    lock = threading.Lock()  # statements counted on threads ask at once: each prime's table once, in order
 
     def tables(r: int) -> list:
         from matchrec.operators.cer_shared_kernels import prefix_products
-        if len(made) < r:
-            distinct, which = np.unique(factors, return_inverse=True)  # most keys hold one event: factor 2
-            for m in PRIMES[len(made):r]:
-                inverse = np.array([pow(int(f), m - 2, m) for f in distinct], np.int64)[which]
-                made.append(prefix_products(factors, inverse, m))
-        return made[:r]
+        with lock:
+            if len(made) < r:
+                distinct, which = np.unique(factors, return_inverse=True)  # most keys hold one event: factor 2
+                for m in PRIMES[len(made):r]:
+                    inverse = np.array([pow(int(f), m - 2, m) for f in distinct], np.int64)[which]
+                    made.append(prefix_products(factors, inverse, m))
+            return made[:r]
     return keys, logs, tables
 
 
