@@ -253,8 +253,9 @@ class _Run:
             out.append(t)
         return out
 
-    def result(self, item: Statement, built: pa.Table | None = None) -> pa.Table:
-        """The item's table as a cursor returns it; ``built``: its rows' table (``_built``)."""
+    def result(self, item: Statement, built: pa.Table | None) -> pa.Table:
+        """The item's table as a cursor returns it; ``built``: its rows' table (``_built``), None
+        for a count."""
         if item.query.returns == "count":
             table = count_table(item.count)
             # Every count comes back from DuckDB with the same schema: learn it once and build the
@@ -262,8 +263,6 @@ class _Run:
             if self._count_schema is None:
                 self._count_schema = self._through_duckdb(table).schema
             return pa.Table.from_arrays([table.column(0)], schema=self._count_schema)
-        if built is None:
-            built = E.build_result(item.plan, self.table_of[id(item)], item.matches)
         return self._as_duckdb_returns(built)
 
     def _as_duckdb_returns(self, table: pa.Table) -> pa.Table:

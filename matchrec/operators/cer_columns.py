@@ -98,10 +98,11 @@ class MatchColumns:
         if plain is None:
             return self, self._general_order()
         names, keys, top = plain
-        bits = np.array([max(1, (int(t) - ABSENT).bit_length()) for t in top], np.int64)
-        if int(bits.sum()) > 63:
-            return self, _lex_order(keys, top)
+        bits = _key_bits(top)
+        if sum(bits) > 63:
+            return self, _lex_order(keys, bits=bits)
         from matchrec.operators.cer_order_kernels import pack, unpack
+        bits = np.array(bits, np.int64)
         packed, ordered = pack(tuple(keys), bits, ABSENT)
         if ordered:
             return self, None
@@ -177,17 +178,22 @@ class Block:
                 for r, k in zip(self.spread_rows.tolist(), self.ids.tolist())]
 
 
-def _lex_order(keys: list, top=None) -> np.ndarray | None:
+def _key_bits(top) -> list[int]:
+    """The bits each key takes above ABSENT, from its maximum (at least one)."""
+    return [max(1, (int(t) - ABSENT).bit_length()) for t in top]
+
+
+def _lex_order(keys: list, top=None, bits: list | None = None) -> np.ndarray | None:
     """An order of the rows by ``keys[0]``, then ``keys[1]``, ... (each at least ABSENT), or None
-    when they are in that order already; ``top``: each key's maximum, when known. Keys that fit
+    when they are in that order already; ``top``: each key's maximum, or ``bits`` (``_key_bits``
+    of them), when known. Keys that fit
     in 63 bits together are packed into one integer: one sort of a packed key is several times
     faster than ``np.lexsort`` over the arrays it packs. Equal packed keys are equal matches
     (every variable's row or sequence rank is a key), so the sort need not be stable."""
     from matchrec.operators.cer_order_kernels import pack
     keys = [np.ascontiguousarray(k, np.int64) for k in keys]
-    if top is None:
-        top = [int(k.max()) for k in keys]
-    bits = [max(1, (int(t) - ABSENT).bit_length()) for t in top]
+    if bits is None:
+        bits = _key_bits([int(k.max()) for k in keys] if top is None else top)
     groups, used = [], 64
     for i, b in enumerate(bits):
         if used + b > 63:

@@ -102,8 +102,7 @@ def count(stream, classes: list, w: int, cheaper: bool = False, at: tuple | None
         crude *= math.comb(len(stream.cks[c]), classes[:-1].count(c))
     if crude * (1 + 1e-9) >= LIMIT and float(_bound(stream, classes, w).sum()) * (1 + 1e-9) >= LIMIT:
         return None
-    with np.errstate(over="ignore"):  # int64 wraps modulo 2^64: exact in the ring
-        return _walk_sum(stream, classes, at or _walk_positions(stream, classes, w))
+    return _walk_sum(stream, classes, at or _walk_positions(stream, classes, w))  # wraps modulo 2^64: exact
 
 
 def count_closure(stream, classes: list, closure: int, w: int, cheaper: bool = False,
@@ -229,8 +228,7 @@ def _gated(stream, classes: list, closure: int, w: int, at: tuple | None, gates:
     cks = [stream.cks[x] for x in classes]
     at0 = [None] + [np.searchsorted(cks[b - 1], start, "left") for b in range(1, len(classes))]
     at_c = (at[0], at0, at[2])
-    with np.errstate(over="ignore"):
-        lost = _walk_sum(stream, classes, at_c)  # at most the prefix matches: below 2^63
+    lost = _walk_sum(stream, classes, at_c)  # at most the prefix matches: below 2^63
     return at_c, to_c, has.astype(np.int64), lost
 
 

@@ -1528,7 +1528,7 @@ class Evaluator:
                 exact.append(lambda i, a=a, b=b, k=k, ck=ck: tied_subsets(ck[a[i]:b[i]], k.lo, k.hi))
         # Most products fit in int64 (numpy multiplies them); the rest, or a match whose bound says
         # it might not fit, are Python integers, one match at a time.
-        n = len(small[0]) if small else (len(mult) if mult is not None else 0)
+        n = len(small[0])  # a unit counted here has a closure
         # one bound for all first (the largest of each factor's logs): mostly every product fits
         widest = sum(float(b2.max()) for b2 in bits if len(b2))
         if mult is not None and len(mult):
