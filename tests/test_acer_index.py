@@ -318,3 +318,24 @@ def test_a_capped_cover_and_a_capped_search_answer_as_the_unindexed_node(monkeyp
             _same(a, b, {"op": "candidates", "condition": cond, "quantum": 5, **timed}, [blob, cover])
             _same(a, b, {"op": "pull", "where": cond, "columns": ["id", "i", "part"], **timed,
                          "range": [int(tis.lo.min()), int(tis.hi.max())]}, [blob, cover])
+
+
+def test_range_words_set_exactly_the_bits_of_the_rows_in_the_ranges():
+    """A type's row-id bitmap is built per word from its runs: each word's bits are the rows of
+    that word inside one of the ranges, for ranges within one word, across word edges, ending
+    on a word's last row, and words the ranges skip."""
+    rng = np.random.default_rng(5)
+    for trial in range(300):
+        rows = int(rng.integers(1, 2000))
+        cuts = np.sort(rng.choice(rows + 1, size=2 * int(rng.integers(0, 8)), replace=False))
+        starts, ends = cuts[0::2].astype(np.int64), cuts[1::2].astype(np.int64) - 1
+        keep = ends >= starts
+        starts, ends = starts[keep], ends[keep]
+        n_words = (rows + 63) // 64
+        words = np.flatnonzero(rng.random(n_words) < rng.choice([0.3, 1.0])).astype(np.int64)
+        inside = np.zeros(n_words * 64, bool)
+        for a, b in zip(starts, ends):
+            inside[a:b + 1] = True
+        want = np.packbits(inside.reshape(n_words, 64)[words], bitorder="little").view("<u8")
+        got = acer._range_words(words, starts, ends)
+        assert got.dtype == np.uint64 and np.array_equal(got, want), (trial, starts, ends, words)

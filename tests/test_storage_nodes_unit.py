@@ -657,3 +657,34 @@ def test_rounds_over_partitions_are_tried_on_a_sample_of_whole_partitions(late_s
         assert set(keep(got)) < set(keep(want))
     else:
         assert keep(got) == keep(want)
+
+
+@pytest.mark.parametrize("keep_order", [True, False])
+def test_pulled_rows_are_stored_in_the_order_of_their_columns(keep_order):
+    """The rows a CER statement pulled become a temporary table whose rowid follows the order of
+    partition, key and the other columns (the tie order of equal keys, whatever order the nodes
+    sent them in), with NaN, NULL and list columns among them, and with DuckDB allowed to
+    reorder scans (preserve_insertion_order off)."""
+    from matchrec.engine.cer_remote import _swap_in
+    rng = random.Random(3)
+    n = 400
+    data = pa.table({
+        "p": pa.array([rng.choice(["x", "y", None]) for _ in range(n)]),
+        "k": pa.array([rng.choice([1, 2, 3, None]) for _ in range(n)], pa.int64()),
+        "f": pa.array([rng.choice([0.5, float("nan"), -1.0, None]) for _ in range(n)]),
+        "s": pa.array([rng.choice(["a", "b", "ab", ""]) for _ in range(n)]),
+        "l": pa.array([[rng.randint(0, 2)] for _ in range(n)]),
+    })
+    for columns in (["p", "k", "f", "s"], ["p", "k", "l", "f", "s"]):
+        duck = duckdb.connect()
+        duck.execute(f"SET preserve_insertion_order = {str(keep_order).lower()}")
+        duck.register("t", data.slice(0, 0))
+        _swap_in(duck, "t", data, columns)
+        got = duck.sql("SELECT * FROM t ORDER BY rowid").to_arrow_table()
+        duck.register("d", data)
+        order = ", ".join(f"{c} NULLS LAST" for c in columns)
+        want = duck.sql(f"SELECT * FROM d ORDER BY {order}").to_arrow_table()
+        keyed = [tuple(r[c] for c in columns) for r in got.to_pylist()]
+        assert [repr(r) for r in keyed] == [repr(tuple(r[c] for c in columns)) for r in want.to_pylist()]
+        assert sorted(map(repr, got.to_pylist())) == sorted(map(repr, data.to_pylist()))
+        duck.close()

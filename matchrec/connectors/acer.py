@@ -808,8 +808,7 @@ class TableIndex:
             runs = np.array([v is not None and v in tree.values for v in self.run_types], bool)
             if isinstance(words, slice):
                 words = np.arange(words.start, words.stop)
-            mask = _inside(words, 64, self.run_lo[runs], self.run_hi[runs], len(words) * 64)
-            return np.packbits(mask, bitorder="little").view("<u8")
+            return _range_words(words, self.run_lo[runs], self.run_hi[runs])
         if isinstance(tree, tuple):
             parts = [self._bitmap(t, con, words) for t in tree[1]]
             if tree[0] == "and":
@@ -1002,20 +1001,36 @@ def _expand(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.arange(int(lengths.sum()), dtype=np.int64) + offsets
 
 
-def _inside(units: np.ndarray, unit: int, starts: np.ndarray, ends: np.ndarray, length: int) -> np.ndarray:
-    """Over the rows of the sorted ``units`` (``unit`` rows each, the first ``length`` of them):
-    which lie in one of the sorted disjoint ranges [starts, ends] (parts in other units dropped)."""
-    su, eu = starts // unit, ends // unit
-    i = np.searchsorted(units, su, "left")
-    j = np.searchsorted(units, eu, "right") - 1
-    i_in = i < len(units)
-    cs = np.where(i_in & (units[np.minimum(i, len(units) - 1)] == su), i * unit + starts % unit, i * unit)
-    ce = np.where((j >= 0) & (units[np.maximum(j, 0)] == eu), j * unit + ends % unit, j * unit + unit - 1)
-    ok = i_in & (j >= 0) & (ce >= cs)
-    scope = np.zeros(len(units) * unit + 1, np.int8)
-    np.add.at(scope, cs[ok], 1)
-    np.add.at(scope, ce[ok] + 1, -1)
-    return np.cumsum(scope[:length], dtype=np.int8) > 0
+ALL_BITS = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+
+
+def _range_words(words: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The 64-row words ``words`` (sorted word ids) of the bitmap of the rows in the sorted disjoint
+    ranges [starts, ends]: words a range covers whole are set through a running count over the
+    words, the at most two words where a range begins or ends get their bits or-ed in, so the
+    work is per word and per range, not per row (a type's runs cover most of a node's rows)."""
+    out = np.zeros(len(words), np.uint64)
+    if not len(starts) or not len(words):
+        return out
+    # words wholly inside a range: [ceil(start / 64), floor((end + 1) / 64) - 1]
+    i = np.searchsorted(words, -(-starts // 64), "left")
+    j = np.searchsorted(words, (ends + 1) // 64, "left")
+    whole = j > i
+    if whole.any():
+        mark = np.zeros(len(words) + 1, np.int32)
+        np.add.at(mark, i[whole], 1)
+        np.add.at(mark, j[whole], -1)
+        out[np.cumsum(mark[:-1]) > 0] = ALL_BITS
+    # the words where a range begins and ends, each with the range's bits in that word
+    for edge in (starts // 64, ends // 64):
+        at = np.searchsorted(words, edge, "left")
+        at_ok = at < len(words)
+        hit = at_ok & (words[np.minimum(at, len(words) - 1)] == edge)
+        lo = np.maximum(starts[hit], edge[hit] * 64) - edge[hit] * 64
+        hi = np.minimum(ends[hit], edge[hit] * 64 + 63) - edge[hit] * 64
+        bits = (ALL_BITS >> (63 - hi).astype(np.uint64)) & (ALL_BITS << lo.astype(np.uint64))
+        np.bitwise_or.at(out, at[hit], bits)
+    return out
 
 
 def _covered(starts: np.ndarray, ends: np.ndarray) -> int:
