@@ -202,8 +202,6 @@ def test_settings_for_columns_and_errors_with_positions(con):
         cur.execute("SET matchrec_cer_mechanism = fastest")
     with pytest.raises(matchrec.ProgrammingError, match="Unknown setting"):
         cur.execute("SET matchrec_cer_nothing = 1")
-    with pytest.raises(matchrec.NotSupportedError, match="take no parameters"):
-        cur.execute("PATTERN SEQ(a x, b y) FROM ev ORDER BY t WHERE x.v > ?", [1])
     with pytest.raises(matchrec.ProgrammingError, match="Function md5"):
         cur.execute("PATTERN SEQ(a x, b y) FROM ev ORDER BY t WHERE md5(x.v) = y.v")
     # any DuckDB function works in a predicate over one variable

@@ -312,9 +312,6 @@ class Session:
     def _cer(self, statement: Statement) -> Result:
         """A CER statement: matched in Python over events read from DuckDB, the result served by DuckDB."""
         from matchrec.engine import cer
-        if statement.parameters:
-            raise E.NotSupportedError("CER statements (PATTERN ... FROM, MATCH_RECOGNIZE with STRATEGY) take no "
-                                      "parameters: write the values into the statement")
         with work.statement(self.settings):
             if self.remote is not None:  # storage-node tables: pulled, then matched here
                 from matchrec.engine import cer_remote

@@ -60,7 +60,7 @@ class Statement:
         """The parsed CER statement (``parser.sase.CerQuery``), parsed on first use only."""
         if self._cer is None:
             from matchrec.parser.sase import parse
-            self._cer = parse(self.text)
+            self._cer = parse(self.text, self.parameters)
         return self._cer
 
 

@@ -13,6 +13,8 @@ into the same query object, so both run through one engine.
 """
 from __future__ import annotations
 
+import datetime
+import decimal
 import functools
 import importlib.resources
 import math
@@ -21,7 +23,7 @@ import re
 import lark
 from lark import Token, Tree
 
-from matchrec.errors import NotSupportedError, ProgrammingError, positioned
+from matchrec.errors import DataError, NotSupportedError, ProgrammingError, positioned
 from matchrec.parser.cer_tree import (AGGREGATES, STRATEGIES, STRATEGY_NAMES, And, Between, Binary, Call, Cast,
                                       CerQuery, Col, Element, Expr, InList, IsNull, Lit, Logic, Node, Or, Projection,
                                       Seq, Unary, Var, Within, children, has_aggregate, iterated, reads_previous,
@@ -87,8 +89,10 @@ def _expected(expected) -> str:
     return "; expected " + ", ".join(names)
 
 
-def parse(text: str) -> CerQuery:
-    """Parse a SASE-style statement or a MATCH_RECOGNIZE with STRATEGY into a CerQuery."""
+def parse(text: str, parameters=None) -> CerQuery:
+    """Parse a SASE-style statement or a MATCH_RECOGNIZE with STRATEGY into a CerQuery, with
+    ``parameters`` (a sequence for ``?`` and ``$1``, a mapping for ``$name``) bound to its
+    placeholders (see ``_Builder.bind``)."""
     mr = has_strategy_clause(text) and not is_cer_statement(text)
     try:
         tree = _parser().parse(text)
@@ -108,7 +112,7 @@ def parse(text: str) -> CerQuery:
                          err.pos_in_stream) from None
     except lark.exceptions.UnexpectedEOF:
         raise positioned(ProgrammingError, "Unexpected end of statement", text, len(text)) from None
-    return _Builder(text).build(tree)
+    return _Builder(text, parameters).build(tree)
 
 
 def _number(text: str) -> int | float:
@@ -135,9 +139,14 @@ def _name(tok: Token) -> str:
     return text
 
 
+_PARAMETER_TYPES = (type(None), bool, int, float, decimal.Decimal, str, datetime.date, datetime.time)
+
+
 class _Builder:
-    def __init__(self, text: str):
+    def __init__(self, text: str, parameters=None):
         self.text = text
+        self.parameters = parameters
+        self.bound: dict[int, object] = {}  # start of a placeholder -> its value
         self.kleene: set[str] = set()
         self.negated: set[str] = set()
         self.declared: dict[str, Element] = {}
@@ -149,6 +158,7 @@ class _Builder:
         return positioned(cls, message, self.text, start, end)
 
     def build(self, tree: Tree) -> CerQuery:
+        self.bind(tree)
         explain = None
         kids = tree.children
         if isinstance(kids[0], Tree) and kids[0].data == "explain":
@@ -158,6 +168,56 @@ class _Builder:
         q = self.sase(body) if body.data == "sase_query" else self.match_recognize(body)
         q.explain = explain
         return q
+
+    # ------------------------------------------------------------ parameters
+    def bind(self, tree: Tree) -> None:
+        """Give every placeholder its value, as the statements with MATCH_RECOGNIZE do: ``?`` takes
+        the next value of a sequence (all of them must be used), ``$1`` the first, ``$name`` the
+        value of a mapping. A bound value is what the literal written in its place would be: it
+        joins the expression tree as a value, never as text the grammar reads."""
+        marks = sorted((t for t in tree.scan_values(lambda v: isinstance(v, Token) and v.type == "PARAM")),
+                       key=lambda t: t.start_pos)
+        params = self.parameters
+        if not marks:
+            if params and not isinstance(params, dict):
+                raise ProgrammingError(f"The query has 0 '?' placeholders but {len(params)} parameters were given")
+            return
+        if params is None:
+            raise self.error("The statement has parameter placeholders but no parameters were given", marks[0])
+        named = isinstance(params, dict)
+        positional = 0
+        for tok in marks:
+            text = str(tok)
+            if text == "?":
+                if named:
+                    raise self.error("The query uses '?' placeholders but parameters were given as a mapping", tok)
+                if positional >= len(params):
+                    raise self.error(f"Not enough parameters: the query needs more than {len(params)}", tok)
+                value = params[positional]
+                positional += 1
+            else:
+                name = text[1:]
+                if name.isdigit() and not named:
+                    if not 0 < int(name) <= len(params):
+                        raise self.error(f"Parameter {text} is not given", tok)
+                    value = params[int(name) - 1]
+                elif named and name in params:
+                    value = params[name]
+                else:
+                    raise self.error(f"Parameter {text} is not given", tok)
+            if not isinstance(value, _PARAMETER_TYPES):
+                raise self.error(f"Cannot use a parameter of type {type(value).__name__} in a CER statement; use "
+                                 "None, bool, int, float, Decimal, str, date, time or datetime", tok)
+            if isinstance(value, str):
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError as err:
+                    raise self.error(f"The string is not valid Unicode text: {err.reason} at position "
+                                     f"{err.start}", tok, DataError) from None
+            self.bound[tok.start_pos] = value
+        if not named and positional and positional != len(params):
+            raise ProgrammingError(f"The query has {positional} '?' placeholders but {len(params)} parameters "
+                                   "were given")
 
     # ------------------------------------------------------------ SASE
     def sase(self, tree: Tree) -> CerQuery:
@@ -249,6 +309,11 @@ class _Builder:
     def within(self, tree: Tree) -> Within:
         if tree.data == "within_number":
             amount = _number(str(tree.children[0]))
+        elif tree.data == "within_param":
+            amount = self.bound[tree.children[0].start_pos]
+            if isinstance(amount, bool) or not isinstance(amount, (int, float, decimal.Decimal)):
+                raise self.error(f"A window length must be a number, not {type(amount).__name__}", tree)
+            amount = amount if isinstance(amount, int) else _number(str(amount))
         else:
             raw = _name(tree.children[0]).strip()
             parts = raw.split()
@@ -384,6 +449,8 @@ class _Builder:
             return Lit(sp, _name(k[0]))
         if d in ("true", "false", "null"):
             return Lit(sp, {"true": True, "false": False, "null": None}[d])
+        if d == "param":
+            return Lit(sp, self.bound[k[0].start_pos])
         if d == "column":
             return Col(sp, str(k[0]), str(k[1]))
         if d == "indexed_column":

@@ -146,7 +146,7 @@ class _Compiler:
     def range_of(self, e: S.Expr):
         """As ``PyCompiler.bounds``: an int64-safe integer range, "float", or None (unknown)."""
         if isinstance(e, S.Lit):
-            if isinstance(e.value, bool) or e.value is None:
+            if isinstance(e.value, bool) or not isinstance(e.value, (int, float)):
                 return None
             return "float" if isinstance(e.value, float) else (e.value, e.value)
         if isinstance(e, S.Col):

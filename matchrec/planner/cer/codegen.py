@@ -4,6 +4,8 @@ compiled to Python callables over numpy columns (``planner.cer_vector`` compiles
 same conditions to whole-array evaluators), with the integer bounds that keep arithmetic exact."""
 from __future__ import annotations
 
+import datetime
+import decimal
 import math
 from typing import Callable
 
@@ -266,7 +268,7 @@ class PyCompiler:
         if isinstance(e, S.Lit):
             if isinstance(e.value, bool) or e.value is None:
                 return None
-            if isinstance(e.value, float):
+            if isinstance(e.value, (float, decimal.Decimal)):
                 return "float"
             return (e.value, e.value) if isinstance(e.value, int) else None
         if isinstance(e, S.Col):
@@ -297,6 +299,12 @@ class PyCompiler:
         if isinstance(e, S.Lit):
             if isinstance(e.value, float) and not math.isfinite(e.value):
                 return f"float({str(e.value)!r})", False  # repr() of infinity is no Python literal
+            if isinstance(e.value, decimal.Decimal):  # DECIMAL columns are read as DOUBLE here too
+                return self.gen(S.Lit(e.span, float(e.value)), rows)
+            if isinstance(e.value, (datetime.date, datetime.time)):  # a bound parameter: compared as read
+                ident = f"lit_{len(self.ns)}"
+                self.ns[ident] = e.value
+                return ident, False
             return repr(e.value), e.value is None
         if isinstance(e, S.Col):
             ident, nullable = self.column(self.res.col(e))

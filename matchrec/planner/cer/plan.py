@@ -2,6 +2,8 @@
 the statistics, the resolved columns and SQL tests, and the planner's constants."""
 from __future__ import annotations
 
+import datetime
+import decimal
 import math
 from dataclasses import dataclass, field
 
@@ -50,6 +52,9 @@ def sql_literal(value) -> str:
         return f"CAST('{value}' AS DOUBLE)"
     if isinstance(value, (int, float)):
         return repr(value)
+    if isinstance(value, (decimal.Decimal, datetime.date, datetime.time)):  # bound parameters' values
+        from matchrec.parser.parameters import duckdb_sql, literal
+        return duckdb_sql(literal(value))
     return "'" + str(value).replace("'", "''") + "'"
 
 
