@@ -156,6 +156,9 @@ def physical_plan(plan: P.CerPlan) -> PhysicalPlan:
         text = f"{S.describe(e)}: about {st.estimates.get(var, 0):.0f} candidates"
         if var in plan.filter_sql:
             text += f", filter selectivity {st.filter_selectivity.get(var, 1):.3f} (DuckDB: {plan.filter_sql[var]})"
+        crowd = st.crowding.get(e.type, 1.0) if e.kleene is not None else 1.0
+        if crowd > 1.05:
+            text += f"; its events see {crowd:.1f}x the average rate in their own partitions (its sets counted so)"
         estimates.append(text)
     for c, sel in zip(q.conditions, st.condition_selectivity):
         sel_text = "not estimated" if sel is None else f"selectivity {sel:.3f} on a {st.sample_rows}-event sample"

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from matchrec.operators.cer_reference import alternatives, orders
 
@@ -67,21 +67,30 @@ class Model:
     events_read: float
     strategy: str
     counting: bool
+    # var -> how much more crowded a Kleene element's reach is where its events are (``Stats.crowding``)
+    crowd: dict = field(default_factory=dict)
+    # var -> selectivity of the conditions between consecutive events of its Kleene closure (per pair)
+    step: dict = field(default_factory=dict)
 
 
-def subsets(lam: float, bounds) -> float:
-    """Expected event sets of a Kleene element with ``lam`` candidates in reach: sizes within bounds."""
+def subsets(lam: float, bounds, step: float = 1.0) -> float:
+    """Expected event sets of a Kleene element with ``lam`` candidates in reach on average: sizes
+    within bounds, each consecutive pair of a set passing the closure's iteration conditions with
+    probability ``step``. The candidates in reach are taken as Poisson with mean ``lam``, so sets
+    of ``k`` events number lam^k / k! on average, step^(k-1) of them passing ((e^(lam step) - 1) /
+    step of any size): the sets grow exponentially with the events in reach, and a fixed count of
+    ``lam`` events (2^lam - 1 sets) would underestimate them wherever the count varies."""
     lo, hi = bounds
     lo = max(lo, 1)
     hi = int(min(hi if hi is not None else 64, 64))
+    step = min(max(step, 1e-9), 1.0)
     if lam <= 0 or hi < lo:
         return 0.0
-    if hi == 64 and lo == 1 and lam < 64:
-        return min(MAX_COST, 2.0 ** lam - 1)
+    if hi == 64 and lo == 1 and lam * step < 64:
+        return min(MAX_COST, math.expm1(lam * step) / step)
     total = 0.0
     for k in range(lo, hi + 1):
-        total += math.exp(k * math.log(lam) - math.lgamma(k + 1)) if lam < k else \
-            math.exp(math.lgamma(lam + 1) - math.lgamma(k + 1) - math.lgamma(lam - k + 1))
+        total += math.exp(k * math.log(lam) - math.lgamma(k + 1) + (k - 1) * math.log(step))
     return min(MAX_COST, total)
 
 
@@ -106,7 +115,8 @@ def order_work(model: Model, half: int, elements, before, order, *, kleene_count
         related = any((i, j) in before or (j, i) in before for j in bound)
         reach = lam.get(v, 0.0) * (1.0 if related else 2.0)
         if e.kleene is not None and i not in kleene_counted:
-            reach = subsets(lam.get(v, 0.0), e.kleene) * (1.0 if related else 2.0)
+            reach = subsets(lam.get(v, 0.0) * model.crowd.get(v, 1.0), e.kleene, model.step.get(v, 1.0)) * \
+                (1.0 if related else 2.0)
         elif e.kleene is not None:
             reach = 1.0  # counted in closed form, not enumerated
         adjacent = strategy == "strict" and any(abs(i - j) == 1 for j in bound)

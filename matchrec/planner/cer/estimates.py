@@ -36,11 +36,29 @@ def gather_stats(duck: duckdb.DuckDBPyConnection, plan: CerPlan, conditions: boo
     st.total = sum(n for n, _, _ in st.types.values())
     st.part_span, st.parts = st.key_span, 1
     if plan.partition_column:
-        # rates are per partition: a window around an event reaches only its own partition's events
-        parts, span = duck.execute(
-            f"SELECT count(*), sum(hi - lo) FROM (SELECT min({plan.key_sql}) AS lo, max({plan.key_sql}) AS hi "
-            f"FROM {src} WHERE {plan.key_sql} IS NOT NULL GROUP BY {quote(plan.partition_column)})").fetchall()[0]
+        # rates are per partition: a window around an event reaches only its own partition's events.
+        # For the types of Kleene elements also the rate an event sees in its own partition,
+        # averaged over the events: busy partitions hold most events, so it is above the average
+        # rate (sum n / sum span) when the partitions differ, and a closure's event sets grow
+        # exponentially with it (``Stats.crowding``)
+        kleene = sorted({e.type for v, e in q.elements.items() if e.kleene is not None and v in q.positive},
+                        key=str)
+        counts = [f"count(*) FILTER (WHERE {type_expr} = {sql_literal(t)}) AS k{i}" if t is not None else
+                  f"count(*) AS k{i}" for i, t in enumerate(kleene)]
+        rates = [f"sum(CAST(k{i} AS DOUBLE) * n / span) FILTER (WHERE span > 0), sum(k{i}) FILTER (WHERE span > 0)"
+                 for i in range(len(kleene))]
+        row = duck.execute(
+            f"SELECT count(*), sum(span), sum(n) FILTER (WHERE span > 0){''.join(', ' + r for r in rates)} FROM "
+            f"(SELECT count(*) AS n, max({plan.key_sql}) - min({plan.key_sql}) AS span"
+            f"{''.join(', ' + c for c in counts)} FROM {src} WHERE {plan.key_sql} IS NOT NULL "
+            f"GROUP BY {quote(plan.partition_column)})").fetchall()[0]
+        parts, span, events = row[:3]
         st.parts, st.part_span = int(parts or 0), int(span or 0)
+        for i, t in enumerate(kleene):
+            weighted, n_spanned = row[3 + 2 * i], row[4 + 2 * i]
+            if weighted and n_spanned and span and events:
+                # (the rate in an event's own partition) / (the rate over all partitions)
+                st.crowding[t] = max(1.0, (weighted / events) / (n_spanned / span))
     if (not conditions or not q.conditions) and not plan.filter_sql:
         # without a filter every event of an element's type is its candidate: a sample would say 1.0
         # (and with no condition either it has nothing else to estimate)
@@ -126,15 +144,25 @@ def cost_model(plan: CerPlan) -> Model:
             n[h][var] = total * halves[h]
             lam[h][var] = n[h][var] * min(1.0, reach)
         share[var] = total / st.total if st.total else 0.0
-    conditions = tuple((frozenset(S.variables(c)), DEFAULT_SELECTIVITY if sel is None else max(sel, 1e-4))
-                       for c, sel in zip(q.conditions, st.condition_selectivity or [None] * len(q.conditions)))
+    conditions, step = [], {}
+    for c, sel in zip(q.conditions, st.condition_selectivity or [None] * len(q.conditions)):
+        sel = DEFAULT_SELECTIVITY if sel is None else max(sel, 1e-4)
+        vs = frozenset(S.variables(c))
+        if len(vs) == 1 and S.reads_previous(c):  # b[i] against b[i-1]: holds or not per consecutive pair
+            (var,) = vs
+            step[var] = step.get(var, 1.0) * sel
+        else:
+            conditions.append((vs, sel))
+    conditions = tuple(conditions)
     if q.strategy == "strict" or any(e.type is None and var not in plan.filter_sql for var, e in q.elements.items()):
         read = float(st.total)
     else:
         types = {e.type for e in q.elements.values() if e.type is not None}
         read = float(sum(st.types.get(t, (0, 0, 0))[0] for t in types))
         read += sum(st.estimates.get(v, 0.0) for v, e in q.elements.items() if e.type is None)
-    return Model(n, lam, share, conditions, read, q.strategy, q.returns == "count")
+    crowd = {var: st.crowding.get(e.type if e.type is not None else None, 1.0)
+             for var, e in q.elements.items() if e.kleene is not None}
+    return Model(n, lam, share, conditions, read, q.strategy, q.returns == "count", crowd, step)
 
 
 def rate_changes(plan: CerPlan) -> list[str]:

@@ -69,6 +69,8 @@ class Stats:
     filter_selectivity: dict = field(default_factory=dict)  # var -> fraction of its type passing its filter
     condition_selectivity: list = field(default_factory=list)  # per condition, None when not estimable
     estimates: dict = field(default_factory=dict)  # var -> expected candidate events
+    # type -> the rate of the type an event sees in its own partition over the average rate (>= 1)
+    crowding: dict = field(default_factory=dict)
 
 
 @dataclass
