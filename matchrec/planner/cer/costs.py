@@ -74,23 +74,23 @@ class Model:
 
 
 def subsets(lam: float, bounds, step: float = 1.0) -> float:
-    """Expected event sets of a Kleene element with ``lam`` candidates in reach on average: sizes
-    within bounds, each consecutive pair of a set passing the closure's iteration conditions with
-    probability ``step``. The candidates in reach are taken as Poisson with mean ``lam``, so sets
-    of ``k`` events number lam^k / k! on average, step^(k-1) of them passing ((e^(lam step) - 1) /
-    step of any size): the sets grow exponentially with the events in reach, and a fixed count of
-    ``lam`` events (2^lam - 1 sets) would underestimate them wherever the count varies."""
+    """Expected event sets of a Kleene element with ``lam`` candidates in reach: sizes within
+    bounds, each consecutive pair of a set passing the closure's iteration conditions with
+    probability ``step`` (sets of k events: C(lam, k) step^(k-1); of any size ((1 + step)^lam - 1)
+    / step, 2^lam - 1 without iteration conditions)."""
     lo, hi = bounds
     lo = max(lo, 1)
     hi = int(min(hi if hi is not None else 64, 64))
     step = min(max(step, 1e-9), 1.0)
     if lam <= 0 or hi < lo:
         return 0.0
-    if hi == 64 and lo == 1 and lam * step < 64:
-        return min(MAX_COST, math.expm1(lam * step) / step)
+    if hi == 64 and lo == 1 and lam < 64:
+        return min(MAX_COST, math.expm1(lam * math.log1p(step)) / step)
     total = 0.0
     for k in range(lo, hi + 1):
-        total += math.exp(k * math.log(lam) - math.lgamma(k + 1) + (k - 1) * math.log(step))
+        sets = math.exp(k * math.log(lam) - math.lgamma(k + 1)) if lam < k else \
+            math.exp(math.lgamma(lam + 1) - math.lgamma(k + 1) - math.lgamma(lam - k + 1))
+        total += sets * step ** (k - 1)
     return min(MAX_COST, total)
 
 
