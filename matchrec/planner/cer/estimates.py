@@ -160,8 +160,7 @@ def cost_model(plan: CerPlan) -> Model:
         types = {e.type for e in q.elements.values() if e.type is not None}
         read = float(sum(st.types.get(t, (0, 0, 0))[0] for t in types))
         read += sum(st.estimates.get(v, 0.0) for v, e in q.elements.items() if e.type is None)
-    crowd = {var: st.crowding.get(e.type if e.type is not None else None, 1.0)
-             for var, e in q.elements.items() if e.kleene is not None}
+    crowd = {var: st.crowding.get(e.type, 1.0) for var, e in q.elements.items() if e.kleene is not None}
     return Model(n, lam, share, conditions, read, q.strategy, q.returns == "count", crowd, step)
 
 
