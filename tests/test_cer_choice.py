@@ -122,6 +122,34 @@ def test_a_counted_closure_in_crowded_partitions_goes_to_recomputation(con):
     assert len(counts) == 1 and counts.pop() > 500
 
 
+def test_a_closure_in_bursts_around_its_anchors_is_counted_from_a_sample(con):
+    """No partitions, but the B come in bursts of 16 around each of 2,000 A: the average rate puts
+    0.7 B in a window, so the chain NFA looks cheapest, but each A has about 2^16 sets of B in reach.
+    Having chosen a mechanism that enumerates the closure for a count, the planner counts the B
+    within the window of 64 sampled A (EXPLAIN shows it), and the count goes to recomputation."""
+    rng = np.random.default_rng(5)
+    anchors = np.sort(rng.choice(np.arange(100, 999_900, 50), 2000, replace=False))
+    bursts = (anchors[:, None] + rng.integers(-5, 6, (2000, 16))).ravel()
+    ts = np.r_[anchors, bursts, rng.integers(0, 1_000_000, 100)]
+    types = ["A"] * 2000 + ["B"] * len(bursts) + ["C"] * 100
+    con.register("__src", pa.table({"ts": ts, "type": types, "v": rng.integers(0, 100, len(ts))}))
+    con.cursor().execute("CREATE OR REPLACE TABLE bursts AS SELECT * FROM __src")
+    con.unregister("__src")
+    sql = "PATTERN AND(A a, B+ b) FROM bursts WITHIN {} RETURN COUNT(*)"
+    text = explain(con, sql.format(10))
+    assert chosen(text) == "rcep", text
+    got = re.search(r"B\+ b: .*in reach around (\d+) sampled candidates of a: ([0-9.]+) before and ([0-9.]+) after", text)
+    assert got and int(got.group(1)) == 64 and float(got.group(2)) + float(got.group(3)) > 12, text
+    # returning rows, every mechanism enumerates the sets: the choice stays with the rates
+    assert "sampled candidates" not in explain(con, sql.format(10).replace("COUNT(*)", "a.ts"))
+    counts = set()
+    for m in ("rcep", "chain", "auto"):
+        con.cursor().execute(f"SET matchrec_cer_mechanism = {m}")
+        counts.add(con.cursor().execute(sql.format(1)).fetchall()[0][0])
+    con.cursor().execute("SET matchrec_cer_mechanism = auto")
+    assert len(counts) == 1 and counts.pop() > 50
+
+
 def test_cost_model_orders():
     """The cost functions on a model: rarest-first beats the written order, a wider window costs
     more, AND's permutations cost the batch operator more than one partial order costs the chain."""

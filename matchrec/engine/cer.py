@@ -157,7 +157,12 @@ def physical_plan(plan: P.CerPlan) -> PhysicalPlan:
         if var in plan.filter_sql:
             text += f", filter selectivity {st.filter_selectivity.get(var, 1):.3f} (DuckDB: {plan.filter_sql[var]})"
         crowd = st.crowding.get(e.type, 1.0) if e.kleene is not None else 1.0
-        if crowd > 1.05:
+        if var in st.reach:
+            got = st.reach[var]
+            text += (f"; in reach around {len(got)} sampled candidates of {st.reach_anchor}: "
+                     f"{sum(b for b, _ in got) / len(got):.1f} before and {sum(a for _, a in got) / len(got):.1f} after "
+                     f"on average, up to {max(b + a for b, a in got)} (its sets counted from these)")
+        elif crowd > 1.05:
             text += f"; its events see {crowd:.1f}x the average rate in their own partitions (its sets counted so)"
         estimates.append(text)
     for c, sel in zip(q.conditions, st.condition_selectivity):

@@ -15,7 +15,8 @@ from matchrec.parser import sase as S
 from matchrec.planner.cer.costs import COSTS, MAX_COST
 
 CLOSE_COST = 0.02  # seconds: estimated costs closer than this are not told apart (planning and reading take longer)
-from matchrec.planner.cer.estimates import anchor_cover, cost_model, gather_stats, interval_cover, rate_changes
+from matchrec.planner.cer.estimates import (anchor_cover, cost_model, gather_stats, interval_cover, rate_changes,
+                                            sample_reach)
 from matchrec.planner.cer.plan import FILTER_COVER, MECHANISMS, NO_WINDOW, CerPlan, CerSettings
 from matchrec.planner.cer.resolve import resolve_query
 
@@ -29,6 +30,20 @@ def plan_query(duck: duckdb.DuckDBPyConnection, q: S.CerQuery, settings: CerSett
     with_costs = settings.mechanism == "auto" or bool(q.explain)
     gather_stats(duck, plan, conditions=with_costs)
     choose_mechanism(plan, settings, mechanisms, with_costs)
+    if with_costs and settings.mechanism == "auto" and q.returns == "count" and \
+            plan.mechanism in ("chain", "tree", "eager") and plan.window < NO_WINDOW and \
+            any(q.elements[v].kleene is not None for v in q.positive) and \
+            any(n in ("batch", "rcep") and c is not None for n, c, _ in plan.candidates):
+        # a count that enumerates a Kleene closure's event sets was chosen from rates: the sets grow
+        # exponentially with the events in reach, and where those come in bursts around the other
+        # elements the rates understate them by orders of magnitude; so count them around sampled
+        # anchors (a query, paid only here) and choose again, with recomputation or the batch
+        # operator there to count instead of enumerate. (Statements returning rows enumerate the
+        # sets under every mechanism; there the sample sent statements whose partial matches die
+        # before the closure from the eager NFA to recomputation, 0.5 s to 23 s.)
+        sample_reach(duck, plan)
+        if plan.stats.reach:
+            choose_mechanism(plan, settings, mechanisms, with_costs)
     choose_filtering(plan, settings, duck)
     return plan
 

@@ -71,6 +71,9 @@ class Model:
     crowd: dict = field(default_factory=dict)
     # var -> selectivity of the conditions between consecutive events of its Kleene closure (per pair)
     step: dict = field(default_factory=dict)
+    # Kleene var -> its expected event sets within one side of the window and within both, averaged
+    # over sampled anchors (``estimates.sample_reach``); the rates stand in where it is missing
+    sampled: dict = field(default_factory=dict)
 
 
 def subsets(lam: float, bounds, step: float = 1.0) -> float:
@@ -114,7 +117,9 @@ def order_work(model: Model, half: int, elements, before, order, *, kleene_count
         v = e.var
         related = any((i, j) in before or (j, i) in before for j in bound)
         reach = lam.get(v, 0.0) * (1.0 if related else 2.0)
-        if e.kleene is not None and i not in kleene_counted:
+        if e.kleene is not None and i not in kleene_counted and v in model.sampled:
+            reach = model.sampled[v][0 if related else 1]
+        elif e.kleene is not None and i not in kleene_counted:
             reach = subsets(lam.get(v, 0.0) * model.crowd.get(v, 1.0), e.kleene, model.step.get(v, 1.0)) * \
                 (1.0 if related else 2.0)
         elif e.kleene is not None:

@@ -13,8 +13,9 @@ import pyarrow as pa
 from matchrec.errors import DataError
 from matchrec.parser import sase as S
 from matchrec.planner.cer.codegen import PyCompiler
-from matchrec.planner.cer.costs import DEFAULT_SELECTIVITY, Model
-from matchrec.planner.cer.plan import FILTER_COVER, RATE_CHANGE, SAMPLE_ROWS, SAMPLE_TRIALS, CerPlan, quote, sql_literal
+from matchrec.planner.cer.costs import DEFAULT_SELECTIVITY, Model, subsets
+from matchrec.planner.cer.plan import (FILTER_COVER, NO_WINDOW, RATE_CHANGE, REACH_SAMPLE, SAMPLE_ROWS, SAMPLE_TRIALS,
+                                       CerPlan, quote, sql_literal)
 from matchrec.planner.cer.resolve import _Resolver
 
 
@@ -89,6 +90,39 @@ def gather_stats(duck: duckdb.DuckDBPyConnection, plan: CerPlan, conditions: boo
     st.condition_selectivity = estimate_conditions(plan, sample) if conditions else [None] * len(q.conditions)
 
 
+def sample_reach(duck: duckdb.DuckDBPyConnection, plan: CerPlan) -> None:
+    """``plan.stats.reach``: per positive Kleene element, the candidates within the window before and
+    after each of up to ``REACH_SAMPLE`` sampled candidates of the pattern's rarest single element,
+    in its partition. A closure's event sets grow exponentially with these counts, and where the
+    events come in bursts (delays in bad weather) their spread, not their average, makes the
+    sets: counted around real anchors, the bursts are in the sample. Only with WITHIN and a
+    single element to stand as the anchor."""
+    q, st = plan.query, plan.stats
+    kleene = [v for v in q.positive if q.elements[v].kleene is not None]
+    singles = [v for v in q.positive if q.elements[v].kleene is None]
+    if not kleene or not singles or plan.window >= NO_WINDOW:
+        return
+    anchor = min(singles, key=lambda v: (st.types.get(q.elements[v].type, (st.total, 0, 0))[0]
+                                         if q.elements[v].type is not None else st.total, q.positive.index(v)))
+    part = quote(plan.partition_column) if plan.partition_column else "0"
+    tests = ", ".join(f"{plan.element_test(v)} AS {quote('__r_' + v)}" for v in kleene)
+    counts = ", ".join(f"count(*) FILTER (WHERE b.{quote('__r_' + v)} AND b.k < a.k), "
+                       f"count(*) FILTER (WHERE b.{quote('__r_' + v)} AND b.k > a.k)" for v in kleene)
+    key = plan.key_sql
+    rows = duck.execute(
+        f"WITH a AS (SELECT {part} AS p, {key} AS k, row_number() OVER () AS i FROM (SELECT * FROM {q.source} "
+        f"WHERE {key} IS NOT NULL AND ({plan.element_test(anchor)})) USING SAMPLE reservoir({REACH_SAMPLE} ROWS) "
+        f"REPEATABLE (7)), b AS (SELECT {part} AS p, {key} AS k, {tests} FROM {q.source} WHERE {key} IS NOT NULL "
+        f"AND ({' OR '.join(plan.element_test(v) for v in kleene)})) "
+        f"SELECT a.i, {counts} FROM a LEFT JOIN b ON a.p IS NOT DISTINCT FROM b.p AND b.k BETWEEN a.k - {plan.window} "
+        f"AND a.k + {plan.window} GROUP BY a.i").fetchall()
+    if not rows:
+        return
+    for j, v in enumerate(kleene):
+        st.reach[v] = [(int(r[1 + 2 * j]), int(r[2 + 2 * j])) for r in rows]
+    st.reach_anchor = anchor
+
+
 def estimate_conditions(plan: CerPlan, sample: pa.Table) -> list:
     q = plan.query
     if not q.conditions or len(sample) == 0:
@@ -161,7 +195,13 @@ def cost_model(plan: CerPlan) -> Model:
         read = float(sum(st.types.get(t, (0, 0, 0))[0] for t in types))
         read += sum(st.estimates.get(v, 0.0) for v, e in q.elements.items() if e.type is None)
     crowd = {var: st.crowding.get(e.type, 1.0) for var, e in q.elements.items() if e.kleene is not None}
-    return Model(n, lam, share, conditions, read, q.strategy, q.returns == "count", crowd, step)
+    sampled = {}
+    for var, counts in st.reach.items():  # the sets in reach of one side of the window, and of both
+        e = q.elements[var]
+        one = [subsets(max(b, a), e.kleene, step.get(var, 1.0)) for b, a in counts]
+        both = [subsets(b + a, e.kleene, step.get(var, 1.0)) for b, a in counts]
+        sampled[var] = (sum(one) / len(one), sum(both) / len(both))
+    return Model(n, lam, share, conditions, read, q.strategy, q.returns == "count", crowd, step, sampled)
 
 
 def rate_changes(plan: CerPlan) -> list[str]:

@@ -12,6 +12,7 @@ from matchrec.parser.names import quote_ident as quote  # noqa: F401 (planner.ce
 
 
 SAMPLE_ROWS = 5000
+REACH_SAMPLE = 64  # anchor candidates around which a Kleene element's reach is counted
 SAMPLE_TRIALS = 400  # random bindings tried per condition to estimate its selectivity
 RATE_CHANGE = 2.0  # a type whose count differs this much between the halves makes rates "vary"
 MECHANISMS = ("batch", "eager", "chain", "tree", "rcep")
@@ -71,6 +72,9 @@ class Stats:
     estimates: dict = field(default_factory=dict)  # var -> expected candidate events
     # type -> the rate of the type an event sees in its own partition over the average rate (>= 1)
     crowding: dict = field(default_factory=dict)
+    # Kleene var -> (candidates before, after) within the window of each sampled anchor candidate
+    reach: dict = field(default_factory=dict)
+    reach_anchor: str | None = None
 
 
 @dataclass
