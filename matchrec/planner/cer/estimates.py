@@ -114,8 +114,8 @@ def sample_reach(duck: duckdb.DuckDBPyConnection, plan: CerPlan) -> None:
         f"WHERE {key} IS NOT NULL AND ({plan.element_test(anchor)})) USING SAMPLE reservoir({REACH_SAMPLE} ROWS) "
         f"REPEATABLE (7)), b AS (SELECT {part} AS p, {key} AS k, {tests} FROM {q.source} WHERE {key} IS NOT NULL "
         f"AND ({' OR '.join(plan.element_test(v) for v in kleene)})) "
-        f"SELECT a.i, {counts} FROM a LEFT JOIN b ON a.p IS NOT DISTINCT FROM b.p AND b.k BETWEEN a.k - {plan.window} "
-        f"AND a.k + {plan.window} GROUP BY a.i").fetchall()
+        f"SELECT a.i, {counts} FROM a LEFT JOIN b ON a.p IS NOT DISTINCT FROM b.p AND b.k BETWEEN "
+        f"CAST(a.k AS HUGEINT) - {plan.window} AND CAST(a.k AS HUGEINT) + {plan.window} GROUP BY a.i").fetchall()
     if not rows:
         return
     for j, v in enumerate(kleene):
