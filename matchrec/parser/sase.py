@@ -23,7 +23,7 @@ import re
 import lark
 from lark import Token, Tree
 
-from matchrec.errors import DataError, NotSupportedError, ProgrammingError, positioned
+from matchrec.errors import NotSupportedError, ProgrammingError, check_parameter, positioned
 from matchrec.parser.cer_tree import (AGGREGATES, STRATEGIES, STRATEGY_NAMES, And, Between, Binary, Call, Cast,
                                       CerQuery, Col, Element, Expr, InList, IsNull, Lit, Logic, Node, Or, Projection,
                                       Seq, Unary, Var, Within, children, has_aggregate, iterated, reads_previous,
@@ -208,12 +208,7 @@ class _Builder:
             if not isinstance(value, _PARAMETER_TYPES):
                 raise self.error(f"Cannot use a parameter of type {type(value).__name__} in a CER statement; use "
                                  "None, bool, int, float, Decimal, str, date, time or datetime", tok)
-            if isinstance(value, str):
-                try:
-                    value.encode("utf-8")
-                except UnicodeEncodeError as err:
-                    raise self.error(f"The string is not valid Unicode text: {err.reason} at position "
-                                     f"{err.start}", tok, DataError) from None
+            check_parameter(value, f"Parameter {text}")  # the DB-API checks too; parse() may be called alone
             self.bound[tok.start_pos] = value
         if not named and positional and positional != len(params):
             raise ProgrammingError(f"The query has {positional} '?' placeholders but {len(params)} parameters "

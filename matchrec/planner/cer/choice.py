@@ -30,30 +30,37 @@ def plan_query(duck: duckdb.DuckDBPyConnection, q: S.CerQuery, settings: CerSett
     with_costs = settings.mechanism == "auto" or bool(q.explain)
     gather_stats(duck, plan, conditions=with_costs)
     choose_mechanism(plan, settings, mechanisms, with_costs)
-    if with_costs and settings.mechanism == "auto" and q.returns == "count" and \
-            plan.mechanism in ("chain", "tree", "eager") and plan.window < NO_WINDOW and \
-            any(q.elements[v].kleene is not None for v in q.positive) and \
-            any(n in ("batch", "rcep") and c is not None for n, c, _ in plan.candidates):
-        # a count that enumerates a Kleene closure's event sets was chosen from rates: the sets grow
-        # exponentially with the events in reach, and where those come in bursts around the other
-        # elements the rates understate them by orders of magnitude; so count them around sampled
-        # anchors (a query, paid only here) and choose again, with recomputation or the batch
-        # operator there to count instead of enumerate. (Statements returning rows enumerate the
-        # sets under every mechanism; there the sample sent statements whose partial matches die
-        # before the closure from the eager NFA to recomputation, 0.5 s to 23 s.)
-        first = (plan.mechanism, plan.reason, plan.candidates, plan.order)
-        sample_reach(duck, plan)
-        if plan.stats.reach:
-            choose_mechanism(plan, settings, mechanisms, with_costs)
-            if plan.mechanism not in ("batch", "rcep"):
-                # only a move to counting is trusted: between enumerating mechanisms the sets sampled
-                # around one element stand for every position (two closures side by side made all
-                # estimates astronomical, and the eager NFA then chosen held 5,000,000 partial
-                # matches where the rates' choice counted 0 matches in 0.06 s)
-                plan.mechanism, plan.reason, plan.candidates, plan.order = first
-                plan.stats.reach = {}
+    if settings.mechanism == "auto":
+        recheck_counted_closures(duck, plan, settings, mechanisms)
     choose_filtering(plan, settings, duck)
     return plan
+
+
+def recheck_counted_closures(duck: duckdb.DuckDBPyConnection, plan: CerPlan, settings: CerSettings,
+                             mechanisms) -> None:
+    """A count given from the rates to a mechanism that enumerates a Kleene closure's event sets:
+    the sets grow exponentially with the events in reach, and where those come in bursts around
+    the other elements the rates understate them by orders of magnitude. So count them around
+    sampled anchors (``sample_reach``, a query paid only here) and choose again; only a move to
+    counting (recomputation, the batch operator) is taken. Between enumerating mechanisms the sets
+    sampled around one element stand for every position: two closures side by side made every
+    estimate astronomical, and the eager NFA then chosen held 5,000,000 partial matches where the
+    rates' choice counted 0 matches in 0.12 s. Statements returning rows enumerate the sets under
+    every mechanism; there the sample sent statements whose partial matches die before the
+    closure from the eager NFA to recomputation (0.5 s to 23 s), so they keep the rates."""
+    q = plan.query
+    if q.returns != "count" or plan.mechanism not in ("chain", "tree", "eager") or plan.window >= NO_WINDOW \
+            or not any(q.elements[v].kleene is not None for v in q.positive) \
+            or not any(n in ("batch", "rcep") and c is not None for n, c, _ in plan.candidates):
+        return
+    first = (plan.mechanism, plan.reason, plan.candidates, plan.order)
+    sample_reach(duck, plan)
+    if not plan.stats.reach:
+        return
+    choose_mechanism(plan, settings, mechanisms)
+    if plan.mechanism not in ("batch", "rcep"):
+        plan.mechanism, plan.reason, plan.candidates, plan.order = first
+        plan.stats.reach, plan.stats.reach_anchor = {}, None
 
 
 def choose_mechanism(plan: CerPlan, settings: CerSettings, mechanisms, with_costs: bool = True) -> None:
